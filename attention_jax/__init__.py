@@ -1,0 +1,17 @@
+"""attention_jax: attention for sequence-to-sequence models in JAX / Flax NNX.
+
+  import attention_jax as aj
+  sorted(aj.SCORES)        # the alignment score functions, by name
+  model = aj.Seq2Seq(aj.ModelConfig(src_vocab=40, tgt_vocab=40, score='general'),
+                     rngs=flax.nnx.Rngs(0))
+  logits, weights = model(src, tgt_in)   # [B, T, V], [B, T, S]
+"""
+
+from attention_jax.attention import Attention, masked_softmax
+from attention_jax.cells import CELLS
+from attention_jax.decoder import DECODERS
+from attention_jax.model import ModelConfig, Seq2Seq
+from attention_jax.scores import SCORES, Score, register
+
+__all__ = ['Attention', 'CELLS', 'DECODERS', 'ModelConfig', 'SCORES', 'Score', 'Seq2Seq',
+           'masked_softmax', 'register']

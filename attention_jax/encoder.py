@@ -1,0 +1,69 @@
+"""Encoder: embeddings -> N layers of (bi)directional GRU/LSTM -> annotations h̄_s.
+
+For a bidirectional layer h̄_s = [→h_s; ←h_s] (Bahdanau et al. 2015), so the annotation
+size is K = 2·hidden (hidden if unidirectional). Dropout is applied to the embeddings and
+between layers. The summary (the context of score 'none', and the decoder's initial state)
+is [→h_last; ←h_first] (Cho et al. 2014; Bahdanau et al. 2015, appendix A.2.2).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention_jax import cells
+
+
+def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+  """Inverted dropout; identity when key is None (evaluation) or rate == 0."""
+  if key is None or rate == 0.0:
+    return x
+  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+  return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+class Encoded(NamedTuple):
+  annotations: jax.Array  # [B, S, K], zero on padding
+  mask: jax.Array         # [B, S] bool
+  summary: jax.Array      # [B, K]
+
+
+class Encoder(nnx.Module):
+
+  def __init__(self, *, vocab: int, emb_dim: int, hidden: int, layers: int,
+               bidirectional: bool, cell: str, dropout: float, dtype: Any, rngs: nnx.Rngs):
+    self.embed = nnx.Embed(vocab, emb_dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    self.dropout = dropout
+    self.directions = 2 if bidirectional else 1
+    self.out_dim = hidden * self.directions
+    fwd, bwd = [], []
+    for layer in range(layers):
+      in_dim = emb_dim if layer == 0 else self.out_dim
+      fwd.append(cells.make_cell(cell, in_dim, hidden, dtype=dtype, rngs=rngs))
+      if bidirectional:
+        bwd.append(cells.make_cell(cell, in_dim, hidden, dtype=dtype, rngs=rngs))
+    self.fwd = nnx.List(fwd)
+    self.bwd = nnx.List(bwd)
+
+  def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None) -> Encoded:
+    """src [B, S] int32 (0 = padding) -> Encoded."""
+    mask = src != 0                                                   # [B, S]
+    keys = (None,) * (2 * len(self.fwd) + 1) if dropout_key is None else tuple(
+        jax.random.split(dropout_key, 2 * len(self.fwd) + 1))
+    x = dropout(self.embed(src), self.dropout, keys[0])               # [B, S, E]
+    for layer, fwd in enumerate(self.fwd):
+      if layer > 0:
+        x = dropout(x, self.dropout, keys[layer])
+      out_f, carry_f = cells.run(fwd, fwd.project(x), mask)           # [B, S, H]
+      outs, finals = [out_f], [fwd.output(carry_f)]
+      if self.bwd:
+        bwd = self.bwd[layer]
+        out_b, carry_b = cells.run(bwd, bwd.project(x), mask, reverse=True)
+        outs.append(out_b)
+        finals.append(bwd.output(carry_b))
+      x = jnp.concatenate(outs, axis=-1)                              # [B, S, K]
+      summary = jnp.concatenate(finals, axis=-1)                      # [B, K]
+    return Encoded(annotations=x, mask=mask, summary=summary)

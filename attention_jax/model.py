@@ -1,0 +1,117 @@
+"""The frozen model config and the Seq2Seq model (encoder + attention decoder)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention_jax import cells, scores
+from attention_jax.decoder import DECODERS
+from attention_jax.encoder import Encoder, dropout
+
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Everything that fixes the model's architecture and parameter shapes.
+
+  Validated on construction: a bad value fails here, before anything is compiled.
+  """
+  src_vocab: int
+  tgt_vocab: int
+  emb_dim: int = 64
+  enc_hidden: int = 64
+  enc_layers: int = 1
+  bidirectional: bool = True
+  cell: str = 'gru'
+  dec_hidden: int = 128
+  dec_layers: int = 1
+  decoder: str = 'bahdanau'
+  score: str = 'additive'
+  attn_dim: int = 64
+  input_feeding: bool = True
+  dropout: float = 0.0
+  max_src_len: int = 128
+  dtype: str = 'float32'
+
+  def __post_init__(self):
+    for name in ('src_vocab', 'tgt_vocab', 'emb_dim', 'enc_hidden', 'enc_layers',
+                 'dec_hidden', 'dec_layers', 'attn_dim', 'max_src_len'):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f'model.{name} must be a positive integer, got {value!r}')
+    if not 0.0 <= self.dropout < 1.0:
+      raise ValueError(f'model.dropout must be in [0, 1), got {self.dropout!r}')
+    for name, valid in (('cell', cells.CELLS), ('decoder', DECODERS), ('score', scores.SCORES),
+                        ('dtype', DTYPES)):
+      if getattr(self, name) not in valid:
+        raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
+                         f'valid: {", ".join(sorted(valid))}')
+    scores.SCORES[self.score].check_sizes(self.dec_hidden, self.key_dim)
+
+  @property
+  def key_dim(self) -> int:
+    """Size K of the encoder annotations h̄_s."""
+    return self.enc_hidden * (2 if self.bidirectional else 1)
+
+  @property
+  def compute_dtype(self) -> Any:
+    return DTYPES[self.dtype]
+
+  @classmethod
+  def from_dict(cls, d: Mapping[str, Any], **overrides) -> 'ModelConfig':
+    """From a config section (unknown keys fail, naming them and the valid ones)."""
+    d = {**dict(d), **overrides}
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - fields)
+    if unknown:
+      raise ValueError(f'unknown model config field(s) {unknown}; valid: {sorted(fields)}')
+    return cls(**d)
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+class Seq2Seq(nnx.Module):
+  """Encoder-decoder with attention.
+
+  model(src [B, S], tgt_in [B, T]) -> (logits [B, T, V] float32, weights [B, T, S] float32)
+  Token id 0 is padding. Pass `dropout_key` to train (dropout on), None to evaluate.
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    self.encoder = Encoder(vocab=cfg.src_vocab, emb_dim=cfg.emb_dim, hidden=cfg.enc_hidden,
+                           layers=cfg.enc_layers, bidirectional=cfg.bidirectional,
+                           cell=cfg.cell, dropout=cfg.dropout, dtype=cfg.compute_dtype,
+                           rngs=rngs)
+    self.decoder = DECODERS[cfg.decoder](cfg, cfg.key_dim, rngs=rngs)
+
+  def __call__(self, src: jax.Array, tgt_in: jax.Array, *,
+               dropout_key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    k_enc, k_emb, k_out = (None,) * 3 if dropout_key is None else jax.random.split(dropout_key, 3)
+    enc = self.encoder(src, dropout_key=k_enc)
+    carry, mem = self.decoder.start(enc)
+    dec = self.decoder
+    emb = dropout(dec.embed(tgt_in), dec.dropout, k_emb)                     # [B, T, E]
+    feat, weights = dec.features(carry, dec.cells[0].project(emb), mem)        # [B,T,F],[B,T,S]
+    return dec.logits(feat, emb, k_out), weights
+
+  # ---- step-by-step decoding (greedy / beam search) -------------------------
+  def start(self, src: jax.Array):
+    """src [B, S] -> (decoder carry, memory) for `step`."""
+    return self.decoder.start(self.encoder(src))
+
+  def step(self, carry, y_prev: jax.Array, mem):
+    """y_prev [B] int32 -> (carry, log-probabilities [B, V] float32, weights [B, S])."""
+    dec = self.decoder
+    emb = dec.embed(y_prev)                                                  # [B, E]
+    carry, (feat, w) = dec.step(carry, dec.cells[0].project(emb), mem)
+    logits = dec.logits(feat[:, None], emb[:, None])[:, 0]
+    return carry, jax.nn.log_softmax(logits), w
+

@@ -1,0 +1,237 @@
+"""Alignment score functions e[t, s] = score(q_t, h̄_s), one small module each, found by name.
+
+Every score splits its work in two, so that nothing that depends only on the source is
+recomputed inside the decoder loop:
+
+  pre = score.precompute(keys)   # keys [B, S, K] -> source-side cache, once per sentence
+  e   = score(query, pre)        # query [B, T, Q] -> scores [B, T, S], per step (T = 1) or batched
+
+Adding a score: subclass `Score`, implement those two methods, decorate with
+`@register('name')`. The tests are parametrized over `SCORES`, so a new entry is tested
+(it needs a NumPy reference in tests/test_scores.py).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+SCORES: dict[str, type['Score']] = {}
+
+
+def register(name: str) -> Callable[[type['Score']], type['Score']]:
+  """Class decorator: adds a Score subclass to the registry under `name`."""
+
+  def add(cls):
+    if name in SCORES:
+      raise ValueError(f'score {name!r} is already registered by {SCORES[name].__name__}')
+    cls.name = name
+    SCORES[name] = cls
+    return cls
+
+  return add
+
+
+def check_score_name(name: str) -> None:
+  if name not in SCORES:
+    raise ValueError(f'unknown score {name!r}; valid scores: {", ".join(sorted(SCORES))}')
+
+
+def make_score(name: str, *, query_dim: int, key_dim: int, attn_dim: int,
+               max_src_len: int, dtype: Any = jnp.float32, rngs: nnx.Rngs) -> 'Score':
+  """Builds the score called `name`; unknown names fail with the list of valid ones."""
+  check_score_name(name)
+  SCORES[name].check_sizes(query_dim, key_dim)
+  return SCORES[name](query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim,
+                      max_src_len=max_src_len, dtype=dtype, rngs=rngs)
+
+
+class Score(nnx.Module):
+  """Base class. `attends` is False only for `none` (no attention at all)."""
+
+  name = 'base'
+  attends = True
+
+  @classmethod
+  def check_sizes(cls, query_dim: int, key_dim: int) -> None:
+    """Raises ValueError if this score cannot compare queries and keys of these sizes."""
+
+  def precompute(self, keys: jax.Array) -> Any:
+    """keys [B, S, K] -> whatever __call__ needs from the source side."""
+    return keys
+
+  def __call__(self, query: jax.Array, pre: Any) -> jax.Array:
+    """query [B, T, Q], pre from precompute -> scores [B, T, S]."""
+    raise NotImplementedError
+
+
+def _linear(i, o, *, bias, dtype, rngs):
+  return nnx.Linear(i, o, use_bias=bias, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+
+
+class _SameSize(Score):
+
+  @classmethod
+  def check_sizes(cls, query_dim, key_dim):
+    if query_dim != key_dim:
+      raise ValueError(
+          f'score {cls.name!r} needs equal query and key sizes, got query (decoder state) '
+          f'size {query_dim} and key (encoder annotation) size {key_dim}; use '
+          f"'general' or 'additive', or make dec_hidden equal the annotation size")
+
+
+@register('dot')
+class Dot(_SameSize):
+  """e = qᵀ h̄ (Luong, Pham & Manning 2015, "Effective Approaches to Attention-based NMT")."""
+
+  def __init__(self, *, query_dim, key_dim, attn_dim, max_src_len, dtype, rngs):
+    del attn_dim, max_src_len, dtype, rngs
+
+  def __call__(self, query, pre):
+    return jnp.einsum('btd,bsd->bts', query, pre)
+
+
+@register('scaled_dot')
+class ScaledDot(_SameSize):
+  """e = qᵀ h̄ / √d (Vaswani et al. 2017, "Attention Is All You Need")."""
+
+  def __init__(self, *, query_dim, key_dim, attn_dim, max_src_len, dtype, rngs):
+    del attn_dim, max_src_len, dtype, rngs
+    self.scale = 1.0 / math.sqrt(key_dim)
+
+  def precompute(self, keys):
+    return keys * jnp.asarray(self.scale, keys.dtype)
+
+  def __call__(self, query, pre):
+    return jnp.einsum('btd,bsd->bts', query, pre)
+
+
+@register('general')
+class General(Score):
+  """e = qᵀ W_a h̄, bilinear / "multiplicative" (Luong et al. 2015). W_a h̄ is precomputed."""
+
+  def __init__(self, *, query_dim, key_dim, attn_dim, max_src_len, dtype, rngs):
+    del attn_dim, max_src_len
+    self.w_a = _linear(key_dim, query_dim, bias=False, dtype=dtype, rngs=rngs)
+
+  def precompute(self, keys):
+    return self.w_a(keys)  # [B, S, Q]
+
+  def __call__(self, query, pre):
+    return jnp.einsum('btq,bsq->bts', query, pre)
+
+
+@register('scaled_general')
+class ScaledGeneral(General):
+  """e = g · qᵀ W_a h̄ with a learned scalar g, init 1 ("scaled_luong", TF NMT tutorial,
+  Luong et al. 2017, https://github.com/tensorflow/nmt)."""
+
+  def __init__(self, **kw):
+    super().__init__(**kw)
+    self.g = nnx.Param(jnp.ones((), jnp.float32))
+
+  def __call__(self, query, pre):
+    return self.g[...].astype(query.dtype) * super().__call__(query, pre)
+
+
+@register('additive')
+class Additive(Score):
+  """e = v_aᵀ tanh(W_q q + W_k h̄ + b), "concat" in Luong's naming (Bahdanau, Cho & Bengio
+  2015, "Neural Machine Translation by Jointly Learning to Align and Translate").
+  W_k h̄ + b is precomputed."""
+
+  def __init__(self, *, query_dim, key_dim, attn_dim, max_src_len, dtype, rngs):
+    del max_src_len
+    self.w_q = _linear(query_dim, attn_dim, bias=False, dtype=dtype, rngs=rngs)
+    self.w_k = _linear(key_dim, attn_dim, bias=True, dtype=dtype, rngs=rngs)
+    self.v = nnx.Param(jax.random.normal(rngs.params(), (attn_dim,)) / math.sqrt(attn_dim))
+
+  def precompute(self, keys):
+    return self.w_k(keys)  # [B, S, A]
+
+  def v_vector(self) -> jax.Array:
+    return self.v[...]
+
+  def __call__(self, query, pre):
+    hidden = jnp.tanh(self.w_q(query)[:, :, None, :] + pre[:, None, :, :])  # [B, T, S, A]
+    return hidden @ self.v_vector().astype(hidden.dtype)
+
+
+@register('normed_additive')
+class NormedAdditive(Additive):
+  """Additive with weight normalisation v = g · v_a / ‖v_a‖ (Salimans & Kingma 2016;
+  "normed_bahdanau" of the TF NMT tutorial). g is a learned scalar, init √(1/A)."""
+
+  def __init__(self, *, attn_dim, **kw):
+    super().__init__(attn_dim=attn_dim, **kw)
+    self.g = nnx.Param(jnp.full((), math.sqrt(1.0 / attn_dim), jnp.float32))
+
+  def v_vector(self):
+    v = self.v[...]
+    return self.g[...] * v / jnp.linalg.norm(v)
+
+
+@register('location')
+class Location(Score):
+  """e_t = W_a q_t ∈ R^{S_max}: location-based, depends on the target state only
+  (Luong et al. 2015). Sentences longer than `max_src_len` cannot be scored."""
+
+  def __init__(self, *, query_dim, key_dim, attn_dim, max_src_len, dtype, rngs):
+    del key_dim, attn_dim
+    self.max_src_len = max_src_len
+    self.w_a = _linear(query_dim, max_src_len, bias=True, dtype=dtype, rngs=rngs)
+
+  def precompute(self, keys):
+    s = keys.shape[1]
+    if s > self.max_src_len:
+      raise ValueError(f"score 'location' was built for sources of at most max_src_len="
+                       f'{self.max_src_len} tokens, got a batch padded to {s}')
+    return keys[:, :, :0]  # [B, S, 0]: carries S as a static shape, also through jit
+
+  def __call__(self, query, pre):
+    return self.w_a(query)[..., :pre.shape[1]]  # [B, T, S]
+
+
+@register('cosine')
+class Cosine(Score):
+  """e = β · cos(W_k q, h̄): content-based addressing of Neural Turing Machines (Graves,
+  Wayne & Danihelka 2014). The query emits a key W_k q of the annotation size; the
+  sharpness β = softplus(b) > 0 is learned (init 10, so the softmax is not flat)."""
+
+  def __init__(self, *, query_dim, key_dim, attn_dim, max_src_len, dtype, rngs):
+    del attn_dim, max_src_len
+    self.w_k = _linear(query_dim, key_dim, bias=False, dtype=dtype, rngs=rngs)
+    self.beta_raw = nnx.Param(jnp.full((), 10.0, jnp.float32))  # softplus(10) ≈ 10
+
+  @staticmethod
+  def _unit(x):
+    x = x.astype(jnp.float32)
+    return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + 1e-12)
+
+  def precompute(self, keys):
+    return self._unit(keys)  # [B, S, K], unit norm
+
+  def beta(self):
+    return jax.nn.softplus(self.beta_raw[...])
+
+  def __call__(self, query, pre):
+    cos = jnp.einsum('btk,bsk->bts', self._unit(self.w_k(query)), pre)
+    return self.beta() * cos
+
+
+@register('none')
+class NoAttention(Score):
+  """No attention: the classic encoder-decoder, whose only context is the encoder's final
+  state (Cho et al. 2014; Sutskever, Vinyals & Le 2014). Weights come out as zeros."""
+
+  attends = False
+
+  def __init__(self, **kw):
+    del kw
+
+  def __call__(self, query, pre):
+    raise TypeError("score 'none' computes no scores; the attention layer handles it")

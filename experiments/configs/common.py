@@ -1,0 +1,71 @@
+"""The base experiment config that every experiment file in this folder starts from.
+
+Sections: `data` (task, tokenizer, batching), `model` (mirrors
+`attention_jax.model.ModelConfig`), `train` (optimiser, schedule, evaluation,
+checkpoints). Every field is overridable from the command line, e.g.
+`--config.model.score=general --config.train.steps=500`.
+"""
+
+import ml_collections
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+
+  # ---- data: see attention_jax/data --------------------------------------
+  d = c.data = ml_collections.ConfigDict()
+  d.name = 'dates'          # dates | copy | reverse | sort | addition | textfiles | tfds
+  d.data_dir = ''           # TFDS data dir; '' = ~/tensorflow_datasets
+  d.seed = 0                # generation seed of the offline tasks
+  d.num_train = 20_000      # examples per split for the offline tasks
+  d.num_valid = 1_000
+  d.num_test = 1_000
+  d.min_len = 1             # symbol tasks (copy/reverse/sort): train/valid lengths
+  d.max_len = 50
+  d.test_max_len = 100      # symbol tasks: test lengths go up to here
+  d.num_symbols = 20        # symbol tasks: alphabet size
+  d.textfiles_dir = ''      # textfiles: dir with train.src/train.tgt, valid.*, test.*
+  d.tfds_name = 'ted_hrlr_translate/pt_to_en'  # tfds: any translation builder
+  d.src_lang = 'pt'         # tfds: language keys of the pair
+  d.tgt_lang = 'en'
+  d.tokenizer = 'char'      # char | word | sentencepiece
+  d.vocab_size = 8000       # sentencepiece vocabulary size
+  d.max_src_len = 128       # training examples longer than this (in tokens) are dropped
+  d.max_tgt_len = 128
+  d.num_buckets = 4         # padded length buckets (a handful of jit shapes)
+  d.batch_size = 64         # global batch (per-device batch x device count)
+
+  # ---- model: attention_jax.model.ModelConfig ----------------------------
+  m = c.model = ml_collections.ConfigDict()
+  m.cell = 'gru'            # gru | lstm
+  m.emb_dim = 64
+  m.enc_hidden = 64
+  m.enc_layers = 1
+  m.bidirectional = True
+  m.dec_hidden = 128
+  m.dec_layers = 1
+  m.decoder = 'bahdanau'    # bahdanau | luong
+  m.score = 'additive'      # see attention_jax.SCORES
+  m.attn_dim = 64
+  m.input_feeding = True    # luong only
+  m.dropout = 0.1
+  m.max_src_len = 128       # location score: size of its output layer
+  m.dtype = 'float32'       # compute dtype: float32 | bfloat16 (params stay float32)
+
+  # ---- train ---------------------------------------------------------------
+  t = c.train = ml_collections.ConfigDict()
+  t.steps = 3000
+  t.lr = 3e-3
+  t.warmup_steps = 200
+  t.decay = 'cosine'        # cosine | constant | rsqrt
+  t.weight_decay = 0.0
+  t.clip_norm = 1.0
+  t.label_smoothing = 0.0
+  t.eval_every = 500
+  t.log_every = 50
+  t.checkpoint_every = 500
+  t.keep_checkpoints = 2
+  t.resume = True
+  t.max_decode_factor = 2.0  # greedy/beam output length limit = factor x source length + 10
+  return c

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# attention_jax launcher.
+#
+#   bash launch.sh                      train the default experiment (dates, additive, Bahdanau)
+#   bash launch.sh test [pytest args]   run the test suite
+#   bash launch.sh train CONFIG [flags] run any experiment, e.g.
+#        bash launch.sh train experiments/configs/reverse.py --config.model.score=general
+#   bash launch.sh data-info CONFIG     prepare a dataset offline and print its statistics
+#
+# Every command first creates .venv (if absent) and installs the package into it.
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+VENV="$ROOT/.venv"
+
+setup() {
+  local stamp="$VENV/.installed"
+  if [[ ! -x "$VENV/bin/python" ]]; then
+    echo "[launch] creating $VENV" >&2
+    python3 -m venv "$VENV"
+  fi
+  # Re-install when pyproject.toml changed since the last install.
+  if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
+    echo "[launch] installing attention_jax[test] into $VENV (about 2 minutes the first time)" >&2
+    "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]"
+    touch "$stamp"
+  fi
+  export PATH="$VENV/bin:$PATH"
+  export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+  export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
+}
+
+cmd=${1:-main}
+[[ $# -gt 0 ]] && shift
+case "$cmd" in
+  main)
+    setup
+    exec python -m experiments.main --config=experiments/configs/dates.py \
+      --workdir=runs/dates_additive "$@"
+    ;;
+  test)
+    setup
+    exec python -m pytest -q "$@"
+    ;;
+  train)
+    setup
+    [[ $# -ge 1 ]] || { echo "usage: bash launch.sh train CONFIG [--flag=value ...]" >&2; exit 2; }
+    config=$1; shift
+    exec python -m experiments.main --config="$config" "$@"
+    ;;
+  data-info)
+    setup
+    [[ $# -ge 1 ]] || { echo "usage: bash launch.sh data-info CONFIG" >&2; exit 2; }
+    config=$1; shift
+    exec python -m experiments.data_info --config="$config" "$@"
+    ;;
+  *)
+    echo "unknown command '$cmd'; valid: (none), test, train, data-info" >&2
+    exit 2
+    ;;
+esac
