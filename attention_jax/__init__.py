@@ -5,8 +5,13 @@
   model = aj.Seq2Seq(aj.ModelConfig(src_vocab=40, tgt_vocab=40, score='general'),
                      rngs=flax.nnx.Rngs(0))
   logits, weights = model(src, tgt_in)   # [B, T, V], [B, T, S]
+
+  t = aj.load('runs/dates_additive')     # a trained run, best checkpoint
+  t.translate(['22. November 2026'])     # ['2026-11-22']
 """
 
+from attention_jax.api import Translator, load
+from attention_jax.plots import plot_attention, plot_attention_grid
 from attention_jax.attention import Attention, masked_softmax
 from attention_jax.cells import CELLS
 from attention_jax.decoder import DECODERS
@@ -14,4 +19,5 @@ from attention_jax.model import ModelConfig, Seq2Seq
 from attention_jax.scores import SCORES, Score, register
 
 __all__ = ['Attention', 'CELLS', 'DECODERS', 'ModelConfig', 'SCORES', 'Score', 'Seq2Seq',
-           'masked_softmax', 'register']
+           'Translator', 'load', 'masked_softmax', 'plot_attention', 'plot_attention_grid',
+           'register']

@@ -68,4 +68,34 @@ def base_config() -> ml_collections.ConfigDict:
   t.keep_checkpoints = 2
   t.resume = True
   t.max_decode_factor = 2.0  # greedy/beam output length limit = factor x source length + 10
+
+  # ---- eval ------------------------------------------------------------------
+  e = c.eval = ml_collections.ConfigDict()
+  e.bleu_tokenize = '13a'   # sacrebleu tokenizer: 13a for words, char for character tasks
+  return c
+
+
+def shrink(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The `smoke` variant of any experiment: tiny data and model, a few steps, seconds."""
+  c.data.num_train, c.data.num_valid, c.data.num_test = 256, 32, 32
+  c.data.max_len = min(c.data.max_len, 12)
+  c.data.test_max_len = min(c.data.test_max_len, 16)
+  c.data.batch_size = 16
+  c.data.num_buckets = 1
+  c.data.vocab_size = min(c.data.vocab_size, 200)
+  c.model.emb_dim = c.model.enc_hidden = c.model.attn_dim = 16
+  c.model.dec_hidden = 32
+  c.train.steps = 8
+  c.train.warmup_steps = 2
+  c.train.eval_every = c.train.checkpoint_every = 4
+  c.train.log_every = 2
+  return c
+
+
+def apply_arg(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
+  """The config-file argument (`file.py:ARG`): '' or 'smoke'."""
+  if arg == 'smoke':
+    return shrink(c)
+  if arg:
+    raise ValueError(f"unknown config argument {arg!r}; valid: 'smoke' (or none)")
   return c

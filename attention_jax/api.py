@@ -1,0 +1,104 @@
+"""Reload a trained run in one call and translate, with attention weights.
+
+  t = attention_jax.load('runs/dates_additive')      # best checkpoint (or step=N)
+  t.translate(['22. November 2026'])                  # -> ['2026-11-22']
+  out, weights, src_tokens, tgt_tokens = t.attend('Nov 3, 1999')   # weights [T, S]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Sequence
+
+import jax
+import ml_collections
+import numpy as np
+
+from attention_jax import checkpoint as ckpt_lib
+from attention_jax import data as data_lib
+from attention_jax import decode as decode_lib
+from attention_jax import train as train_lib
+from attention_jax.model import ModelConfig
+
+
+class Translator:
+  """A trained model with its tokenizers; greedy decoding, jit-compiled per length bucket."""
+
+  def __init__(self, mcfg: ModelConfig, graphdef, params, src_tok, tgt_tok, factor: float,
+               step: int):
+    self.config, self.step = mcfg, step
+    self.src_tok, self.tgt_tok = src_tok, tgt_tok
+    self._graphdef, self._params, self._factor = graphdef, params, factor
+    self._predict = jax.jit(lambda p, src, n: train_lib.predict_step(graphdef, p, src, n),
+                            static_argnums=2)
+
+  def _encode(self, texts: Sequence[str]) -> np.ndarray:
+    ids = [self.src_tok.encode(t) + [data_lib.EOS] for t in texts]
+    s = max(8, -(-max(len(x) for x in ids) // 8) * 8)        # bucket: a multiple of 8
+    src = np.zeros((len(ids), s), np.int32)
+    for i, x in enumerate(ids):
+      src[i, :len(x)] = x
+    return src
+
+  def _run(self, texts):
+    src = self._encode(texts)
+    tokens, weights = jax.device_get(self._predict(
+        self._params, src, decode_lib.max_output_len(src.shape[1], self._factor)))
+    return src, tokens, weights
+
+  def translate(self, texts: Sequence[str]) -> list[str]:
+    """list of source strings -> list of output strings (greedy)."""
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+      raise TypeError('translate(texts) takes a list of strings')
+    if not texts:
+      return []
+    _, tokens, _ = self._run(list(texts))
+    return [self.tgt_tok.decode(row.tolist()) for row in tokens]
+
+  def attend(self, text: str):
+    """text -> (output str, weights [T, S] float32, source tokens, output tokens)."""
+    if not isinstance(text, str):
+      raise TypeError(f'attend(text) takes a string, got {type(text).__name__}')
+    src, tokens, weights = self._run([text])
+    src_tokens = self.src_tok.pieces(text) + ['</s>']
+    ids = tokens[0].tolist()
+    n = ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids else len(ids)
+    tgt_tokens = [self.tgt_tok.id_to_piece(i) for i in ids[:n]]
+    return (self.tgt_tok.decode(ids), weights[0, :n, :len(src_tokens)], src_tokens,
+            tgt_tokens)
+
+
+def load(workdir: str, step: int | None = None) -> Translator:
+  """Rebuilds the model of a run from its saved config and tokenizers, and restores the best
+  checkpoint (or `step`, from the latest/best checkpoints). Fails with CheckpointError
+  naming the problem when the workdir, config or checkpoint is missing or corrupt."""
+  if not os.path.isdir(workdir):
+    raise ckpt_lib.CheckpointError(f'no such workdir: {workdir!r}')
+  try:
+    with open(os.path.join(workdir, 'model_config.json')) as f:
+      mcfg = ModelConfig.from_dict(json.load(f))
+    with open(os.path.join(workdir, 'config.json')) as f:
+      train_cfg = ml_collections.ConfigDict(json.load(f)['train'])
+    factor = float(train_cfg.max_decode_factor)
+    src_tok, tgt_tok = data_lib.load_tokenizers(os.path.join(workdir, 'tokenizers'))
+  except (OSError, ValueError, KeyError) as e:
+    raise ckpt_lib.CheckpointError(f'{workdir!r} is not a usable attention_jax workdir: '
+                                   f'{type(e).__name__}: {e}') from e
+  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
+  if step is None:
+    manager, step = ckpts.best, ckpts.best.best_step()
+    if step is None:
+      manager, step = ckpts.latest, ckpts.latest.latest_step()
+  else:
+    manager = next((m for m in (ckpts.best, ckpts.latest) if step in m.all_steps()), None)
+    if manager is None:
+      raise ckpt_lib.CheckpointError(
+          f'no checkpoint at step {step} in {workdir!r}; available: '
+          f'{sorted(set(ckpts.best.all_steps()) | set(ckpts.latest.all_steps()))}')
+  if step is None:
+    raise ckpt_lib.CheckpointError(f'no checkpoint in {workdir!r}/checkpoints')
+  graphdef, template = train_lib.init_state(mcfg, train_lib.make_optimizer(train_cfg), 0)
+  params = ckpt_lib.restore(manager, step, template)[0]['params']
+  ckpts.close()
+  return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step)

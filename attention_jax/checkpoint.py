@@ -1,0 +1,101 @@
+"""Orbax checkpoints of a run: the train state, and JSON metadata (config, data-iterator
+position, metrics) saved together, so that a restart continues exactly.
+
+Two managers, because with `best_fn` Orbax keeps only the best steps and may delete the
+latest (see ../shared/design/environment.md):
+  <workdir>/checkpoints/latest  the newest `keep` steps, for resuming
+  <workdir>/checkpoints/best    the step with the best validation BLEU, for using
+The train state is stored as a flat {path: array} dict, so it restores into any pytree
+with the same paths (e.g. integer dict keys of nnx.List survive the round trip).
+No pickle anywhere: arrays are written by Orbax (tensorstore), metadata as JSON.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint is missing, corrupt, or does not match the model."""
+
+
+def _flat(tree) -> dict[str, Any]:
+  return {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _unflat(flat: dict[str, Any], template):
+  paths, treedef = jax.tree_util.tree_flatten_with_path(template)
+  keys = [jax.tree_util.keystr(p) for p, _ in paths]
+  missing = sorted(set(keys) - set(flat))
+  extra = sorted(set(flat) - set(keys))
+  if missing or extra:
+    raise CheckpointError(
+        f'the checkpoint does not match this model: {len(missing)} arrays missing '
+        f'(e.g. {missing[:3]}), {len(extra)} unexpected (e.g. {extra[:3]})')
+  return jax.tree_util.tree_unflatten(treedef, [flat[k] for k in keys])
+
+
+def _abstract(tree):
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                     sharding=getattr(x, 'sharding', None)),
+                      tree)
+
+
+class Checkpoints:
+  """`latest` and `best` managers under <workdir>/checkpoints."""
+
+  def __init__(self, workdir: str, keep: int = 2, create: bool = True):
+    root = os.path.join(os.path.abspath(workdir), 'checkpoints')
+    opts = dict(create=create, enable_async_checkpointing=False)
+    self.latest = ocp.CheckpointManager(
+        os.path.join(root, 'latest'), item_names=('state', 'meta'),
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, **opts))
+    self.best = ocp.CheckpointManager(
+        os.path.join(root, 'best'), item_names=('state', 'meta'),
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=1, best_fn=lambda m: m['bleu'], best_mode='max', **opts))
+
+  @staticmethod
+  def _save(manager, step, state, meta, metrics=None):
+    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_flat(state)),
+                                               meta=ocp.args.JsonSave(meta)),
+                 metrics=metrics, force=True)
+    manager.wait_until_finished()
+
+  def save_latest(self, step: int, state, meta: dict) -> None:
+    self._save(self.latest, step, state, meta)
+
+  def save_best(self, step: int, state, meta: dict, bleu: float) -> None:
+    self._save(self.best, step, state, meta, metrics={'bleu': float(bleu)})
+
+  def close(self):
+    self.latest.close()
+    self.best.close()
+
+
+def restore(manager: ocp.CheckpointManager, step: int, template) -> tuple[Any, dict]:
+  """Restores (state shaped like `template`, meta dict) of `step` from `manager`."""
+  try:
+    out = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(_abstract(_flat(template))),
+        meta=ocp.args.JsonRestore()))
+  except CheckpointError:
+    raise
+  except Exception as e:  # Orbax/tensorstore errors: say which checkpoint, keep the cause
+    raise CheckpointError(f'could not read checkpoint step {step} in {manager.directory}: '
+                          f'{type(e).__name__}: {e}') from e
+  return _unflat(dict(out['state']), template), dict(out['meta'])
+
+
+def read_meta(manager: ocp.CheckpointManager, step: int) -> dict:
+  """Only the JSON metadata of a step (the config, to rebuild the model before restoring)."""
+  try:
+    return dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+                ['meta'])
+  except Exception as e:
+    raise CheckpointError(f'could not read the metadata of checkpoint step {step} in '
+                          f'{manager.directory}: {type(e).__name__}: {e}') from e

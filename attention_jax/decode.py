@@ -1,0 +1,44 @@
+"""Greedy decoding, jit-compiled with fixed shapes (`jax.lax.while_loop`), returning the
+attention weights of every output step (for heatmaps and alignment accuracy)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from attention_jax.data.tokenizers import BOS, EOS, PAD
+
+
+def max_output_len(src_len: int, factor: float) -> int:
+  """The output length limit for sources padded to `src_len` tokens."""
+  return int(factor * src_len) + 10
+
+
+def greedy(model, src: jax.Array, max_len: int):
+  """src [B, S] -> (tokens [B, L] int32 (EOS then PAD after the end), weights [B, L, S]).
+
+  Stops early when every sentence has produced EOS; shapes never depend on that.
+  """
+  b, s = src.shape
+  carry, mem = model.start(src)
+  tokens = jnp.full((b, max_len), PAD, jnp.int32)
+  weights = jnp.zeros((b, max_len, s), jnp.float32)
+  done = jnp.all(src == PAD, axis=1)          # filler rows produce nothing
+
+  def cond(loop):
+    t, _, _, _, _, done = loop
+    return (t < max_len) & ~jnp.all(done)
+
+  def body(loop):
+    t, carry, y_prev, tokens, weights, done = loop
+    carry, logp, w = model.step(carry, y_prev, mem)
+    y = jnp.argmax(logp, axis=-1).astype(jnp.int32)
+    y = jnp.where(done, PAD, y)
+    tokens = tokens.at[:, t].set(y)
+    weights = weights.at[:, t].set(jnp.where(done[:, None], 0.0, w))
+    return t + 1, carry, y, tokens, weights, done | (y == EOS)
+
+  y0 = jnp.full((b,), BOS, jnp.int32)
+  _, _, _, tokens, weights, _ = jax.lax.while_loop(
+      cond, body, (jnp.int32(0), carry, y0, tokens, weights, done))
+  return tokens, weights

@@ -1,0 +1,68 @@
+"""Metrics as sums and counts (so they add up across batches and devices), and the text
+metrics of decoded outputs (exact match, sacrebleu BLEU and chrF)."""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import sacrebleu
+
+
+def token_losses(logits: jax.Array, tgt_out: jax.Array, label_smoothing: float = 0.0):
+  """logits [B, T, V] float32, tgt_out [B, T] -> (training loss [B, T], plain CE [B, T])."""
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, tgt_out)
+  if label_smoothing == 0.0:
+    return ce, ce
+  v = logits.shape[-1]
+  soft = optax.smooth_labels(jax.nn.one_hot(tgt_out, v), label_smoothing)
+  return optax.softmax_cross_entropy(logits, soft), ce
+
+
+def sums(logits, tgt_out, weight, label_smoothing: float = 0.0) -> dict[str, jax.Array]:
+  """Per-batch sums: train_loss_sum, loss_sum, tokens, correct, seq_correct, sentences.
+
+  Padding (tgt_out == 0) and filler rows (weight == 0) count for nothing.
+  """
+  mask = (tgt_out != 0) & (weight[:, None] > 0)                               # [B, T]
+  train_loss, ce = token_losses(logits, tgt_out, label_smoothing)
+  right = (jnp.argmax(logits, -1) == tgt_out) | ~mask
+  m = mask.astype(jnp.float32)
+  return {
+      'train_loss_sum': jnp.sum(train_loss * m),
+      'loss_sum': jnp.sum(ce * m),
+      'tokens': jnp.sum(m),
+      'correct': jnp.sum((right & mask).astype(jnp.float32)),
+      'seq_correct': jnp.sum(jnp.all(right, axis=1) * (weight > 0)),
+      'sentences': jnp.sum((weight > 0).astype(jnp.float32)),
+  }
+
+
+def add(a: Mapping[str, float] | None, b: Mapping[str, float]) -> dict[str, float]:
+  b = {k: float(v) for k, v in b.items()}
+  return b if a is None else {k: a[k] + b[k] for k in a}
+
+
+def summarise(s: Mapping[str, float]) -> dict[str, float]:
+  """Sums -> loss (per token), perplexity, token accuracy, teacher-forced sequence accuracy."""
+  tokens = max(s['tokens'], 1.0)
+  loss = s['loss_sum'] / tokens
+  return {'loss': loss, 'perplexity': math.exp(min(loss, 50.0)),
+          'token_accuracy': 100.0 * s['correct'] / tokens,
+          'tf_sequence_accuracy': 100.0 * s['seq_correct'] / max(s['sentences'], 1.0)}
+
+
+def text_metrics(hyps: Sequence[str], refs: Sequence[str], bleu_tokenize: str = '13a'):
+  """Exact match (%), corpus BLEU and chrF (sacrebleu) of detokenized outputs."""
+  if len(hyps) != len(refs):
+    raise ValueError(f'{len(hyps)} outputs for {len(refs)} references')
+  bleu_metric = sacrebleu.BLEU(tokenize=bleu_tokenize)
+  bleu = bleu_metric.corpus_score(list(hyps), [list(refs)])
+  chrf = sacrebleu.corpus_chrf(list(hyps), [list(refs)])
+  exact = 100.0 * float(np.mean([h == r for h, r in zip(hyps, refs)])) if refs else 0.0
+  return {'exact_match': exact, 'bleu': bleu.score, 'chrf': chrf.score,
+          'bleu_signature': str(bleu_metric.get_signature())}

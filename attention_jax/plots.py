@@ -1,0 +1,52 @@
+"""Attention heatmaps (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import os
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def _draw(ax, weights, src_tokens, tgt_tokens, title):
+  weights = np.asarray(weights, np.float32)[:len(tgt_tokens), :len(src_tokens)]
+  ax.imshow(weights, cmap='Greys', vmin=0.0, vmax=max(float(weights.max(initial=0)), 1e-6),
+            aspect='auto')
+  ax.set_xticks(range(len(src_tokens)), [repr(t)[1:-1] for t in src_tokens], rotation=90,
+                fontsize=8)
+  ax.set_yticks(range(len(tgt_tokens)), [repr(t)[1:-1] for t in tgt_tokens], fontsize=8)
+  ax.set_xlabel('source')
+  ax.set_ylabel('output')
+  if title:
+    ax.set_title(title, fontsize=9)
+
+
+def plot_attention(weights, src_tokens: Sequence[str], tgt_tokens: Sequence[str],
+                   path: str, title: str = '') -> str:
+  """weights [T, S] (rows: output tokens, columns: source tokens) -> a labelled PNG at path."""
+  t, s = len(tgt_tokens), len(src_tokens)
+  fig, ax = plt.subplots(figsize=(max(3.0, 0.28 * s + 1.5), max(2.5, 0.28 * t + 1.2)))
+  _draw(ax, weights, src_tokens, tgt_tokens, title)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def plot_attention_grid(items, path: str, cols: int = 3) -> str:
+  """items: list of (weights [T, S], src_tokens, tgt_tokens, title) -> one PNG grid."""
+  rows = (len(items) + cols - 1) // cols
+  fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4.5 * rows), squeeze=False)
+  for ax, item in zip(axes.flat, items):
+    _draw(ax, *item)
+  for ax in list(axes.flat)[len(items):]:
+    ax.axis('off')
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path

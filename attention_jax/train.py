@@ -1,0 +1,347 @@
+"""Training: the train state, pure jit-compiled train/eval/predict steps, and the loop
+(evaluation, checkpoints, resume, TensorBoard, results table, heatmaps).
+
+The train state is a plain pytree {'step', 'params', 'opt'}; the model is rebuilt inside the
+step with `nnx.merge(graphdef, params)`, so the steps are pure functions of their inputs.
+Dropout key = fold_in(key(seed), step): a resumed run draws the same masks.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import shutil
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from attention_jax import checkpoint as ckpt_lib
+from attention_jax import data as data_lib
+from attention_jax import decode as decode_lib
+from attention_jax import metrics as metrics_lib
+from attention_jax import plots
+from attention_jax.model import ModelConfig, Seq2Seq
+
+
+# ---- set-up ------------------------------------------------------------------
+def model_config(cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+  return ModelConfig.from_dict(cfg.model.to_dict(), src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+
+
+def validate(cfg: ml_collections.ConfigDict) -> None:
+  """Fails before any compile, naming the field and the valid range."""
+  t, d = cfg.train, cfg.data
+  for name, value in (('train.steps', t.steps), ('train.eval_every', t.eval_every),
+                      ('train.log_every', t.log_every), ('train.checkpoint_every',
+                                                         t.checkpoint_every),
+                      ('train.keep_checkpoints', t.keep_checkpoints),
+                      ('data.batch_size', d.batch_size)):
+    if not isinstance(value, int) or value < 1:
+      raise ValueError(f'{name} must be a positive integer, got {value!r}')
+  if not (t.lr > 0 and t.warmup_steps >= 0 and t.clip_norm >= 0):
+    raise ValueError(f'train.lr must be > 0, train.warmup_steps and train.clip_norm >= 0; got '
+                     f'{t.lr}, {t.warmup_steps}, {t.clip_norm}')
+  if not 0.0 <= t.label_smoothing < 1.0:
+    raise ValueError(f'train.label_smoothing must be in [0, 1), got {t.label_smoothing}')
+  if t.decay not in SCHEDULES:
+    raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
+  model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
+  n = jax.device_count()
+  if d.batch_size % n:
+    raise ValueError(f'data.batch_size={d.batch_size} is not divisible by the device count {n}')
+
+
+SCHEDULES = {
+    'constant': lambda lr, total: optax.constant_schedule(lr),
+    'cosine': lambda lr, total: optax.cosine_decay_schedule(lr, max(total, 1), alpha=0.05),
+    'rsqrt': lambda lr, total: lambda s: lr * jax.lax.rsqrt(jnp.maximum(s, 1.0) / 100.0 + 1.0),
+}
+
+
+def make_optimizer(t: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """AdamW, linear warmup then `t.decay`, gradient clipping by global norm."""
+  decay = SCHEDULES[t.decay](t.lr, t.steps - t.warmup_steps)
+  schedule = optax.join_schedules(
+      [optax.linear_schedule(0.0, t.lr, max(t.warmup_steps, 1)), decay], [t.warmup_steps])
+  chain = [optax.clip_by_global_norm(t.clip_norm)] if t.clip_norm > 0 else []
+  return optax.chain(*chain, optax.adamw(schedule, weight_decay=t.weight_decay))
+
+
+def init_state(mcfg: ModelConfig, tx, seed: int):
+  """-> (graphdef, state {'step', 'params', 'opt'})."""
+  model = Seq2Seq(mcfg, rngs=nnx.Rngs(seed))
+  graphdef, params = nnx.split(model)
+  params = nnx.to_pure_dict(params)
+  return graphdef, {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
+
+
+# ---- pure steps ----------------------------------------------------------------
+def train_step(graphdef, tx, label_smoothing: float, seed: int, state, batch):
+  """One optimiser step. A non-finite loss or gradient leaves params and opt unchanged
+  (metrics['finite'] = 0), so the caller can stop with the last good state intact."""
+  key = jax.random.fold_in(jax.random.key(seed), state['step'])
+
+  def loss_fn(params):
+    model = nnx.merge(graphdef, params)
+    logits, _ = model(batch['src'], batch['tgt_in'], dropout_key=key)
+    s = metrics_lib.sums(logits, batch['tgt_out'], batch['weight'], label_smoothing)
+    return s['train_loss_sum'] / jnp.maximum(s['tokens'], 1.0), s
+
+  (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  updates, opt = tx.update(grads, state['opt'], state['params'])
+  params = optax.apply_updates(state['params'], updates)
+  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+  new_state = {'step': state['step'] + 1, 'params': keep(params, state['params']),
+               'opt': keep(opt, state['opt'])}
+  return new_state, {**sums, 'loss': loss, 'grad_norm': grad_norm, 'finite': finite}
+
+
+def eval_step(graphdef, params, batch):
+  """Teacher-forced sums (loss, tokens, correct, ...) of one batch."""
+  logits, _ = nnx.merge(graphdef, params)(batch['src'], batch['tgt_in'])
+  return metrics_lib.sums(logits, batch['tgt_out'], batch['weight'])
+
+
+def predict_step(graphdef, params, src, max_len: int):
+  """Greedy outputs [B, L] and their attention weights [B, L, S]."""
+  return decode_lib.greedy(nnx.merge(graphdef, params), src, max_len)
+
+
+class Steps:
+  """The jit-compiled steps of one model (compiled once per bucket shape).
+
+  `Steps.of` reuses the compiled steps of an identical model and optimiser within one
+  process (resumed runs, tests, in-process sweeps), instead of compiling them again.
+  """
+  _cache: dict = {}
+
+  @classmethod
+  def of(cls, graphdef, cfg) -> 'Steps':
+    t = cfg.train
+    key = (graphdef, cfg.seed, t.lr, t.warmup_steps, t.decay, t.weight_decay, t.clip_norm,
+           t.label_smoothing, t.steps if t.decay != 'constant' else None)
+    if key not in cls._cache:
+      cls._cache.clear()  # keep one model's executables alive, not every model's
+      cls._cache[key] = cls(graphdef, make_optimizer(cfg.train), cfg)
+    return cls._cache[key]
+
+  def __init__(self, graphdef, tx, cfg):
+    self.train = jax.jit(functools.partial(train_step, graphdef, tx, cfg.train.label_smoothing,
+                                           cfg.seed), donate_argnums=0)
+    self.eval = jax.jit(functools.partial(eval_step, graphdef))
+    self.predict = jax.jit(functools.partial(predict_step, graphdef), static_argnums=2)
+
+
+# ---- evaluation -------------------------------------------------------------------
+def evaluate(steps: Steps, params, task, split: str, batch_size: int, factor: float,
+             bleu_tokenize: str, keep_outputs: int = 0) -> tuple[dict, list]:
+  """Loss, perplexity, token accuracy (teacher-forced) and exact match, BLEU, chrF (greedy)
+  over a whole split. Returns (metrics, first `keep_outputs` (src, hyp, ref, ids, weights))."""
+  total, hyps, refs, kept = None, [], [], []
+  texts = task.texts(split)
+  for batch in task.eval_batches(split, batch_size):
+    total = metrics_lib.add(total, steps.eval(params, batch))
+    max_len = decode_lib.max_output_len(batch['src'].shape[1], factor)
+    tokens, weights = jax.device_get(steps.predict(params, batch['src'], max_len))
+    for row in np.nonzero(batch['weight'] > 0)[0]:
+      src_text, ref = texts[int(batch['index'][row])]
+      hyp = task.tgt_tok.decode(tokens[row].tolist())
+      hyps.append(hyp)
+      refs.append(ref)
+      if len(kept) < keep_outputs:
+        kept.append((src_text, hyp, ref, tokens[row], weights[row]))
+  out = metrics_lib.summarise(total)
+  out.update(metrics_lib.text_metrics(hyps, refs, bleu_tokenize))
+  out['sentences'] = len(hyps)
+  return out, kept
+
+
+def heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
+  """One labelled PNG per kept sentence, plus a grid of all of them."""
+  os.makedirs(directory, exist_ok=True)
+  paths, items = [], []
+  for i, (src, hyp, ref, ids, weights) in enumerate(kept):
+    src_tokens = task.src_tok.pieces(src) + ['</s>']
+    n = next((j + 1 for j, t in enumerate(ids) if t == data_lib.EOS), len(ids))
+    tgt_tokens = [task.tgt_tok.id_to_piece(int(t)) for t in ids[:n]]
+    title = f'{src!r} -> {hyp!r}' + ('' if hyp == ref else f' (ref {ref!r})')
+    w = weights[:n, :len(src_tokens)]
+    items.append((w, src_tokens, tgt_tokens, title))
+    paths.append(plots.plot_attention(w, src_tokens, tgt_tokens,
+                                      os.path.join(directory, f'{prefix}_{i}.png'), title))
+  if items:
+    paths.append(plots.plot_attention_grid(items, os.path.join(directory, f'{prefix}_grid.png')))
+  return paths
+
+
+def format_table(results: dict[str, dict]) -> str:
+  cols = ['loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf', 'sentences']
+  lines = ['| split | ' + ' | '.join(cols) + ' |', '|' + '---|' * (len(cols) + 1)]
+  for split, m in results.items():
+    lines.append(f'| {split} | ' + ' | '.join(
+        f'{m[c]:.4g}' if isinstance(m[c], float) else str(m[c]) for c in cols) + ' |')
+  return '\n'.join(lines)
+
+
+# ---- the loop ------------------------------------------------------------------------
+class Progress:
+  """A progress line every `every` steps: step, loss, steps/s, target tokens/s, ETA."""
+
+  def __init__(self, total: int, start: int, every: int, writer):
+    self.total, self.every, self.writer = total, every, writer
+    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), start, 0.0, 0.0, 0
+
+  def update(self, step: int, m: dict) -> None:
+    self.loss += float(m['loss'])
+    self.tokens += float(m['tokens'])
+    self.n += 1
+    if step % self.every and step != self.total:
+      return
+    dt = max(time.time() - self.t0, 1e-9)
+    rate = (step - self.s0) / dt
+    eta = (self.total - step) / max(rate, 1e-9)
+    loss = self.loss / max(self.n, 1)
+    print(f'step {step:>6}/{self.total}  loss {loss:.4f}  {rate:.2f} steps/s  '
+          f'{self.tokens / dt:,.0f} tok/s  ETA {eta / 60:.1f} min', flush=True)
+    if self.writer:
+      self.writer.add_scalar('train/loss', loss, step)
+      self.writer.add_scalar('train/steps_per_sec', rate, step)
+      self.writer.add_scalar('train/grad_norm', float(m['grad_norm']), step)
+    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), step, 0.0, 0.0, 0
+
+
+def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
+  if os.path.isdir(workdir) and os.listdir(workdir) and not resume:
+    if not overwrite:
+      raise FileExistsError(
+          f'workdir {workdir!r} is not empty and train.resume=False: pass --overwrite to '
+          f'delete it and start fresh, or choose another --workdir')
+    if not os.path.exists(os.path.join(workdir, 'config.json')):
+      raise FileExistsError(f'refusing to delete {workdir!r}: it is not an attention_jax '
+                            f'workdir (no config.json)')
+    shutil.rmtree(workdir)
+  os.makedirs(workdir, exist_ok=True)
+
+
+def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str) -> None:
+  """Resuming with a different model/data config would silently mix two runs: refuse."""
+  now = json.loads(cfg.to_json())
+  diffs = [f'{sec}.{k}: saved {saved.get(sec, {}).get(k)!r}, now {v!r}'
+           for sec in ('model', 'data') for k, v in now[sec].items()
+           if saved.get(sec, {}).get(k) != v]
+  if diffs:
+    raise ValueError(f'workdir {workdir!r} holds a run with another config; differences: '
+                     + '; '.join(diffs) + '. Use another --workdir, or train.resume=False '
+                     '--overwrite to start again.')
+
+
+def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
+                       overwrite: bool = False) -> dict:
+  """Trains cfg in workdir (resuming if it holds a checkpoint); returns the results."""
+  validate(cfg)
+  prepare_workdir(workdir, cfg.train.resume, overwrite)
+  t, d = cfg.train, cfg.data
+  latest_dir = os.path.join(workdir, 'checkpoints', 'latest')
+  resuming = os.path.isdir(latest_dir) and any(
+      n.isdigit() for n in os.listdir(latest_dir))
+  if resuming:
+    with open(os.path.join(workdir, 'config.json')) as f:
+      check_same_config(json.load(f), cfg, workdir)
+
+  task = data_lib.load_task(d, seed=cfg.seed)
+  tok_dir = os.path.join(workdir, 'tokenizers')
+  if resuming and os.path.isdir(tok_dir):
+    task.src_tok, task.tgt_tok = data_lib.load_tokenizers(tok_dir)
+  else:
+    data_lib.save_tokenizers(task, tok_dir)
+  mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    f.write(cfg.to_json(indent=2))
+  with open(os.path.join(workdir, 'model_config.json'), 'w') as f:
+    json.dump(mcfg.to_dict(), f, indent=2)
+
+  tx = make_optimizer(t)
+  graphdef, state = init_state(mcfg, tx, cfg.seed)
+  steps = Steps.of(graphdef, cfg)
+  ckpts = ckpt_lib.Checkpoints(workdir, keep=t.keep_checkpoints)
+  it = task.train_iterator(d.batch_size, seed=cfg.seed)
+  best_bleu = -1.0
+  if resuming and ckpts.latest.latest_step() is not None:
+    step0 = ckpts.latest.latest_step()
+    state, meta = ckpt_lib.restore(ckpts.latest, step0, state)
+    it.set_state(meta['data_state'])
+    best_bleu = meta.get('best_bleu', -1.0)
+    print(f'resumed from {latest_dir} step {step0}', flush=True)
+
+  from tensorboardX import SummaryWriter
+  writer = SummaryWriter(os.path.join(workdir, 'tensorboard'))
+  step = int(state['step'])
+  progress = Progress(t.steps, step, t.log_every, writer)
+  print(f'training {mcfg.decoder} decoder, {mcfg.score} score, {mcfg.cell} cells on '
+        f'{task.name}: {t.steps} steps of {d.batch_size} sentences, '
+        f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters', flush=True)
+  evaluate_ = functools.partial(evaluate, steps, batch_size=d.batch_size,
+                                factor=t.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize)
+
+  def meta_now(step, extra=None):
+    return {'step': step, 'data_state': it.get_state(), 'config': json.loads(cfg.to_json()),
+            'model_config': mcfg.to_dict(), 'best_bleu': best_bleu, **(extra or {})}
+
+  while step < t.steps:
+    batch = next(it)
+    state, m = steps.train(state, batch)
+    if not bool(m['finite']):
+      raise FloatingPointError(
+          f'non-finite training loss {float(m["loss"])} (gradient norm '
+          f'{float(m["grad_norm"])}) at step {step + 1}, batch of training examples '
+          f'{batch["index"][batch["weight"] > 0].tolist()}; parameters were not updated and '
+          f'the last checkpoint in {latest_dir} is untouched')
+    step += 1
+    progress.update(step, m)
+    if step % t.eval_every == 0 or step == t.steps:
+      val, _ = evaluate_(state['params'], task, 'validation')
+      print(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
+            f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}', flush=True)
+      for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf'):
+        writer.add_scalar(f'validation/{k}', val[k], step)
+      if val['bleu'] > best_bleu:
+        best_bleu = val['bleu']
+        ckpts.save_best(step, state, meta_now(step, {'validation': val}), val['bleu'])
+    if step % t.checkpoint_every == 0 or step == t.steps:
+      ckpts.save_latest(step, state, meta_now(step))
+  writer.flush()
+
+  # final evaluation with the best checkpoint
+  best_step = ckpts.best.best_step()
+  params = state['params']
+  if best_step is not None and best_step != step:
+    params = ckpt_lib.restore(ckpts.best, best_step, state)[0]['params']
+  results = {}
+  for split in ('validation', 'test'):
+    results[split], kept = evaluate_(params, task, split, keep_outputs=3 if split == 'test'
+                                     else 0)
+  paths = heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test')
+  summary = {'step': step, 'best_step': best_step, 'results': results,
+             'model_config': mcfg.to_dict(), 'heatmaps': paths}
+  with open(os.path.join(workdir, 'results.json'), 'w') as f:
+    json.dump(summary, f, indent=2)
+  for split, m in results.items():
+    for k in ('exact_match', 'bleu', 'chrf'):
+      writer.add_scalar(f'final_{split}/{k}', m[k], step)
+  writer.close()
+  ckpts.close()
+  print(f'\nresults (best checkpoint, step {best_step}); BLEU signature '
+        f'{results["test"]["bleu_signature"]}\n{format_table(results)}', flush=True)
+  print(f'results: {os.path.join(workdir, "results.json")}\nheatmaps: '
+        f'{os.path.join(workdir, "heatmaps")}/', flush=True)
+  return summary

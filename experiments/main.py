@@ -1,0 +1,31 @@
+"""Train and evaluate one experiment.
+
+  python -m experiments.main --config=experiments/configs/dates.py --workdir=runs/dates_additive
+  python -m experiments.main --config=experiments/configs/reverse.py:smoke \
+      --config.model.score=general --config.model.decoder=luong --workdir=runs/rev
+
+Re-running the same command with the same workdir resumes from its latest checkpoint.
+"""
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from attention_jax import train
+
+config_flags.DEFINE_config_file('config', 'experiments/configs/dates.py',
+                                'Experiment config file (path[:arg]).', lock_config=True)
+flags.DEFINE_string('workdir', None, 'Where checkpoints, logs and results go.', required=True)
+flags.DEFINE_bool('overwrite', False,
+                  'With --config.train.resume=False: delete a non-empty workdir first.')
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
+  train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
+
+
+if __name__ == '__main__':
+  app.run(main)

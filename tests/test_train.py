@@ -1,0 +1,137 @@
+"""End-to-end: smoke runs of the experiment configs, exact resume, reload from Python, and
+clear errors for bad configs and flags."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import attention_jax as aj
+from attention_jax import checkpoint as ckpt_lib
+from attention_jax import train
+from experiments.configs import addition, dates, reverse, textfiles
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp('tfds'))
+
+
+def smoke(module, data_dir, **overrides):
+  c = module.get_config('smoke')
+  c.data.data_dir = data_dir
+  for key, value in overrides.items():
+    section, field = key.split('.')
+    c[section][field] = value
+  return c
+
+
+@pytest.fixture(scope='module')
+def dates_run(tmp_path_factory, data_dir):
+  workdir = str(tmp_path_factory.mktemp('dates_smoke'))
+  return workdir, train.train_and_evaluate(smoke(dates, data_dir), workdir)
+
+
+def test_dates_smoke_writes_results_checkpoints_heatmaps(dates_run):
+  workdir, summary = dates_run
+  with open(os.path.join(workdir, 'results.json')) as f:
+    saved = json.load(f)
+  for split in ('validation', 'test'):
+    m = saved['results'][split]
+    for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf'):
+      assert np.isfinite(m[k]), (split, k)
+    assert m['sentences'] == 32
+  assert len([p for p in saved['heatmaps'] if os.path.exists(p)]) == 4   # 3 + the grid
+  assert os.listdir(os.path.join(workdir, 'tensorboard'))
+  assert summary['step'] == 8
+
+
+def test_load_translates_and_attends(dates_run):
+  workdir, _ = dates_run
+  t = aj.load(workdir)
+  outs = t.translate(['22. November 2026', 'Nov 3, 1999', ''])
+  assert len(outs) == 3 and all(isinstance(o, str) for o in outs)
+  out, weights, src_tokens, tgt_tokens = t.attend('Nov 3, 1999')
+  assert weights.shape == (len(tgt_tokens), len(src_tokens))
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+  with pytest.raises(TypeError, match='list of strings'):
+    t.translate('not a list')
+
+
+def test_load_refuses_missing_and_foreign_workdirs(tmp_path, dates_run):
+  with pytest.raises(ckpt_lib.CheckpointError, match='no such workdir'):
+    aj.load(str(tmp_path / 'nope'))
+  with pytest.raises(ckpt_lib.CheckpointError, match='not a usable'):
+    aj.load(str(tmp_path))
+  with pytest.raises(ckpt_lib.CheckpointError, match='no checkpoint at step 3'):
+    aj.load(dates_run[0], step=3)
+
+
+@pytest.mark.parametrize('module', [reverse, addition])
+def test_other_configs_smoke(module, data_dir, tmp_path):
+  summary = train.train_and_evaluate(smoke(module, data_dir), str(tmp_path))
+  assert np.isfinite(summary['results']['test']['loss'])
+
+
+def test_textfiles_smoke(data_dir, tmp_path):
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  rng = np.random.default_rng(0)
+  words = ['alpha', 'beta', 'gamma', 'delta', 'eps']
+  for split, n in (('train', 64), ('valid', 8), ('test', 8)):
+    src = [' '.join(rng.choice(words, rng.integers(1, 5))) for _ in range(n)]
+    (corpus / f'{split}.src').write_text('\n'.join(src) + '\n')
+    (corpus / f'{split}.tgt').write_text('\n'.join(s.upper() for s in src) + '\n')
+  c = smoke(textfiles, data_dir, **{'data.textfiles_dir': str(corpus), 'data.tokenizer': 'word'})
+  summary = train.train_and_evaluate(c, str(tmp_path / 'run'))
+  assert summary['results']['test']['sentences'] == 8
+
+
+def test_resume_is_bit_identical(data_dir, tmp_path):
+  """2 steps, stop, resume for 2 more == 4 uninterrupted steps (params and metrics)."""
+  def cfg(steps):
+    return smoke(dates, data_dir, **{'train.steps': steps, 'train.decay': 'constant',
+                                     'train.checkpoint_every': 2, 'train.eval_every': 2})
+  a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
+  train.train_and_evaluate(cfg(2), a)
+  resumed = train.train_and_evaluate(cfg(4), a)
+  straight = train.train_and_evaluate(cfg(4), b)
+  assert resumed['results'] == straight['results']
+  template = train.init_state(aj.ModelConfig.from_dict(resumed['model_config']),
+                              train.make_optimizer(cfg(4).train), 0)[1]
+  pa = ckpt_lib.restore(ckpt_lib.Checkpoints(a).latest, 4, template)[0]
+  pb = ckpt_lib.restore(ckpt_lib.Checkpoints(b).latest, 4, template)[0]
+  for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_fresh_start_refuses_a_non_empty_workdir(dates_run, data_dir):
+  c = smoke(dates, data_dir, **{'train.resume': False})
+  with pytest.raises(FileExistsError, match='--overwrite'):
+    train.train_and_evaluate(c, dates_run[0])
+
+
+def test_resume_with_another_model_config_is_refused(dates_run, data_dir):
+  c = smoke(dates, data_dir, **{'model.score': 'general'})
+  with pytest.raises(ValueError, match="model.score: saved 'additive', now 'general'"):
+    train.train_and_evaluate(c, dates_run[0])
+
+
+@pytest.mark.parametrize('flag,needle', [
+    ('--config.model.score=bogus', "unknown model.score 'bogus'; valid: additive"),
+    ('--config.train.steps=many', 'many'),
+    ('--config.model.nonexistent=3', 'nonexistent'),
+    ('--config=experiments/configs/nope.py', 'nope.py'),
+])
+def test_bad_flags_are_named(flag, needle, tmp_path):
+  args = [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
+          f'--workdir={tmp_path}', flag]
+  proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode != 0
+  assert needle in proc.stderr + proc.stdout
