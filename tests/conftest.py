@@ -1,9 +1,31 @@
 """Test-session settings. Unit tests compile many tiny graphs, so XLA's backend
 optimisation is turned down (halves compile time; results are the same up to float
-rounding). Set ATTENTION_JAX_TEST_XLA_OPT=1 to test with full optimisation."""
+rounding). Set ATTENTION_JAX_TEST_XLA_OPT=1 to test with full optimisation.
+
+Data fixtures: `data_cfg(name, **overrides)` gives a small `data` config section whose TFDS
+data dir is one temp dir per test session (each offline task is prepared once)."""
 
 import os
+
+import pytest
 
 if os.environ.get('ATTENTION_JAX_TEST_XLA_OPT') != '1':
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_backend_optimization_level=0').strip()
+
+
+@pytest.fixture(scope='session')
+def tfds_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp('tensorflow_datasets'))
+
+
+@pytest.fixture
+def data_cfg(tfds_dir):
+  from experiments.configs import common  # pylint: disable=g-import-not-at-top
+  def make(name, **overrides):
+    d = common.base_config().data
+    d.update(dict(name=name, data_dir=tfds_dir, num_train=300, num_valid=40, num_test=40,
+                  max_len=12, test_max_len=20, batch_size=16))
+    d.update(overrides)
+    return d
+  return make

@@ -25,6 +25,7 @@ def base_config() -> ml_collections.ConfigDict:
   d.max_len = 50
   d.test_max_len = 100      # symbol tasks: test lengths go up to here
   d.num_symbols = 20        # symbol tasks: alphabet size
+  d.max_digits = 4          # addition: digits per operand
   d.textfiles_dir = ''      # textfiles: dir with train.src/train.tgt, valid.*, test.*
   d.tfds_name = 'ted_hrlr_translate/pt_to_en'  # tfds: any translation builder
   d.src_lang = 'pt'         # tfds: language keys of the pair
@@ -72,6 +73,9 @@ def base_config() -> ml_collections.ConfigDict:
   # ---- eval ------------------------------------------------------------------
   e = c.eval = ml_collections.ConfigDict()
   e.bleu_tokenize = '13a'   # sacrebleu tokenizer: 13a for words, char for character tasks
+  e.length_edges = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)  # source-length buckets (lo, hi]
+  e.beam_size = 5           # experiments/evaluate.py defaults
+  e.alpha = 0.6             # length penalty ((5+|Y|)/6)^alpha (Wu et al. 2016)
   return c
 
 

@@ -1,0 +1,228 @@
+"""`load_task(cfg.data)`: prepare (offline) and open a data set, train its tokenizers, batch it.
+
+  task = load_task(cfg.data)                     # deterministic from the config
+  task.texts('validation')[0]                    # ('22. November 2026', '2026-11-22')
+  it = task.train_iterator(64, seed=0)           # batches forever; it.get_state() / set_state()
+  for batch in task.eval_batches('test', 64): ...
+  save_tokenizers(task, workdir)                 # what a checkpoint needs to decode
+
+Tasks (data.name): dates, copy, reverse, sort, addition (our TFDS builders, see builders.py),
+textfiles (a user's corpus, see textfiles.py) and tfds (any TFDS translation data set by name,
+see tfds_translation.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+from absl import logging
+
+from attention_jax.data import batching, builders, textfiles, tfds_translation
+from attention_jax.data import tokenizers as tok_lib
+
+SPLITS = ('train', 'validation', 'test')
+TASKS = (*builders.BUILDERS, 'textfiles', 'tfds')
+
+
+def _text(x: Any) -> str:
+  return x.decode('utf-8') if isinstance(x, bytes) else str(x)
+
+
+def _read_builder(builder) -> tuple[dict, dict]:
+  """All examples of a prepared builder: ({split: [(src, tgt)]}, {split: {feature: [str]}})."""
+  sources = builder.as_data_source()
+  extra_keys = [k for k in builder.info.features if k not in ('src', 'tgt')]
+  texts, extras = {}, {}
+  for split in SPLITS:
+    examples = tfds_translation.read_all(sources[split])
+    texts[split] = [(_text(ex['src']), _text(ex['tgt'])) for ex in examples]
+    extras[split] = {k: [_text(ex[k]) for ex in examples] for k in extra_keys}
+  return texts, extras
+
+
+def _encode(tok, texts: Sequence[str]) -> batching.Ragged:
+  if hasattr(tok, 'encode_batch'):
+    return batching.Ragged.from_lists(tok.encode_batch(list(texts)))
+  return batching.Ragged.from_lists([tok.encode(t) for t in texts])
+
+
+def length_stats(lengths: np.ndarray) -> dict[str, float]:
+  """min / mean / max and the 50th, 90th, 99th percentiles of token counts."""
+  if len(lengths) == 0:
+    return {}
+  p50, p90, p99 = np.percentile(lengths, [50, 90, 99])
+  return {'min': int(lengths.min()), 'mean': float(lengths.mean()), 'p50': float(p50),
+          'p90': float(p90), 'p99': float(p99), 'max': int(lengths.max())}
+
+
+class Task:
+  """A tokenized data set with its tokenizers and length buckets (see module doc)."""
+
+  def __init__(self, name: str, texts: dict[str, list[tuple[str, str]]], src_tok, tgt_tok, *,
+               max_src_len: int, max_tgt_len: int, num_buckets: int,
+               extras: dict[str, dict[str, list[str]]] | None = None, location: str = ''):
+    self.name = name
+    self.location = location  # where the data lives (a TFDS dir, a corpus dir)
+    self._texts = texts
+    self._extras = extras or {}
+    self._limits = dict(max_src_len=max_src_len, max_tgt_len=max_tgt_len,
+                        num_buckets=num_buckets)
+    self._src_tok, self._tgt_tok = src_tok, tgt_tok
+    self._tokenize()
+
+  def _tokenize(self) -> None:
+    """(Re)encodes with the current tokenizers: drops too-long examples, sets the buckets."""
+    self._encoded: dict[str, batching.Encoded] = {}
+    train = self.encoded('train')
+    max_src_len, max_tgt_len = self._limits['max_src_len'], self._limits['max_tgt_len']
+    keep = (train.src_len <= max_src_len) & (train.tgt_len <= max_tgt_len)
+    self.kept = np.flatnonzero(keep)  # training examples within the maximum lengths
+    self.num_dropped = int(len(train) - len(self.kept))
+    if self.num_dropped:
+      logging.warning('%s: dropped %d of %d training examples longer than %d source / %d '
+                      'target tokens (EOS included; data.max_src_len / data.max_tgt_len)',
+                      self.name, self.num_dropped, len(train), max_src_len, max_tgt_len)
+    self.buckets = batching.make_buckets(train.src_len[self.kept], train.tgt_len[self.kept],
+                                         **self._limits)
+    self.has_alignment = (self.name in builders.ALIGNMENTS
+                          and self._src_tok.kind == self._tgt_tok.kind == 'char')
+
+  # Assigning a tokenizer (e.g. one restored with a checkpoint) re-encodes the data.
+  @property
+  def src_tok(self):
+    return self._src_tok
+
+  @src_tok.setter
+  def src_tok(self, tok):
+    self._src_tok = tok
+    self._tokenize()
+
+  @property
+  def tgt_tok(self):
+    return self._tgt_tok
+
+  @tgt_tok.setter
+  def tgt_tok(self, tok):
+    self._tgt_tok = tok
+    self._tokenize()
+
+  def _check_split(self, split: str) -> None:
+    if split not in SPLITS:
+      raise ValueError(f'unknown split {split!r}; valid: {", ".join(SPLITS)}')
+
+  def texts(self, split: str) -> list[tuple[str, str]]:
+    """[(src, tgt)] raw strings of the split, in index order."""
+    self._check_split(split)
+    return self._texts[split]
+
+  def features(self, split: str) -> dict[str, list[str]]:
+    """Extra per-example fields (dates: 'locale', 'style'), in index order; may be empty."""
+    self._check_split(split)
+    return self._extras.get(split, {})
+
+  def encoded(self, split: str) -> batching.Encoded:
+    """The split's token ids (cached), without BOS/EOS."""
+    self._check_split(split)
+    if split not in self._encoded:
+      pairs = self._texts[split]
+      self._encoded[split] = batching.Encoded(_encode(self.src_tok, [s for s, _ in pairs]),
+                                              _encode(self.tgt_tok, [t for _, t in pairs]))
+    return self._encoded[split]
+
+  def train_iterator(self, batch_size: int, seed: int = 0,
+                     num_devices: int = 1) -> batching.TrainIterator:
+    """Training batches of [batch_size, S|T] forever, reshuffled from (seed, epoch)."""
+    batching.check_batch_size(batch_size, num_devices)
+    return batching.TrainIterator(self.encoded('train'), self.kept, self.buckets, batch_size,
+                                  seed)
+
+  def eval_batches(self, split: str, batch_size: int,
+                   num_devices: int = 1) -> Iterator[dict[str, np.ndarray]]:
+    """Every example of the split exactly once, fixed order, filler rows with weight 0."""
+    batching.check_batch_size(batch_size, num_devices)
+    return batching.eval_batches(self.encoded(split), self.buckets, batch_size)
+
+  def eval_shapes(self, split: str) -> tuple[tuple[int, int], ...]:
+    """The (S, T) shapes eval_batches(split) uses (the buckets plus any overflow shape)."""
+    enc = self.encoded(split)
+    return self.buckets.with_overflow(enc.src_len, enc.tgt_len).shapes
+
+  def gold_alignment(self, src_ids, tgt_ids) -> np.ndarray | None:
+    """src_ids [S'], tgt_ids [T'] (no BOS/EOS) -> int32 [T' + 1] gold source positions for
+    the tgt_out positions (the last, EOS, -> S'), -1 where none; None without a gold."""
+    if not self.has_alignment:
+      return None
+    return builders.gold_alignment(self.name, src_ids, tgt_ids)
+
+  def batch_alignment(self, batch: dict[str, np.ndarray]) -> np.ndarray | None:
+    """A batch -> int32 [B, T] gold source position per tgt_out position, -1 on padding and
+    filler rows; None for tasks without a gold alignment."""
+    if not self.has_alignment:
+      return None
+    src, tgt = batch['src'], batch['tgt_out']
+    out = np.full(tgt.shape, -1, np.int32)
+    for r in range(len(src)):
+      if batch['weight'][r] == 0:
+        continue
+      n_src, n_tgt = int((src[r] != tok_lib.PAD).sum()) - 1, int((tgt[r] != tok_lib.PAD).sum()) - 1
+      gold = builders.gold_alignment(self.name, src[r, :n_src], tgt[r, :n_tgt])
+      out[r, :len(gold)] = gold
+    return out
+
+  def stats(self, batch_size: int) -> dict[str, Any]:
+    """Split sizes, token-length statistics, vocabularies, shapes and padding share."""
+    out = {'name': self.name, 'location': self.location,
+           'src_vocab': self.src_tok.vocab_size, 'tgt_vocab': self.tgt_tok.vocab_size,
+           'bucket_shapes': list(self.buckets.shapes), 'num_dropped': self.num_dropped,
+           'splits': {}}
+    for split in SPLITS:
+      enc = self.encoded(split)
+      rows = self.kept if split == 'train' else np.arange(len(enc))
+      out['splits'][split] = {
+          'size': len(enc), 'src_len': length_stats(enc.src.lengths),
+          'tgt_len': length_stats(enc.tgt.lengths), 'shapes': list(self.eval_shapes(split)),
+          'padding_share': batching.padding_share(enc, rows, self.buckets, batch_size)}
+    return out
+
+
+def _load_texts(d) -> tuple[dict, dict, str]:
+  name = d.name
+  if name in builders.BUILDERS:
+    builder = builders.prepare(name, d)
+    texts, extras = _read_builder(builder)
+    return texts, extras, str(builder.data_dir)
+  if name == 'textfiles':
+    return textfiles.read_corpus(d.textfiles_dir), {}, d.textfiles_dir
+  if name == 'tfds':
+    pairs = tfds_translation.load_pairs(d.tfds_name, d.src_lang, d.tgt_lang,
+                                        data_dir=d.data_dir)
+    return pairs, {}, f'{d.tfds_name} ({d.src_lang} -> {d.tgt_lang})'
+  raise ValueError(f'unknown data.name {name!r}; valid: {", ".join(TASKS)}')
+
+
+def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Task:
+  """Prepares (offline) and opens the data set of `data_cfg` (cfg.data) as a Task.
+
+  Tokenizers (data.tokenizer, data.vocab_size) are trained on the training split with `seed`
+  (deterministically), unless `tokenizers=(src_tok, tgt_tok)` are given, e.g. those saved
+  with a checkpoint (`load_tokenizers(workdir)`).
+  """
+  d = data_cfg
+  texts, extras, location = _load_texts(d)
+  if not texts['train']:
+    raise ValueError(f'{d.name}: the training split is empty')
+  if tokenizers is None:
+    train = texts['train']
+    src_tok = tok_lib.train_tokenizer(d.tokenizer, [s for s, _ in train],
+                                      vocab_size=d.vocab_size, seed=seed)
+    tgt_tok = tok_lib.train_tokenizer(d.tokenizer, [t for _, t in train],
+                                      vocab_size=d.vocab_size, seed=seed)
+  else:
+    src_tok, tgt_tok = tokenizers
+  if d.name in builders.ALIGNMENTS and d.tokenizer != 'char':
+    logging.warning('%s with tokenizer %r: the gold alignment needs char tokens; none given',
+                    d.name, d.tokenizer)
+  return Task(d.name, texts, src_tok, tgt_tok, max_src_len=int(d.max_src_len),
+              max_tgt_len=int(d.max_tgt_len), num_buckets=int(d.num_buckets), extras=extras,
+              location=location)

@@ -1,0 +1,67 @@
+r"""Prepare a data set offline and print what the model will see.
+
+  python -m experiments.data_info --config=experiments/configs/dates.py
+  python -m experiments.data_info --config=experiments/configs/textfiles.py \
+      --config.data.textfiles_dir=/path/to/corpus
+  bash launch.sh data-info experiments/configs/reverse.py --config.data.num_train=2000
+
+Prints split sizes, source/target length statistics (tokens, without EOS), vocabulary sizes,
+the bucket shapes (S, T) with the share of padding, and three decoded training examples.
+"""
+
+import time
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from attention_jax import data
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
+                                          lock_config=True)
+
+
+def _lengths(stats: dict) -> str:
+  return ('min {min} mean {mean:.1f} p50 {p50:.0f} p90 {p90:.0f} p99 {p99:.0f} max {max}'
+          .format(**stats)) if stats else '-'
+
+
+def describe(cfg, *, num_examples: int = 3) -> str:
+  """The report printed by this script, for the config's data section."""
+  start = time.time()
+  task = data.load_task(cfg.data, seed=cfg.get('seed', 0))
+  elapsed = time.time() - start
+  d = cfg.data
+  s = task.stats(d.batch_size)
+  lines = [f'task {s["name"]}: {s["location"]}  (loaded in {elapsed:.1f} s)',
+           f'tokenizer {d.tokenizer}: source vocab {s["src_vocab"]}, target vocab '
+           f'{s["tgt_vocab"]}',
+           f'train buckets (S, T): {s["bucket_shapes"]}  (batch {d.batch_size}; max lengths '
+           f'{d.max_src_len} / {d.max_tgt_len} incl. EOS; {s["num_dropped"]} training '
+           'examples dropped as too long)']
+  for split, info in s['splits'].items():
+    lines += [f'{split:>10}: {info["size"]} examples, shapes {info["shapes"]}, '
+              f'padding {100 * info["padding_share"]:.1f}%',
+              f'{"":>12}source tokens: {_lengths(info["src_len"])}',
+              f'{"":>12}target tokens: {_lengths(info["tgt_len"])}']
+  batch = next(iter(task.train_iterator(d.batch_size, seed=cfg.get('seed', 0))))
+  lines.append(f'first training batch: src {batch["src"].shape}, tgt_in '
+               f'{batch["tgt_in"].shape}; examples decoded from its ids:')
+  for r in range(min(num_examples, int(batch['weight'].sum()))):
+    lines.append(f'  [{batch["index"][r]}] {task.src_tok.decode(batch["src"][r])!r} -> '
+                 f'{task.tgt_tok.decode(batch["tgt_out"][r])!r}')
+  if task.has_alignment:
+    gold = task.batch_alignment(batch)[0]
+    lines.append(f'  gold alignment of the first (target position -> source position): '
+                 f'{gold[gold >= 0].tolist()}')
+  return '\n'.join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  print(describe(_CONFIG.value))
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['config'])
+  app.run(main)
