@@ -6,6 +6,9 @@
 #   bash launch.sh train CONFIG [flags] run any experiment, e.g.
 #        bash launch.sh train experiments/configs/reverse.py --config.model.score=general
 #   bash launch.sh data-info CONFIG     prepare a dataset offline and print its statistics
+#   bash launch.sh sweep SWEEP_FILE     run every variant of a sweep (e.g. experiments/configs/length_study.py)
+#   bash launch.sh length-study         the length experiment: none/additive/general/dot on reverse
+#   bash launch.sh evaluate --workdir=runs/X [--beam=5]   evaluate a checkpoint (by length, alignment)
 #
 # Every command first creates .venv (if absent) and installs the package into it.
 set -euo pipefail
@@ -48,6 +51,20 @@ case "$cmd" in
     config=$1; shift
     exec python -m experiments.main --config="$config" "$@"
     ;;
+  sweep)
+    setup
+    [[ $# -ge 1 ]] || { echo "usage: bash launch.sh sweep SWEEP_FILE[:arg] [--parallel=N]" >&2; exit 2; }
+    sweep=$1; shift
+    exec python -m experiments.sweep --sweep="$sweep" "$@"
+    ;;
+  length-study)
+    setup
+    exec python -m experiments.sweep --sweep=experiments/configs/length_study.py "$@"
+    ;;
+  evaluate)
+    setup
+    exec python -m experiments.evaluate "$@"
+    ;;
   data-info)
     setup
     [[ $# -ge 1 ]] || { echo "usage: bash launch.sh data-info CONFIG" >&2; exit 2; }
@@ -55,7 +72,7 @@ case "$cmd" in
     exec python -m experiments.data_info --config="$config" "$@"
     ;;
   *)
-    echo "unknown command '$cmd'; valid: (none), test, train, data-info" >&2
+    echo "unknown command '$cmd'; valid: (none), test, train, sweep, length-study, evaluate, data-info" >&2
     exit 2
     ;;
 esac

@@ -29,7 +29,7 @@ class Translator:
                step: int):
     self.config, self.step = mcfg, step
     self.src_tok, self.tgt_tok = src_tok, tgt_tok
-    self._graphdef, self._params, self._factor = graphdef, params, factor
+    self.graphdef, self.params, self._factor = graphdef, params, factor
     self._predict = jax.jit(lambda p, src, n: train_lib.predict_step(graphdef, p, src, n),
                             static_argnums=2)
 
@@ -44,7 +44,7 @@ class Translator:
   def _run(self, texts):
     src = self._encode(texts)
     tokens, weights = jax.device_get(self._predict(
-        self._params, src, decode_lib.max_output_len(src.shape[1], self._factor)))
+        self.params, src, decode_lib.max_output_len(src.shape[1], self._factor)))
     return src, tokens, weights
 
   def translate(self, texts: Sequence[str]) -> list[str]:

@@ -50,3 +50,45 @@ def plot_attention_grid(items, path: str, cols: int = 3) -> str:
   fig.savefig(path, dpi=100)
   plt.close(fig)
   return path
+
+
+def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu',
+                   title: str = '', train_max_len: int | None = None) -> str:
+  """curves: {variant: report['by_length']} -> one line per variant, metric vs source length
+  (the figure of Bahdanau et al. 2015, Fig. 2). A dashed line marks the longest training
+  length, if given."""
+  fig, ax = plt.subplots(figsize=(7, 4.2))
+  for name, rows in curves.items():
+    xs = [(r['lo'] + r['hi']) / 2 for r in rows]
+    ax.plot(xs, [r[metric] for r in rows], marker='o', label=name)
+  if train_max_len:
+    ax.axvline(train_max_len, color='grey', linestyle='--', linewidth=1)
+    ax.text(train_max_len, ax.get_ylim()[0], ' longest training sentence', color='grey',
+            fontsize=8, va='bottom')
+  ax.set_xlabel('source length (tokens)')
+  ax.set_ylabel(metric.replace('_', ' '))
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  if title:
+    ax.set_title(title, fontsize=10)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def plot_bars(values: dict[str, list[float]], path: str, ylabel: str = 'BLEU') -> str:
+  """{variant: [value per seed]} -> a bar chart of the means with std error bars."""
+  names = list(values)
+  means = [float(np.mean(values[n])) for n in names]
+  stds = [float(np.std(values[n])) for n in names]
+  fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(names) + 2), 4.2))
+  ax.bar(range(len(names)), means, yerr=stds, capsize=3, color='#4878a8')
+  ax.set_xticks(range(len(names)), names, rotation=60, ha='right', fontsize=8)
+  ax.set_ylabel(ylabel)
+  ax.grid(axis='y', alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path

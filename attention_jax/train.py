@@ -26,6 +26,7 @@ from flax import nnx
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
+from attention_jax import evaluate as eval_lib
 from attention_jax import metrics as metrics_lib
 from attention_jax import plots
 from attention_jax.model import ModelConfig, Seq2Seq
@@ -106,12 +107,6 @@ def train_step(graphdef, tx, label_smoothing: float, seed: int, state, batch):
   return new_state, {**sums, 'loss': loss, 'grad_norm': grad_norm, 'finite': finite}
 
 
-def eval_step(graphdef, params, batch):
-  """Teacher-forced sums (loss, tokens, correct, ...) of one batch."""
-  logits, _ = nnx.merge(graphdef, params)(batch['src'], batch['tgt_in'])
-  return metrics_lib.sums(logits, batch['tgt_out'], batch['weight'])
-
-
 def predict_step(graphdef, params, src, max_len: int):
   """Greedy outputs [B, L] and their attention weights [B, L, S]."""
   return decode_lib.greedy(nnx.merge(graphdef, params), src, max_len)
@@ -138,34 +133,11 @@ class Steps:
   def __init__(self, graphdef, tx, cfg):
     self.train = jax.jit(functools.partial(train_step, graphdef, tx, cfg.train.label_smoothing,
                                            cfg.seed), donate_argnums=0)
-    self.eval = jax.jit(functools.partial(eval_step, graphdef))
+    self.eval = eval_lib.make_teacher_forced(graphdef)
     self.predict = jax.jit(functools.partial(predict_step, graphdef), static_argnums=2)
 
 
 # ---- evaluation -------------------------------------------------------------------
-def evaluate(steps: Steps, params, task, split: str, batch_size: int, factor: float,
-             bleu_tokenize: str, keep_outputs: int = 0) -> tuple[dict, list]:
-  """Loss, perplexity, token accuracy (teacher-forced) and exact match, BLEU, chrF (greedy)
-  over a whole split. Returns (metrics, first `keep_outputs` (src, hyp, ref, ids, weights))."""
-  total, hyps, refs, kept = None, [], [], []
-  texts = task.texts(split)
-  for batch in task.eval_batches(split, batch_size):
-    total = metrics_lib.add(total, steps.eval(params, batch))
-    max_len = decode_lib.max_output_len(batch['src'].shape[1], factor)
-    tokens, weights = jax.device_get(steps.predict(params, batch['src'], max_len))
-    for row in np.nonzero(batch['weight'] > 0)[0]:
-      src_text, ref = texts[int(batch['index'][row])]
-      hyp = task.tgt_tok.decode(tokens[row].tolist())
-      hyps.append(hyp)
-      refs.append(ref)
-      if len(kept) < keep_outputs:
-        kept.append((src_text, hyp, ref, tokens[row], weights[row]))
-  out = metrics_lib.summarise(total)
-  out.update(metrics_lib.text_metrics(hyps, refs, bleu_tokenize))
-  out['sentences'] = len(hyps)
-  return out, kept
-
-
 def heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
   """One labelled PNG per kept sentence, plus a grid of all of them."""
   os.makedirs(directory, exist_ok=True)
@@ -258,11 +230,11 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
     with open(os.path.join(workdir, 'config.json')) as f:
       check_same_config(json.load(f), cfg, workdir)
 
-  task = data_lib.load_task(d, seed=cfg.seed)
   tok_dir = os.path.join(workdir, 'tokenizers')
-  if resuming and os.path.isdir(tok_dir):
-    task.src_tok, task.tgt_tok = data_lib.load_tokenizers(tok_dir)
+  if resuming and os.path.isdir(tok_dir):   # the run's own vocabulary, not a retrained one
+    task = data_lib.load_task(d, seed=cfg.seed, tokenizers=data_lib.load_tokenizers(tok_dir))
   else:
+    task = data_lib.load_task(d, seed=cfg.seed)
     data_lib.save_tokenizers(task, tok_dir)
   mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
@@ -290,14 +262,18 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   print(f'training {mcfg.decoder} decoder, {mcfg.score} score, {mcfg.cell} cells on '
         f'{task.name}: {t.steps} steps of {d.batch_size} sentences, '
         f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters', flush=True)
-  evaluate_ = functools.partial(evaluate, steps, batch_size=d.batch_size,
-                                factor=t.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize)
+  evaluate_ = functools.partial(
+      eval_lib.evaluate, tf_fn=steps.eval, decode_fn=steps.predict, batch_size=d.batch_size,
+      factor=t.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize,
+      length_edges=cfg.eval.length_edges)
 
   def meta_now(step, extra=None):
     return {'step': step, 'data_state': it.get_state(), 'config': json.loads(cfg.to_json()),
             'model_config': mcfg.to_dict(), 'best_bleu': best_bleu, **(extra or {})}
 
+  train_time, first_step = 0.0, step
   while step < t.steps:
+    t_step = time.time()
     batch = next(it)
     state, m = steps.train(state, batch)
     if not bool(m['finite']):
@@ -307,9 +283,12 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
           f'{batch["index"][batch["weight"] > 0].tolist()}; parameters were not updated and '
           f'the last checkpoint in {latest_dir} is untouched')
     step += 1
+    train_time += time.time() - t_step
     progress.update(step, m)
     if step % t.eval_every == 0 or step == t.steps:
+      t_eval = time.time()
       val, _ = evaluate_(state['params'], task, 'validation')
+      progress.t0 += time.time() - t_eval  # rates and ETA count training time only
       print(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
             f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}', flush=True)
       for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf'):
@@ -328,13 +307,16 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
     params = ckpt_lib.restore(ckpts.best, best_step, state)[0]['params']
   results = {}
   for split in ('validation', 'test'):
-    results[split], kept = evaluate_(params, task, split, keep_outputs=3 if split == 'test'
-                                     else 0)
+    results[split], kept = evaluate_(params, task, split,
+                                     keep_outputs=3 if split == 'test' else 0)
   paths = heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test')
   summary = {'step': step, 'best_step': best_step, 'results': results,
+             'train_steps_per_s': (step - first_step) / train_time if train_time else None,
              'model_config': mcfg.to_dict(), 'heatmaps': paths}
-  with open(os.path.join(workdir, 'results.json'), 'w') as f:
+  tmp = os.path.join(workdir, 'results.json.tmp')
+  with open(tmp, 'w') as f:   # written whole, then renamed: results.json marks a finished run
     json.dump(summary, f, indent=2)
+  os.replace(tmp, os.path.join(workdir, 'results.json'))
   for split, m in results.items():
     for k in ('exact_match', 'bleu', 'chrf'):
       writer.add_scalar(f'final_{split}/{k}', m[k], step)

@@ -135,3 +135,16 @@ def test_bad_flags_are_named(flag, needle, tmp_path):
   proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0
   assert needle in proc.stderr + proc.stdout
+
+
+def test_evaluate_workdir_writes_report_plot_and_heatmaps(dates_run):
+  from attention_jax import evaluate
+  workdir, summary = dates_run
+  report = evaluate.evaluate_workdir(workdir, split='test', beam=1, num_heatmaps=2,
+                                     verbose=False)
+  assert report['sentences'] == 32
+  assert report['exact_match'] == summary['results']['test']['exact_match']  # same greedy
+  assert sum(r['sentences'] for r in report['by_length']) == 32
+  assert os.path.exists(report['bleu_by_length_plot'])
+  assert len(report['heatmaps']) == 3 and all(os.path.exists(p) for p in report['heatmaps'])
+  assert os.path.exists(os.path.join(workdir, 'eval_test_beam1_a0.6.json'))

@@ -8,6 +8,8 @@ checkpoints). Every field is overridable from the command line, e.g.
 
 import ml_collections
 
+from attention_jax import evaluate
+
 
 def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
@@ -73,7 +75,7 @@ def base_config() -> ml_collections.ConfigDict:
   # ---- eval ------------------------------------------------------------------
   e = c.eval = ml_collections.ConfigDict()
   e.bleu_tokenize = '13a'   # sacrebleu tokenizer: 13a for words, char for character tasks
-  e.length_edges = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)  # source-length buckets (lo, hi]
+  e.length_edges = evaluate.DEFAULT_LENGTH_EDGES  # source-length buckets (lo, hi]
   e.beam_size = 5           # experiments/evaluate.py defaults
   e.alpha = 0.6             # length penalty ((5+|Y|)/6)^alpha (Wu et al. 2016)
   return c

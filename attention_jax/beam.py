@@ -1,0 +1,142 @@
+"""Beam search, jit-compiled with fixed shapes (`jax.lax.while_loop` over time, every
+sentence's K beams in one batch), returning the attention weights of the best hypothesis.
+
+Hypotheses are ranked by the length-normalised score of Wu et al. 2016 (GNMT, "Google's
+Neural Machine Translation System: Bridging the Gap between Human and Machine Translation",
+eq. 14):
+
+  score(Y) = log P(Y | X) / lp(Y),   lp(Y) = ((5 + |Y|) / 6) ** alpha,
+
+with |Y| counting the EOS token (alpha = 0: plain log-probability).
+
+Finished hypotheses (the rule of fairseq's SequenceGenerator; it makes K = 1 exactly greedy):
+  - each step ranks the K * V extensions of the K alive hypotheses by log P and keeps the top
+    2K; an extension ending in EOS finishes only if it ranks in the top K (scored with its
+    length); the K best that do not end in EOS stay alive;
+  - a sentence stops once it has K finished hypotheses, or once no alive one can beat its best
+    finished one (log P only falls, so an alive hypothesis scores at most
+    log P / lp(max_len)); from then on its answer cannot change;
+  - the answer is the best-scoring finished hypothesis. A hypothesis that reaches max_len
+    without EOS is a candidate only when its sentence has no finished hypothesis at all; then
+    the best alive one is returned (no EOS, scored with |Y| = max_len).
+Filler rows (all-PAD source) return all PAD tokens, zero weights and score 0.
+
+  tokens, scores, weights = beam_search(model, src, beam_size=4, max_len=20)
+  # [B, L] int32 (EOS then PAD), [B] float32, [B, L, S] float32
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from attention_jax.data.tokenizers import BOS, EOS, PAD
+
+NEG_INF = float('-inf')
+
+
+def length_penalty(length, alpha: float):
+  """lp = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016); `length` counts the EOS token."""
+  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+def _tile(tree, k: int):
+  """Every array leaf [B, ...] -> [B*K, ...]; the K copies of a sentence are adjacent."""
+  return jax.tree.map(lambda x: jnp.repeat(x, k, axis=0) if jnp.ndim(x) else x, tree)
+
+
+def _rows(tree, idx: jax.Array):
+  """Every array leaf [N, ...] -> x[idx] [len(idx), ...]."""
+  return jax.tree.map(lambda x: x[idx] if jnp.ndim(x) else x, tree)
+
+
+def _pick(x: jax.Array, idx: jax.Array) -> jax.Array:
+  """x [B, N, ...], idx [B, M] -> x[b, idx[b, m]] [B, M, ...]."""
+  return jnp.take_along_axis(x, idx.reshape(idx.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
+class _State(NamedTuple):
+  t: jax.Array           # [] int32, the output position being decoded
+  carry: Any             # model carry, leaves [B*K, ...]
+  alive_tok: jax.Array   # [B, K, L] int32
+  alive_logp: jax.Array  # [B, K] float32, sorted descending; -inf for an empty beam
+  alive_w: jax.Array     # [B, K, L, S] float32
+  fin_tok: jax.Array     # [B, K, L] int32
+  fin_score: jax.Array   # [B, K] float32 (length-normalised), sorted descending; -inf empty
+  fin_w: jax.Array       # [B, K, L, S] float32
+  done: jax.Array        # [B] bool, the sentence's answer can no longer change
+
+
+def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: float = 0.6):
+  """src [B, S] -> (tokens [B, L] int32, scores [B] float32, weights [B, L, S] float32).
+
+  `model` has `start(src) -> (carry, mem)` and `step(carry, y_prev [B], mem) -> (carry,
+  log-probabilities [B, V], weights [B, S])` (`Seq2Seq`). The best hypothesis per sentence
+  (EOS then PAD), its length-normalised score, and its attention weights per output step.
+  Call it inside `jax.jit` with beam_size, max_len and alpha static.
+  """
+  if not isinstance(beam_size, int) or beam_size < 1:
+    raise ValueError(f'beam_size must be a positive integer, got {beam_size!r}')
+  if not isinstance(max_len, int) or max_len < 1:
+    raise ValueError(f'max_len must be a positive integer, got {max_len!r}')
+  if not alpha >= 0:  # the early stop bound assumes lp grows with |Y|
+    raise ValueError(f'alpha must be >= 0, got {alpha!r}')
+  b, s = src.shape
+  k, n = beam_size, max_len
+  carry, mem = model.start(src)
+  carry, mem = _tile(carry, k), _tile(mem, k)                          # leaves [B*K, ...]
+  filler = jnp.all(src == PAD, axis=1)                                 # [B]
+  row0 = (jnp.arange(b) * k)[:, None]                                  # [B, 1]
+  lp_max = length_penalty(n, alpha)
+
+  def cond(st: _State):
+    return (st.t < n) & ~jnp.all(st.done)
+
+  def body(st: _State) -> _State:
+    t = st.t
+    y_prev = jnp.where(t == 0, BOS, st.alive_tok[:, :, jnp.maximum(t - 1, 0)])    # [B, K]
+    carry, logp, w = model.step(st.carry, y_prev.reshape(b * k), mem)  # [B*K,V], [B*K,S]
+    v = logp.shape[-1]
+    cand = st.alive_logp[:, :, None] + logp.reshape(b, k, v)           # [B, K, V]
+    top_logp, top = jax.lax.top_k(cand.reshape(b, k * v), 2 * k)      # [B, 2K]
+    parent, tok = top // v, (top % v).astype(jnp.int32)                # [B, 2K]
+    seq = _pick(st.alive_tok, parent).at[:, :, t].set(tok)            # [B, 2K, L]
+    w_t = _pick(w.reshape(b, k, s).astype(jnp.float32), parent)        # [B, 2K, S]
+    seq_w = _pick(st.alive_w, parent).at[:, :, t].set(w_t)            # [B, 2K, L, S]
+    is_eos = tok == EOS
+    real = top_logp > NEG_INF                                          # from a real beam
+
+    # finished: EOS extensions in the step's top K, merged with the earlier ones
+    new_fin = is_eos & real & (jnp.arange(2 * k) < k) & ~st.done[:, None]         # [B, 2K]
+    new_score = jnp.where(new_fin, top_logp / length_penalty(t + 1, alpha), NEG_INF)
+    fin_score, i = jax.lax.top_k(jnp.concatenate([st.fin_score, new_score], 1), k)  # [B, K]
+    fin_tok = _pick(jnp.concatenate([st.fin_tok, seq], 1), i)          # [B, K, L]
+    fin_w = _pick(jnp.concatenate([st.fin_w, seq_w], 1), i)            # [B, K, L, S]
+
+    # alive: the K best extensions not ending in EOS (top_logp is sorted, so is this)
+    alive_logp, i = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)        # [B, K]
+    carry = _rows(carry, (row0 + _pick(parent, i)).reshape(b * k))    # leaves [B*K, ...]
+
+    full = fin_score[:, k - 1] > NEG_INF
+    beaten = fin_score[:, 0] > alive_logp[:, 0] / lp_max
+    return _State(t + 1, carry, _pick(seq, i), alive_logp, _pick(seq_w, i),
+                  fin_tok, fin_score, fin_w, st.done | full | beaten)
+
+  alive_logp = jnp.full((b, k), NEG_INF, jnp.float32).at[:, 0].set(0.0)
+  st = _State(jnp.int32(0), carry,
+              jnp.full((b, k, n), PAD, jnp.int32), alive_logp,
+              jnp.zeros((b, k, n, s), jnp.float32),
+              jnp.full((b, k, n), PAD, jnp.int32), jnp.full((b, k), NEG_INF, jnp.float32),
+              jnp.zeros((b, k, n, s), jnp.float32), filler)
+  st = jax.lax.while_loop(cond, body, st)
+
+  has_fin = st.fin_score[:, 0] > NEG_INF                               # [B]
+  tokens = jnp.where(has_fin[:, None], st.fin_tok[:, 0], st.alive_tok[:, 0])        # [B, L]
+  scores = jnp.where(has_fin, st.fin_score[:, 0], st.alive_logp[:, 0] / lp_max)      # [B]
+  weights = jnp.where(has_fin[:, None, None], st.fin_w[:, 0], st.alive_w[:, 0])      # [B,L,S]
+  tokens = jnp.where(filler[:, None], PAD, tokens)
+  scores = jnp.where(filler, 0.0, scores)
+  weights = jnp.where(filler[:, None, None], 0.0, weights)
+  return tokens, scores, weights

@@ -1,0 +1,28 @@
+"""Run every variant of a sweep file, then write its report.
+
+  python -m experiments.sweep --sweep=experiments/configs/score_sweep.py:smoke
+  bash launch.sh sweep experiments/configs/length_study.py
+
+Re-running skips finished variants and resumes interrupted ones. See attention_jax/sweep.py.
+"""
+
+from absl import app, flags
+
+from attention_jax import report, sweep
+
+flags.DEFINE_string('sweep', None, 'Sweep file (path[:arg]).', required=True)
+flags.DEFINE_string('root', 'runs', 'Variants go to <root>/<sweep>/<variant>.')
+flags.DEFINE_integer('parallel', 1, 'Variants at once on a CPU-only machine (with GPUs: one '
+                     'per device).', lower_bound=1)
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  sweep_dir, status = sweep.run(FLAGS.sweep, FLAGS.root, FLAGS.parallel, extra_flags=argv[1:])
+  report.write(sweep_dir)
+  if any(s == 'failed' for s in status.values()):
+    raise SystemExit(1)
+
+
+if __name__ == '__main__':
+  app.run(main)
