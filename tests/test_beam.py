@@ -28,7 +28,8 @@ def _dist(**p):
   for name, prob in p.items():
     d[ids[name]] = prob
   rest = np.isnan(d)
-  d[rest] = (1.0 - np.nansum(d)) / rest.sum()
+  if rest.any():
+    d[rest] = (1.0 - np.nansum(d)) / rest.sum()
   return d
 
 
@@ -163,9 +164,13 @@ def test_larger_beams_never_score_lower_than_beam_one():
   for alpha in (0.6, 0.0):
     _, s1, _ = chain_beam(1, alpha)(CHAIN_SRC)
     for k in (2, 3, 4):
-      _, sk, _ = chain_beam(k, alpha)(CHAIN_SRC)
-      assert (np.asarray(sk)[TRAPS] > np.asarray(s1)[TRAPS]).all(), (alpha, k)
-      assert (np.asarray(sk) >= np.asarray(s1) - 1e-6).all(), (alpha, k)
+      tok, sk, w = map(np.asarray, chain_beam(k, alpha)(CHAIN_SRC))
+      assert (sk[TRAPS] > np.asarray(s1)[TRAPS]).all(), (alpha, k)
+      assert (sk >= np.asarray(s1) - 1e-6).all(), (alpha, k)
+      for row in (0, 1, 3, 4):  # whichever beams the winner went through
+        table = CHAIN_SRC[row, 0] % 4
+        np.testing.assert_allclose(sk[row], hand_score(table, tok[row], alpha), rtol=1e-5)
+        np.testing.assert_allclose(w[row], hand_weights(CHAIN_SRC[row], tok[row]), atol=1e-6)
 
 
 def test_beam_one_is_greedy_on_the_chain_and_jit_equals_no_jit():
@@ -226,16 +231,37 @@ def log_prob(graphdef, params, src, tokens):
 
 @pytest.mark.parametrize('decoder', sorted(aj.DECODERS))
 def test_beam_one_is_greedy_on_a_real_model(decoder):
-  graphdef, params = tiny(decoder)
-  g_tok, g_w = map(np.asarray, greedy_step(graphdef, params, SRC, L))
-  assert (g_tok == EOS).any(axis=1).sum() >= 1 and not (g_tok == EOS).any(axis=1)[[0, 1, 3, 4]].all() \
-      or True  # coverage of both endings depends on the random model; see the scores below
-  logp = np.asarray(log_prob(graphdef, params, SRC, jnp.asarray(g_tok)))
-  for alpha in (0.6, 0.0):
-    tok, score, w = map(np.asarray, beam_step(graphdef, params, SRC, 1, L, alpha))
-    np.testing.assert_array_equal(tok, g_tok)
-    np.testing.assert_allclose(w, g_w, atol=1e-6)
-    n = np.where((tok == EOS).any(1), (tok == EOS).argmax(1) + 1, L)
+  ends = set()
+  for seed in (0, 2):  # same graph, new parameters: no recompilation
+    graphdef, params = tiny(decoder, seed)
+    g_tok, g_w = map(np.asarray, greedy_step(graphdef, params, SRC, L))
+    logp = np.asarray(log_prob(graphdef, params, SRC, jnp.asarray(g_tok)))
+    n = np.where((g_tok == EOS).any(1), (g_tok == EOS).argmax(1) + 1, L)   # |Y|
     real = (SRC != PAD).any(1)
-    np.testing.assert_allclose(score[real], (logp / lp(n, alpha))[real], rtol=1e-4, atol=1e-5)
-    assert score[2] == 0 and np.isfinite(score).all()
+    ends |= {'eos' if (g_tok[r] == EOS).any() else 'max_len' for r in np.flatnonzero(real)}
+    for alpha in (0.6, 0.0):
+      tok, score, w = map(np.asarray, beam_step(graphdef, params, SRC, 1, L, alpha))
+      np.testing.assert_array_equal(tok, g_tok)
+      np.testing.assert_allclose(w, g_w, atol=1e-6)
+      np.testing.assert_allclose(score[real], (logp / lp(n, alpha))[real], rtol=1e-4, atol=1e-5)
+      assert score[2] == 0 and np.isfinite(score).all()
+  assert ends == {'eos', 'max_len'}, f'pick seeds whose outputs cover both endings: {ends}'
+
+
+def test_padding_does_not_change_beam_outputs_and_weights_are_distributions():
+  graphdef, params = tiny('luong', seed=2)
+  tok, score, w = map(np.asarray, beam_step(graphdef, params, SRC, 3, L, 0.6))
+  src2 = np.pad(SRC, ((0, 0), (0, 4)))
+  tok2, score2, w2 = map(np.asarray, beam_step(graphdef, params, src2, 3, L, 0.6))
+  np.testing.assert_array_equal(tok2, tok)
+  np.testing.assert_allclose(score2, score, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(w2[:, :, :SRC.shape[1]], w, atol=1e-6)
+  assert (w2[:, :, SRC.shape[1]:] == 0).all()
+  assert np.isfinite(score).all()
+  for row in np.flatnonzero((SRC != PAD).any(1)):
+    n = (tok[row] == EOS).argmax() + 1 if (tok[row] == EOS).any() else L   # real steps
+    s = (SRC[row] != PAD).sum()
+    np.testing.assert_allclose(w[row, :n].sum(-1), 1.0, rtol=1e-5)
+    assert (w[row, :n, s:] == 0).all() and (w[row, n:] == 0).all()
+    assert (tok[row, n:] == PAD).all()
+  assert (tok[2] == PAD).all() and (w[2] == 0).all() and score[2] == 0
