@@ -25,7 +25,9 @@ setup() {
   # Re-install when pyproject.toml changed since the last install.
   if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
     echo "[launch] installing attention_jax[test] into $VENV (about 2 minutes the first time)" >&2
-    "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]"
+    # (this machine's pip config lists local index dirs that may be absent: drop that noise)
+    "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]" 2>&1 \
+      | { grep -v "is ignored: it is neither a file nor a directory" || true; }
     touch "$stamp"
   fi
   export PATH="$VENV/bin:$PATH"

@@ -122,7 +122,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     full = fin_score[:, k - 1] > NEG_INF
     beaten = fin_score[:, 0] > alive_logp[:, 0] / lp_max
     return _State(t + 1, carry, _pick(seq, i), alive_logp, _pick(seq_w, i),
-                  fin_tok, fin_score, fin_w, st.done | full)
+                  fin_tok, fin_score, fin_w, st.done | full | beaten)
 
   alive_logp = jnp.full((b, k), NEG_INF, jnp.float32).at[:, 0].set(0.0)
   st = _State(jnp.int32(0), carry,

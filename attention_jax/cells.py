@@ -13,21 +13,16 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attention_jax import registry
+
 CELLS: dict[str, type['Cell']] = {}
 
 
-def register(name):
-  def add(cls):
-    cls.name = name
-    CELLS[name] = cls
-    return cls
-  return add
+register = registry.registrar(CELLS, 'cell')
 
 
 def make_cell(name: str, in_dim: int, hidden: int, *, dtype: Any, rngs: nnx.Rngs) -> 'Cell':
-  if name not in CELLS:
-    raise ValueError(f'unknown cell {name!r}; valid cells: {", ".join(sorted(CELLS))}')
-  return CELLS[name](in_dim, hidden, dtype=dtype, rngs=rngs)
+  return registry.lookup(CELLS, 'cell', name)(in_dim, hidden, dtype=dtype, rngs=rngs)
 
 
 class Cell(nnx.Module):

@@ -25,19 +25,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import cells
+from attention_jax import cells, registry
 from attention_jax.attention import Attention, Memory
 from attention_jax.encoder import Encoded, dropout
 
 DECODERS: dict[str, type['Decoder']] = {}
 
 
-def register(name):
-  def add(cls):
-    cls.name = name
-    DECODERS[name] = cls
-    return cls
-  return add
+register = registry.registrar(DECODERS, 'decoder')
 
 
 def _linear(i, o, *, bias, dtype, rngs):

@@ -14,31 +14,22 @@ Adding a score: subclass `Score`, implement those two methods, decorate with
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attention_jax import registry
+
 SCORES: dict[str, type['Score']] = {}
 
 
-def register(name: str) -> Callable[[type['Score']], type['Score']]:
-  """Class decorator: adds a Score subclass to the registry under `name`."""
-
-  def add(cls):
-    if name in SCORES:
-      raise ValueError(f'score {name!r} is already registered by {SCORES[name].__name__}')
-    cls.name = name
-    SCORES[name] = cls
-    return cls
-
-  return add
+register = registry.registrar(SCORES, 'score')
 
 
 def check_score_name(name: str) -> None:
-  if name not in SCORES:
-    raise ValueError(f'unknown score {name!r}; valid scores: {", ".join(sorted(SCORES))}')
+  registry.lookup(SCORES, 'score', name)
 
 
 def make_score(name: str, *, query_dim: int, key_dim: int, attn_dim: int,

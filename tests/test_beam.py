@@ -34,17 +34,18 @@ def _dist(**p):
 
 
 def _tables():
-  """P[table, y_{t-2}, y_{t-1}, y_t] (BOS, BOS before the first token); 4 tables, picked by the
-  sentence's first source token."""
-  p = np.tile(_dist(), (4, V, V, 1))
+  """P[table, y_{t-2}, y_{t-1}, y_t] (BOS, BOS before the first token); a sentence's table is
+  its first source token mod 5."""
+  p = np.tile(_dist(), (5, V, V, 1))
   # 0: greedy takes A (0.55), whose continuations are poor; B then EOS is better.
   p[0, :, :] = _dist(pad=.005, bos=.005, eos=.01, a=.55, b=.43)
   p[0, :, A] = _dist(pad=.01, bos=.01, eos=.36, a=.33, b=.29)
   p[0, :, B] = _dist(pad=.01, bos=.01, eos=.9, a=.04, b=.04)
-  # 1: the trap is two steps deep and second order: (B, A) ends well, (A, A) does not.
+  # 1: the trap is two steps deep and second order: (B, A) ends well, (A, A) does not; B A
+  # stays second of the alive beams until it ends (so its weights must follow its beam).
   p[1, :, :] = _dist(pad=.01, bos=.01, eos=.02, a=.56, b=.4)
-  p[1, :, A] = _dist(pad=.01, bos=.01, eos=.01, a=.5, b=.47)
-  p[1, BOS, B] = _dist(pad=.01, bos=.01, eos=.01, a=.96, b=.01)
+  p[1, :, A] = _dist(pad=.01, bos=.01, eos=.18, a=.5, b=.3)
+  p[1, BOS, B] = _dist(pad=.01, bos=.01, eos=.01, a=.6)
   p[1, B, A] = _dist(pad=.01, bos=.01, eos=.96, a=.01, b=.01)
   p[1, A, A] = _dist(pad=.01, bos=.01, eos=.30, a=.35, b=.33)
   p[1, A, B] = _dist(pad=.01, bos=.01, eos=.30, a=.33, b=.35)
@@ -52,10 +53,15 @@ def _tables():
   p[2] = np.random.default_rng(0).dirichlet(np.ones(V), size=(V, V))
   # 3: (almost) never ends: every hypothesis reaches max_len without EOS.
   p[3] = _dist(eos=1e-4, a=.6)
+  # 4: EOS at once (0.45) beats A A EOS (0.42) on log P, but not length-normalised (alpha 0.6).
+  p[4, :, :] = _dist(pad=.02, bos=.02, eos=.45, a=.44, b=.07)
+  p[4, :, A] = _dist(a=.98)
+  p[4, A, A] = _dist(eos=.98)
+  p[4, :, B] = _dist(b=.96)
   return np.log(p)
 
 
-LOGP = _tables()                                      # [4, V, V, V] float64
+LOGP = _tables()                                      # [5, V, V, V] float64
 
 
 class Chain:
@@ -68,7 +74,7 @@ class Chain:
   def start(self, src):
     b, s = src.shape
     mask = (src != PAD).astype(jnp.float32)
-    return jnp.full((b,), BOS, jnp.int32), (mask, src[:, 0] % 4, jnp.zeros((b, s, 0)))
+    return jnp.full((b,), BOS, jnp.int32), (mask, src[:, 0] % 5, jnp.zeros((b, s, 0)))
 
   def step(self, carry, y_prev, mem):
     mask, table, _ = mem
@@ -78,10 +84,12 @@ class Chain:
     return y_prev, logp, w / jnp.maximum(w.sum(-1, keepdims=True), 1e-9)
 
 
-# rows: tables 0, 1, a filler row, tables 2, 3
-CHAIN_SRC = np.array([[4, 9, 9, 0, 0], [5, 8, 0, 0, 0], [0, 0, 0, 0, 0],
-                      [6, 5, 8, 9, 7], [7, 9, 0, 0, 0]], np.int32)
+# rows: tables 0, 1, a filler row, tables 2, 3, 4
+CHAIN_SRC = np.array([[5, 9, 9, 0, 0], [6, 8, 0, 0, 0], [0, 0, 0, 0, 0],
+                      [7, 5, 8, 9, 6], [8, 9, 0, 0, 0], [9, 6, 7, 0, 0]], np.int32)
+TABLE = CHAIN_SRC[:, 0] % 5
 TRAPS = [0, 1]
+REAL = [0, 1, 3, 4, 5]
 
 
 def lp(n, alpha):
@@ -134,26 +142,32 @@ def chain_greedy(max_len=MAX_LEN):
   return jax.jit(lambda src: decode.greedy(Chain(), src, max_len))
 
 
+def pad(y):
+  return list(y) + [PAD] * (MAX_LEN - len(y))
+
+
 @pytest.mark.parametrize('alpha', [0.6, 0.0])
 def test_beam_escapes_greedy_trap_and_scores_by_hand(alpha):
   g_tok, _ = map(np.asarray, chain_greedy()(CHAIN_SRC))
   tok, score, w = map(np.asarray, chain_beam(2, alpha)(CHAIN_SRC))
-  assert tok.shape == (5, MAX_LEN) and score.shape == (5,) and w.shape == (5, MAX_LEN, 5)
+  assert tok.shape == (6, MAX_LEN) and score.shape == (6,) and w.shape == (6, MAX_LEN, 5)
   assert tok.dtype == np.int32 and score.dtype == np.float32 and w.dtype == np.float32
   for row in TRAPS:
-    table = CHAIN_SRC[row, 0] % 4
     assert not np.array_equal(tok[row], g_tok[row]), row
-    assert hand_score(table, tok[row], alpha) > hand_score(table, g_tok[row], alpha) + 0.1
-    best, y = best_by_search(table, alpha)
-    np.testing.assert_array_equal(tok[row], y + [PAD] * (MAX_LEN - len(y)))
+    assert hand_score(TABLE[row], tok[row], alpha) > hand_score(TABLE[row], g_tok[row], alpha) + .1
+  np.testing.assert_array_equal(tok[0], pad([B, EOS]))
+  np.testing.assert_array_equal(tok[1], pad([B, A, EOS]))
+  # the length penalty: A A EOS wins only when normalised; greedy stops at once either way
+  np.testing.assert_array_equal(tok[5], pad([A, A, EOS] if alpha else [EOS]))
+  np.testing.assert_array_equal(g_tok[5], pad([EOS]))
+  for row in (0, 1, 5):  # here beam 2 finds the exact optimum
+    best, y = best_by_search(TABLE[row], alpha)
+    np.testing.assert_array_equal(tok[row], pad(y))
     np.testing.assert_allclose(score[row], best, rtol=1e-5)
-  np.testing.assert_array_equal(tok[0, :2], [B, EOS])
-  np.testing.assert_array_equal(tok[1, :3], [B, A, EOS])
-  for row in (0, 1, 3, 4):
-    table = CHAIN_SRC[row, 0] % 4
-    np.testing.assert_allclose(score[row], hand_score(table, tok[row], alpha), rtol=1e-5)
+  for row in REAL:
+    np.testing.assert_allclose(score[row], hand_score(TABLE[row], tok[row], alpha), rtol=1e-5)
     np.testing.assert_allclose(w[row], hand_weights(CHAIN_SRC[row], tok[row]), atol=1e-6)
-    assert score[row] <= best_by_search(table, alpha)[0] + 1e-5 or EOS not in tok[row]
+  assert score[3] <= best_by_search(TABLE[3], alpha)[0] + 1e-5
   # the row that never ends: no finished hypothesis, so the best alive one, scored at max_len
   assert EOS not in tok[4] and PAD not in tok[4]
   assert (tok[2] == PAD).all() and (w[2] == 0).all() and score[2] == 0
@@ -167,8 +181,8 @@ def test_larger_beams_never_score_lower_than_beam_one():
       tok, sk, w = map(np.asarray, chain_beam(k, alpha)(CHAIN_SRC))
       assert (sk[TRAPS] > np.asarray(s1)[TRAPS]).all(), (alpha, k)
       assert (sk >= np.asarray(s1) - 1e-6).all(), (alpha, k)
-      for row in (0, 1, 3, 4):  # whichever beams the winner went through
-        table = CHAIN_SRC[row, 0] % 4
+      for row in REAL:  # whichever beams the winner went through
+        table = TABLE[row]
         np.testing.assert_allclose(sk[row], hand_score(table, tok[row], alpha), rtol=1e-5)
         np.testing.assert_allclose(w[row], hand_weights(CHAIN_SRC[row], tok[row]), atol=1e-6)
 
