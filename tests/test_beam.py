@@ -66,7 +66,7 @@ LOGP = _tables()                                      # [5, V, V, V] float64
 
 class Chain:
   """start/step like `Seq2Seq`: carry = y_{t-2} [B]; memory = (mask [B, S], table [B], an
-  empty [B, S, 0]); weights [B, S] ∝ exp(-|s - y_{t-1}|) over the real source positions."""
+  empty [B, S, 0]); weights [B, S] ∝ exp(-(s - y_{t-1})² / 2) over the real source positions."""
 
   def __init__(self):
     self.logp = jnp.asarray(LOGP, jnp.float32)
@@ -80,7 +80,7 @@ class Chain:
     mask, table, _ = mem
     logp = self.logp[table, carry, y_prev]                               # [B, V]
     pos = jnp.arange(mask.shape[1], dtype=jnp.float32)
-    w = mask * jnp.exp(-jnp.abs(pos[None, :] - y_prev[:, None]))         # [B, S]
+    w = mask * jnp.exp(-0.5 * (pos[None, :] - y_prev[:, None]) ** 2)     # [B, S]
     return y_prev, logp, w / jnp.maximum(w.sum(-1, keepdims=True), 1e-9)
 
 
@@ -115,7 +115,7 @@ def hand_weights(src_row, tokens):
   y = list(tokens)
   n = y.index(EOS) + 1 if EOS in y else len(y)
   for t, prev in enumerate(([BOS] + y)[:n]):
-    w[t] = mask * np.exp(-np.abs(np.arange(len(src_row)) - prev))
+    w[t] = mask * np.exp(-0.5 * (np.arange(len(src_row)) - prev) ** 2)
     w[t] /= w[t].sum()
   return w
 
@@ -142,7 +142,7 @@ def chain_greedy(max_len=MAX_LEN):
   return jax.jit(lambda src: decode.greedy(Chain(), src, max_len))
 
 
-def pad(y):
+def padded(y):
   return list(y) + [PAD] * (MAX_LEN - len(y))
 
 
@@ -155,14 +155,14 @@ def test_beam_escapes_greedy_trap_and_scores_by_hand(alpha):
   for row in TRAPS:
     assert not np.array_equal(tok[row], g_tok[row]), row
     assert hand_score(TABLE[row], tok[row], alpha) > hand_score(TABLE[row], g_tok[row], alpha) + .1
-  np.testing.assert_array_equal(tok[0], pad([B, EOS]))
-  np.testing.assert_array_equal(tok[1], pad([B, A, EOS]))
+  np.testing.assert_array_equal(tok[0], padded([B, EOS]))
+  np.testing.assert_array_equal(tok[1], padded([B, A, EOS]))
   # the length penalty: A A EOS wins only when normalised; greedy stops at once either way
-  np.testing.assert_array_equal(tok[5], pad([A, A, EOS] if alpha else [EOS]))
-  np.testing.assert_array_equal(g_tok[5], pad([EOS]))
+  np.testing.assert_array_equal(tok[5], padded([A, A, EOS] if alpha else [EOS]))
+  np.testing.assert_array_equal(g_tok[5], padded([EOS]))
   for row in (0, 1, 5):  # here beam 2 finds the exact optimum
     best, y = best_by_search(TABLE[row], alpha)
-    np.testing.assert_array_equal(tok[row], pad(y))
+    np.testing.assert_array_equal(tok[row], padded(y))
     np.testing.assert_allclose(score[row], best, rtol=1e-5)
   for row in REAL:
     np.testing.assert_allclose(score[row], hand_score(TABLE[row], tok[row], alpha), rtol=1e-5)
@@ -192,6 +192,8 @@ def test_beam_one_is_greedy_on_the_chain_and_jit_equals_no_jit():
   tok, score, w = chain_beam(1, 0.6)(CHAIN_SRC)
   np.testing.assert_array_equal(np.asarray(tok), np.asarray(g_tok))
   np.testing.assert_allclose(np.asarray(w), np.asarray(g_w), atol=1e-6)
+  for row in REAL:
+    np.testing.assert_allclose(score[row], hand_score(TABLE[row], g_tok[row], 0.6), rtol=1e-5)
   tok2, score2, w2 = beam.beam_search(Chain(), jnp.asarray(CHAIN_SRC), beam_size=3,
                                       max_len=MAX_LEN, alpha=0.6)
   tok3, score3, w3 = chain_beam(3, 0.6)(CHAIN_SRC)
@@ -262,8 +264,9 @@ def test_beam_one_is_greedy_on_a_real_model(decoder):
   assert ends == {'eos', 'max_len'}, f'pick seeds whose outputs cover both endings: {ends}'
 
 
-def test_padding_does_not_change_beam_outputs_and_weights_are_distributions():
-  graphdef, params = tiny('luong', seed=2)
+@pytest.mark.parametrize('decoder', sorted(aj.DECODERS))
+def test_padding_does_not_change_beam_outputs_and_weights_are_distributions(decoder):
+  graphdef, params = tiny(decoder, seed=2)
   tok, score, w = map(np.asarray, beam_step(graphdef, params, SRC, 3, L, 0.6))
   src2 = np.pad(SRC, ((0, 0), (0, 4)))
   tok2, score2, w2 = map(np.asarray, beam_step(graphdef, params, src2, 3, L, 0.6))
