@@ -12,12 +12,14 @@
 
 from attention_jax.api import Translator, load
 from attention_jax.plots import plot_attention, plot_attention_grid
+from attention_jax.beam import beam_search
+from attention_jax.decode import greedy
 from attention_jax.attention import Attention, masked_softmax
 from attention_jax.cells import CELLS
 from attention_jax.decoder import DECODERS
 from attention_jax.model import ModelConfig, Seq2Seq
 from attention_jax.scores import SCORES, Score, register
 
-__all__ = ['Attention', 'CELLS', 'DECODERS', 'ModelConfig', 'SCORES', 'Score', 'Seq2Seq',
+__all__ = ['Attention', 'beam_search', 'greedy', 'CELLS', 'DECODERS', 'ModelConfig', 'SCORES', 'Score', 'Seq2Seq',
            'Translator', 'load', 'masked_softmax', 'plot_attention', 'plot_attention_grid',
            'register']

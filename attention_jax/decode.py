@@ -1,5 +1,6 @@
 """Greedy decoding, jit-compiled with fixed shapes (`jax.lax.while_loop`), returning the
-attention weights of every output step (for heatmaps and alignment accuracy)."""
+attention weights of every output step (for heatmaps and alignment accuracy). Beam search
+is in beam.py; with beam size 1 it gives exactly these outputs."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attention_jax import beam as beam_lib
 from attention_jax import decode as decode_lib
 from attention_jax import metrics as metrics_lib
 
@@ -126,7 +127,6 @@ def make_decoder(graphdef, beam: int, alpha: float) -> Callable:
     model = nnx.merge(graphdef, params)
     if beam == 1:
       return decode_lib.greedy(model, src, max_len)
-    from attention_jax import beam as beam_lib
     tokens, _, weights = beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len,
                                               alpha=alpha)
     return tokens, weights
