@@ -7,26 +7,33 @@ whose argmax (teacher-forced) attention falls on the gold source position."""
 from __future__ import annotations
 
 import functools
+import json
+import os
 from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 from flax import nnx
 
 from attention_jax import beam as beam_lib
+from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
 from attention_jax import metrics as metrics_lib
+from attention_jax import plots
+from attention_jax.data.tokenizers import EOS
 
 
 DEFAULT_LENGTH_EDGES = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 
 
 def teacher_forced(graphdef, params, batch):
-  """-> (metric sums, argmax attention position [B, T] int32) of one batch."""
+  """-> (metric sums, argmax attention position [B, T] int32, -1 where nothing is attended)."""
   logits, weights = nnx.merge(graphdef, params)(batch['src'], batch['tgt_in'])
+  attended = jnp.sum(weights, axis=-1) > 0          # False everywhere for score 'none'
   return (metrics_lib.sums(logits, batch['tgt_out'], batch['weight']),
-          jnp.argmax(weights, axis=-1).astype(jnp.int32))
+          jnp.where(attended, jnp.argmax(weights, axis=-1), -1).astype(jnp.int32))
 
 
 def make_teacher_forced(graphdef) -> Callable:
@@ -74,7 +81,7 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
       hyp = task.tgt_tok.decode(tokens[r].tolist())
       hits = total_steps = 0
       if gold is not None:
-        valid = gold[r] >= 0
+        valid = (gold[r] >= 0) & (argmax[r] >= 0)     # steps with a gold and an attention
         hits, total_steps = int((argmax[r][valid] == gold[r][valid]).sum()), int(valid.sum())
         align_hits += hits
         align_total += total_steps
@@ -120,6 +127,24 @@ def by_length_markdown(curves: dict[str, list[dict]], metric: str = 'bleu') -> s
   return '\n'.join(lines)
 
 
+def heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
+  """One labelled PNG per kept sentence, plus a grid of all of them."""
+  os.makedirs(directory, exist_ok=True)
+  paths, items = [], []
+  for i, (src, hyp, ref, ids, weights) in enumerate(kept):
+    src_tokens = task.src_tok.pieces(src) + ['</s>']
+    n = next((j + 1 for j, t in enumerate(ids) if t == EOS), len(ids))
+    tgt_tokens = [task.tgt_tok.id_to_piece(int(t)) for t in ids[:n]]
+    title = f'{src!r} -> {hyp!r}' + ('' if hyp == ref else f' (ref {ref!r})')
+    w = weights[:n, :len(src_tokens)]
+    items.append((w, src_tokens, tgt_tokens, title))
+    paths.append(plots.plot_attention(w, src_tokens, tgt_tokens,
+                                      os.path.join(directory, f'{prefix}_{i}.png'), title))
+  if items:
+    paths.append(plots.plot_attention_grid(items, os.path.join(directory, f'{prefix}_grid.png')))
+  return paths
+
+
 def make_decoder(graphdef, beam: int, alpha: float) -> Callable:
   """-> jit-compiled decode_fn(params, src, max_len) -> (tokens [B, L], weights [B, L, S]):
   greedy for beam == 1, else beam search with length penalty alpha."""
@@ -137,14 +162,7 @@ def evaluate_workdir(workdir: str, *, split: str = 'test', beam: int = 5, alpha:
                      step: int | None = None, num_heatmaps: int = 6, verbose: bool = True):
   """Loads a run's checkpoint (best, or `step`) and writes eval_<split>.json, a BLEU-by-
   length plot and heatmaps into the workdir. Returns the report."""
-  import json
-  import os
-
-  import ml_collections
-
-  from attention_jax import api, plots
-  from attention_jax import data as data_lib
-  from attention_jax import train as train_lib
+  from attention_jax import api  # imported here: api -> train -> this module
 
   translator = api.load(workdir, step=step)
   with open(os.path.join(workdir, 'config.json')) as f:
@@ -164,7 +182,7 @@ def evaluate_workdir(workdir: str, *, split: str = 'test', beam: int = 5, alpha:
       {f'{translator.config.score}/{translator.config.decoder}': report['by_length']},
       os.path.join(workdir, f'{name}_bleu_by_length.png'),
       title=f'{os.path.basename(os.path.abspath(workdir))}: BLEU by source length ({split})')
-  report['heatmaps'] = train_lib.heatmaps(task, kept, os.path.join(workdir, f'{name}_heatmaps'),
+  report['heatmaps'] = heatmaps(task, kept, os.path.join(workdir, f'{name}_heatmaps'),
                                           split)
   with open(os.path.join(workdir, f'{name}.json'), 'w') as f:
     json.dump(report, f, indent=2)

@@ -28,7 +28,6 @@ from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
 from attention_jax import evaluate as eval_lib
 from attention_jax import metrics as metrics_lib
-from attention_jax import plots
 from attention_jax.model import ModelConfig, Seq2Seq
 
 
@@ -138,24 +137,6 @@ class Steps:
 
 
 # ---- evaluation -------------------------------------------------------------------
-def heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
-  """One labelled PNG per kept sentence, plus a grid of all of them."""
-  os.makedirs(directory, exist_ok=True)
-  paths, items = [], []
-  for i, (src, hyp, ref, ids, weights) in enumerate(kept):
-    src_tokens = task.src_tok.pieces(src) + ['</s>']
-    n = next((j + 1 for j, t in enumerate(ids) if t == data_lib.EOS), len(ids))
-    tgt_tokens = [task.tgt_tok.id_to_piece(int(t)) for t in ids[:n]]
-    title = f'{src!r} -> {hyp!r}' + ('' if hyp == ref else f' (ref {ref!r})')
-    w = weights[:n, :len(src_tokens)]
-    items.append((w, src_tokens, tgt_tokens, title))
-    paths.append(plots.plot_attention(w, src_tokens, tgt_tokens,
-                                      os.path.join(directory, f'{prefix}_{i}.png'), title))
-  if items:
-    paths.append(plots.plot_attention_grid(items, os.path.join(directory, f'{prefix}_grid.png')))
-  return paths
-
-
 def format_table(results: dict[str, dict]) -> str:
   cols = ['loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf', 'sentences']
   lines = ['| split | ' + ' | '.join(cols) + ' |', '|' + '---|' * (len(cols) + 1)]
@@ -309,7 +290,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   for split in ('validation', 'test'):
     results[split], kept = evaluate_(params, task, split,
                                      keep_outputs=3 if split == 'test' else 0)
-  paths = heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test')
+  paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test')
   summary = {'step': step, 'best_step': best_step, 'results': results,
              'train_steps_per_s': (step - first_step) / train_time if train_time else None,
              'model_config': mcfg.to_dict(), 'heatmaps': paths}

@@ -76,7 +76,13 @@ def test_load_refuses_missing_and_foreign_workdirs(tmp_path, dates_run):
 @pytest.mark.parametrize('module', [reverse, addition])
 def test_other_configs_smoke(module, data_dir, tmp_path):
   summary = train.train_and_evaluate(smoke(module, data_dir), str(tmp_path))
-  assert np.isfinite(summary['results']['test']['loss'])
+  test = summary['results']['test']
+  assert np.isfinite(test['loss'])
+  assert sum(r['sentences'] for r in test['by_length']) == test['sentences']
+  if module is reverse:   # gold alignment known: the share of steps attending the gold
+    assert 0.0 <= test['alignment_accuracy'] <= 100.0
+  else:
+    assert 'alignment_accuracy' not in test
 
 
 def test_textfiles_smoke(data_dir, tmp_path):
