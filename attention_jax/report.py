@@ -32,8 +32,18 @@ def collect(sweep_dir: str) -> dict[str, dict]:
       with open(wt) as f:
         wall = sum(json.loads(line)['seconds'] for line in f if line.strip())
     out[name] = {'results': res['results'], 'wall_s': wall,
-                 'steps_per_s': res.get('train_steps_per_s', float('nan'))}
+                 'steps_per_s': res.get('train_steps_per_s') or float('nan')}
   return out
+
+
+def _train_max_len(workdir: str) -> int | None:
+  """The longest training source of a symbol task (copy/reverse/sort), else None."""
+  try:
+    with open(os.path.join(workdir, 'config.json')) as f:
+      data = json.load(f)['data']
+  except (OSError, KeyError, ValueError):
+    return None
+  return data.get('max_len') if data.get('name') in ('copy', 'reverse', 'sort') else None
 
 
 def _group(name: str) -> str:
@@ -67,6 +77,8 @@ def write(sweep_dir: str, split: str = 'test') -> dict[str, str]:
   for g, rs in groups.items():
     def stat(c):
       v = np.array([r[c] for r in rs], float)
+      if not np.isfinite(v).any():
+        return '-'
       return f'{v.mean():.2f}' + (f' ± {v.std():.2f}' if len(v) > 1 else '')
     md.append(f'| {g} | {len(rs)} | ' + ' | '.join(stat(c) for c in cols) +
               f' | {stat("steps_per_s")} | {stat("wall_s")} |')
@@ -85,7 +97,8 @@ def write(sweep_dir: str, split: str = 'test') -> dict[str, str]:
   if curves:
     paths['by_length'] = plots.plot_by_length(
         curves, os.path.join(sweep_dir, 'bleu_by_length.png'),
-        title=f'{os.path.basename(sweep_dir)}: {split} BLEU by source length')
+        title=f'{os.path.basename(sweep_dir)}: {split} BLEU by source length',
+        train_max_len=_train_max_len(os.path.join(sweep_dir, next(iter(curves)))))
   print(md_text)
   print('wrote ' + ', '.join(paths.values()))
   return paths

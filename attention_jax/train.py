@@ -228,12 +228,13 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   steps = Steps.of(graphdef, cfg)
   ckpts = ckpt_lib.Checkpoints(workdir, keep=t.keep_checkpoints)
   it = task.train_iterator(d.batch_size, seed=cfg.seed)
-  best_bleu = -1.0
+  best_bleu, train_time = -1.0, 0.0   # train_time: seconds in train steps, over all sessions
   if resuming and ckpts.latest.latest_step() is not None:
     step0 = ckpts.latest.latest_step()
     state, meta = ckpt_lib.restore(ckpts.latest, step0, state)
     it.set_state(meta['data_state'])
     best_bleu = meta.get('best_bleu', -1.0)
+    train_time = meta.get('train_seconds', 0.0)
     print(f'resumed from {latest_dir} step {step0}', flush=True)
 
   from tensorboardX import SummaryWriter
@@ -250,9 +251,9 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
 
   def meta_now(step, extra=None):
     return {'step': step, 'data_state': it.get_state(), 'config': json.loads(cfg.to_json()),
-            'model_config': mcfg.to_dict(), 'best_bleu': best_bleu, **(extra or {})}
+            'model_config': mcfg.to_dict(), 'best_bleu': best_bleu, 'train_seconds': train_time,
+            **(extra or {})}
 
-  train_time, first_step = 0.0, step
   while step < t.steps:
     t_step = time.time()
     batch = next(it)
@@ -292,7 +293,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
                                      keep_outputs=3 if split == 'test' else 0)
   paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test')
   summary = {'step': step, 'best_step': best_step, 'results': results,
-             'train_steps_per_s': (step - first_step) / train_time if train_time else None,
+             'train_steps_per_s': step / train_time if train_time else None,
              'model_config': mcfg.to_dict(), 'heatmaps': paths}
   tmp = os.path.join(workdir, 'results.json.tmp')
   with open(tmp, 'w') as f:   # written whole, then renamed: results.json marks a finished run
