@@ -54,6 +54,8 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
+  from attention_jax import parallel
+  parallel.resolve(cfg.parallel)
   n = jax.device_count()
   if d.batch_size % n:
     raise ValueError(f'data.batch_size={d.batch_size} is not divisible by the device count {n}')
@@ -84,18 +86,30 @@ def init_state(mcfg: ModelConfig, tx, seed: int):
 
 
 # ---- pure steps ----------------------------------------------------------------
-def train_step(graphdef, tx, label_smoothing: float, seed: int, state, batch):
+def train_step(graphdef, tx, label_smoothing: float, seed: int, state, batch,
+               axis_name: str | None = None):
   """One optimiser step. A non-finite loss or gradient leaves params and opt unchanged
-  (metrics['finite'] = 0), so the caller can stop with the last good state intact."""
+  (metrics['finite'] = 0), so the caller can stop with the last good state intact.
+
+  Data parallel (axis_name set, run under shard_map or pmap): each device holds a shard of
+  the batch; its loss is normalised by the *global* token count, so the psum of the
+  per-device gradients is exactly the gradient of the global mean loss (the pmean of
+  per-device gradients when shards hold equal token counts), and the result equals one
+  device on the whole batch up to float rounding. Dropout masks differ per device.
+  """
   key = jax.random.fold_in(jax.random.key(seed), state['step'])
+  if axis_name:
+    key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+  psum = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
 
   def loss_fn(params):
     model = nnx.merge(graphdef, params)
     logits, _ = model(batch['src'], batch['tgt_in'], dropout_key=key)
     s = metrics_lib.sums(logits, batch['tgt_out'], batch['weight'], label_smoothing)
-    return s['train_loss_sum'] / jnp.maximum(s['tokens'], 1.0), s
+    return s['train_loss_sum'] / jnp.maximum(psum(s['tokens']), 1.0), s
 
   (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+  loss, sums, grads = psum(loss), psum(sums), psum(grads)
   grad_norm = optax.tree.norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   updates, opt = tx.update(grads, state['opt'], state['params'])
@@ -122,7 +136,7 @@ class Steps:
   @classmethod
   def of(cls, graphdef, cfg) -> 'Steps':
     t = cfg.train
-    key = (graphdef, cfg.seed, t.lr, t.warmup_steps, t.decay, t.weight_decay, t.clip_norm,
+    key = (graphdef, cfg.parallel, jax.device_count(), cfg.seed, t.lr, t.warmup_steps, t.decay, t.weight_decay, t.clip_norm,
            t.label_smoothing, t.steps if t.decay != 'constant' else None)
     if key not in cls._cache:
       cls._cache.clear()  # keep one model's executables alive, not every model's
@@ -130,8 +144,15 @@ class Steps:
     return cls._cache[key]
 
   def __init__(self, graphdef, tx, cfg):
-    self.train = jax.jit(functools.partial(train_step, graphdef, tx, cfg.train.label_smoothing,
-                                           cfg.seed), donate_argnums=0)
+    from attention_jax import parallel  # parallel -> train
+    self.mode = parallel.resolve(cfg.parallel)
+    args = (graphdef, tx, cfg.train.label_smoothing, cfg.seed)
+    if self.mode == 'shard_map':
+      self.train = parallel.shard_map_train_step(*args)
+    elif self.mode == 'pmap':
+      self.train = parallel.pmap_train_step(*args)
+    else:
+      self.train = jax.jit(functools.partial(train_step, *args), donate_argnums=0)
     self.eval = eval_lib.make_teacher_forced(graphdef)
     self.predict = jax.jit(functools.partial(predict_step, graphdef), static_argnums=2)
 
@@ -241,7 +262,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   writer = SummaryWriter(os.path.join(workdir, 'tensorboard'))
   step = int(state['step'])
   progress = Progress(t.steps, step, t.log_every, writer)
-  print(f'training {mcfg.decoder} decoder, {mcfg.score} score, {mcfg.cell} cells on '
+  print(f'[{steps.mode}: {jax.device_count()} {jax.devices()[0].platform} device(s)] '
+        f'training {mcfg.decoder} decoder, {mcfg.score} score, {mcfg.cell} cells on '
         f'{task.name}: {t.steps} steps of {d.batch_size} sentences, '
         f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters', flush=True)
   evaluate_ = functools.partial(

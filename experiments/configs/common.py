@@ -14,6 +14,7 @@ from attention_jax import evaluate
 def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
+  c.parallel = 'auto'       # auto (shard_map with >1 device) | single | shard_map | pmap
 
   # ---- data: see attention_jax/data --------------------------------------
   d = c.data = ml_collections.ConfigDict()

@@ -1,0 +1,70 @@
+"""Data parallelism: one per-device train step (train.train_step with axis_name='data'),
+run either under `jax.jit` + `jax.shard_map` over a device mesh (the default with more than
+one device) or under the classic `jax.pmap`. Parameters are replicated, the batch is split
+along its first axis; both give the same parameters as one device on the same global batch.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from attention_jax import train as train_lib
+
+AXIS = 'data'
+MODES = ('auto', 'single', 'shard_map', 'pmap')
+
+
+def resolve(mode: str, num_devices: int | None = None) -> str:
+  """'auto' -> 'shard_map' with several devices, 'single' with one."""
+  if mode not in MODES:
+    raise ValueError(f'unknown parallel mode {mode!r}; valid: {", ".join(MODES)}')
+  n = jax.device_count() if num_devices is None else num_devices
+  if mode == 'auto':
+    return 'shard_map' if n > 1 else 'single'
+  return mode
+
+
+def make_mesh() -> jax.sharding.Mesh:
+  return jax.make_mesh((jax.device_count(),), (AXIS,))
+
+
+def check_batch(batch_size: int, n: int) -> None:
+  if batch_size % n:
+    raise ValueError(f'data.batch_size={batch_size} is not divisible by the device count {n}')
+
+
+def shard_map_train_step(graphdef, tx, label_smoothing: float, seed: int, mesh=None):
+  """-> jit(shard_map(train_step)): (state, batch [B, ...]) -> (state, metrics), state
+  replicated, batch split over the mesh's 'data' axis, buffers donated."""
+  mesh = mesh or make_mesh()
+  step = functools.partial(train_lib.train_step, graphdef, tx, label_smoothing, seed,
+                           axis_name=AXIS)
+  # check_vma=False: the RNN scans start from replicated zero carries that become per-device
+  f = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()),
+                    check_vma=False)
+  batch_sharding = NamedSharding(mesh, P(AXIS))
+  jitted = jax.jit(f, donate_argnums=0)
+
+  def run(state, batch):
+    return jitted(state, jax.device_put(batch, batch_sharding))
+
+  return run
+
+
+def pmap_train_step(graphdef, tx, label_smoothing: float, seed: int):
+  """-> pmap(train_step): (state, batch [B, ...]) -> (state, metrics) on host-shaped trees;
+  the state is broadcast to every device (in_axes None) and device 0's copy comes back."""
+  n = jax.device_count()
+  step = functools.partial(train_lib.train_step, graphdef, tx, label_smoothing, seed,
+                           axis_name=AXIS)
+  pmapped = jax.pmap(step, axis_name=AXIS, in_axes=(None, 0))
+
+  def run(state, batch):
+    split = jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), batch)
+    new_state, metrics = pmapped(state, split)
+    return jax.tree.map(lambda x: x[0], (new_state, metrics))
+
+  return run

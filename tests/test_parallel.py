@@ -1,0 +1,64 @@
+"""Data parallelism on 8 simulated CPU devices: jit+shard_map, pmap and one device agree
+after 5 steps on the same global batches (in a subprocess: the device count is fixed when
+JAX starts)."""
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+SCRIPT = r'''
+import functools, jax, jax.numpy as jnp, numpy as np, ml_collections
+import attention_jax as aj
+from attention_jax import parallel, train
+assert jax.device_count() == 8, jax.devices()
+assert parallel.resolve('auto') == 'shard_map'
+for decoder in ('bahdanau', 'luong'):
+  mc = aj.ModelConfig(src_vocab=12, tgt_vocab=10, emb_dim=8, enc_hidden=8, dec_hidden=16,
+                      attn_dim=8, decoder=decoder, cell='lstm')
+  t = ml_collections.ConfigDict(dict(lr=1e-2, warmup_steps=1, decay='constant', steps=5,
+                                     weight_decay=0.0, clip_norm=1.0))
+  tx = train.make_optimizer(t)
+  graphdef, state0 = train.init_state(mc, tx, 0)
+  rng = np.random.default_rng(0)
+  batches = []
+  for _ in range(5):                       # uneven padding: shards hold unequal token counts
+    src = rng.integers(3, 12, (16, 7)).astype(np.int32); src[::3, 4:] = 0
+    tgt = rng.integers(3, 10, (16, 6)).astype(np.int32); tgt[::2, 3:] = 0
+    batches.append({'src': src, 'tgt_in': tgt, 'tgt_out': tgt,
+                    'weight': np.ones(16, np.float32), 'index': np.arange(16, dtype=np.int32)})
+  steps = {'single': jax.jit(functools.partial(train.train_step, graphdef, tx, 0.0, 0)),
+           'shard_map': parallel.shard_map_train_step(graphdef, tx, 0.0, 0),
+           'pmap': parallel.pmap_train_step(graphdef, tx, 0.0, 0)}
+  final = {}
+  for name, step in steps.items():
+    state = jax.tree.map(jnp.array, state0)
+    for b in batches:
+      state, metrics = step(state, b)
+    final[name] = (state, metrics)
+  for name in ('shard_map', 'pmap'):
+    for a, b in zip(jax.tree.leaves(final[name][0]), jax.tree.leaves(final['single'][0])):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    for k in ('loss', 'tokens', 'correct', 'loss_sum'):
+      np.testing.assert_allclose(float(final[name][1][k]), float(final['single'][1][k]),
+                                 rtol=1e-5)
+  print(decoder, 'agree', float(final['single'][1]['loss']))
+print('OK')
+'''
+
+
+def test_shard_map_pmap_and_single_device_agree_after_5_steps():
+  env = dict(os.environ)
+  env['XLA_FLAGS'] = (env.get('XLA_FLAGS', '') +
+                      ' --xla_force_host_platform_device_count=8').strip()
+  proc = subprocess.run([sys.executable, '-c', SCRIPT], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 0 and 'OK' in proc.stdout, proc.stdout + proc.stderr[-3000:]
+
+
+def test_unknown_parallel_mode_is_named():
+  import pytest
+  from attention_jax import parallel
+  with pytest.raises(ValueError, match="'ring'.*shard_map"):
+    parallel.resolve('ring')
