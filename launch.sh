@@ -9,6 +9,8 @@
 #   bash launch.sh sweep SWEEP_FILE     run every variant of a sweep (e.g. experiments/configs/length_study.py)
 #   bash launch.sh length-study         the length experiment: none/additive/general/dot on reverse
 #   bash launch.sh evaluate --workdir=runs/X [--beam=5]   evaluate a checkpoint (by length, alignment)
+#   bash launch.sh train CONFIG --workdir=W --coordinator HOST:PORT --num-processes N --process-id I
+#                                       one process of a multi-host run (start one per host)
 #
 # Every command first creates .venv (if absent) and installs the package into it.
 set -euo pipefail
@@ -35,8 +37,25 @@ setup() {
   export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 }
 
+# Multi-host: `--coordinator HOST:PORT --num-processes N --process-id I` (any command that
+# trains) become the absl flags of experiments/main.py; on SLURM / TPU pods the cluster
+# environment is read instead (jax.distributed.initialize()).
+multihost_args() {
+  ARGS=()
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --coordinator|--num-processes|--process-id)
+        [[ $# -ge 2 ]] || { echo "$1 needs a value" >&2; exit 2; }
+        flag=${1#--}; ARGS+=("--${flag//-/_}=$2"); shift 2 ;;
+      *) ARGS+=("$1"); shift ;;
+    esac
+  done
+}
+
 cmd=${1:-main}
 [[ $# -gt 0 ]] && shift
+multihost_args "$@"
+set -- ${ARGS[@]+"${ARGS[@]}"}
 case "$cmd" in
   main)
     setup

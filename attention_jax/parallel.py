@@ -49,7 +49,13 @@ def shard_map_train_step(graphdef, tx, label_smoothing: float, seed: int, mesh=N
   jitted = jax.jit(f, donate_argnums=0)
 
   def run(state, batch):
-    return jitted(state, jax.device_put(batch, batch_sharding))
+    if jax.process_count() == 1:
+      return jitted(state, jax.device_put(batch, batch_sharding))
+    # every process iterates the same global batches and feeds only its own rows
+    p, n = jax.process_index(), jax.process_count()
+    rows = lambda x: x[p * (x.shape[0] // n):(p + 1) * (x.shape[0] // n)]
+    return jitted(state, jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(batch_sharding, rows(x)), batch))
 
   return run
 
@@ -68,3 +74,18 @@ def pmap_train_step(graphdef, tx, label_smoothing: float, seed: int):
     return jax.tree.map(lambda x: x[0], (new_state, metrics))
 
   return run
+
+
+def init_distributed(coordinator: str | None = None, num_processes: int | None = None,
+                     process_id: int | None = None) -> None:
+  """Starts multi-host JAX: explicitly (coordinator HOST:PORT, process count and id), or from
+  the cluster's environment (SLURM, TPU pods: `jax.distributed.initialize()` detects them);
+  does nothing on a single host."""
+  import os
+  if coordinator:
+    if num_processes is None or process_id is None:
+      raise ValueError('--coordinator needs --num_processes and --process_id')
+    jax.distributed.initialize(coordinator, num_processes, process_id)
+  elif int(os.environ.get('SLURM_NTASKS', '1')) > 1 or os.environ.get('TPU_WORKER_HOSTNAMES',
+                                                                          '').count(','):
+    jax.distributed.initialize()

@@ -167,6 +167,39 @@ def format_table(results: dict[str, dict]) -> str:
   return '\n'.join(lines)
 
 
+def lead() -> bool:
+  """Only process 0 logs and writes files; Orbax checkpoints are written by all processes."""
+  return jax.process_index() == 0
+
+
+def log(msg: str) -> None:
+  if lead():
+    print(msg, flush=True)
+
+
+class _NoWriter:
+  def __getattr__(self, name):
+    return lambda *args, **kwargs: None
+
+
+def _writer(directory: str):
+  if not lead():
+    return _NoWriter()
+  from tensorboardX import SummaryWriter
+  return SummaryWriter(directory)
+
+
+def _barrier(name: str) -> None:
+  from jax.experimental import multihost_utils
+  multihost_utils.sync_global_devices(name)
+
+
+def local(params):
+  """Evaluation runs on each process's own devices: fetch replicated params to the host
+  when several processes share them (a no-op with one process)."""
+  return jax.device_get(params) if jax.process_count() > 1 else params
+
+
 # ---- the loop ------------------------------------------------------------------------
 class Progress:
   """A progress line every `every` steps: step, loss, steps/s, target tokens/s, ETA."""
@@ -185,8 +218,8 @@ class Progress:
     rate = (step - self.s0) / dt
     eta = (self.total - step) / max(rate, 1e-9)
     loss = self.loss / max(self.n, 1)
-    print(f'step {step:>6}/{self.total}  loss {loss:.4f}  {rate:.2f} steps/s  '
-          f'{self.tokens / dt:,.0f} tok/s  ETA {eta / 60:.1f} min', flush=True)
+    log(f'step {step:>6}/{self.total}  loss {loss:.4f}  {rate:.2f} steps/s  '
+          f'{self.tokens / dt:,.0f} tok/s  ETA {eta / 60:.1f} min')
     if self.writer:
       self.writer.add_scalar('train/loss', loss, step)
       self.writer.add_scalar('train/steps_per_sec', rate, step)
@@ -203,7 +236,8 @@ def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
     if not os.path.exists(os.path.join(workdir, 'config.json')):
       raise FileExistsError(f'refusing to delete {workdir!r}: it is not an attention_jax '
                             f'workdir (no config.json)')
-    shutil.rmtree(workdir)
+    if lead():
+      shutil.rmtree(workdir)
   os.makedirs(workdir, exist_ok=True)
 
 
@@ -233,16 +267,22 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
       check_same_config(json.load(f), cfg, workdir)
 
   tok_dir = os.path.join(workdir, 'tokenizers')
+  if jax.process_count() > 1 and not lead():
+    _barrier('data prepared')   # process 0 prepares the data set and tokenizers first
   if resuming and os.path.isdir(tok_dir):   # the run's own vocabulary, not a retrained one
     task = data_lib.load_task(d, seed=cfg.seed, tokenizers=data_lib.load_tokenizers(tok_dir))
   else:
     task = data_lib.load_task(d, seed=cfg.seed)
-    data_lib.save_tokenizers(task, tok_dir)
+    if lead():
+      data_lib.save_tokenizers(task, tok_dir)
+  if jax.process_count() > 1 and lead():
+    _barrier('data prepared')
   mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
-  with open(os.path.join(workdir, 'config.json'), 'w') as f:
-    f.write(cfg.to_json(indent=2))
-  with open(os.path.join(workdir, 'model_config.json'), 'w') as f:
-    json.dump(mcfg.to_dict(), f, indent=2)
+  if lead():
+    with open(os.path.join(workdir, 'config.json'), 'w') as f:
+      f.write(cfg.to_json(indent=2))
+    with open(os.path.join(workdir, 'model_config.json'), 'w') as f:
+      json.dump(mcfg.to_dict(), f, indent=2)
 
   tx = make_optimizer(t)
   graphdef, state = init_state(mcfg, tx, cfg.seed)
@@ -256,16 +296,15 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
     it.set_state(meta['data_state'])
     best_bleu = meta.get('best_bleu', -1.0)
     train_time = meta.get('train_seconds', 0.0)
-    print(f'resumed from {latest_dir} step {step0}', flush=True)
+    log(f'resumed from {latest_dir} step {step0}')
 
-  from tensorboardX import SummaryWriter
-  writer = SummaryWriter(os.path.join(workdir, 'tensorboard'))
+  writer = _writer(os.path.join(workdir, 'tensorboard'))
   step = int(state['step'])
   progress = Progress(t.steps, step, t.log_every, writer)
-  print(f'[{steps.mode}: {jax.device_count()} {jax.devices()[0].platform} device(s)] '
+  log(f'[{steps.mode}: {jax.process_count()} process(es), {jax.device_count()} {jax.devices()[0].platform} device(s)] '
         f'training {mcfg.decoder} decoder, {mcfg.score} score, {mcfg.cell} cells on '
         f'{task.name}: {t.steps} steps of {d.batch_size} sentences, '
-        f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters', flush=True)
+        f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters')
   evaluate_ = functools.partial(
       eval_lib.evaluate, tf_fn=steps.eval, decode_fn=steps.predict, batch_size=d.batch_size,
       factor=t.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize,
@@ -291,10 +330,10 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
     progress.update(step, m)
     if step % t.eval_every == 0 or step == t.steps:
       t_eval = time.time()
-      val, _ = evaluate_(state['params'], task, 'validation')
+      val, _ = evaluate_(local(state['params']), task, 'validation')
       progress.t0 += time.time() - t_eval  # rates and ETA count training time only
-      print(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
-            f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}', flush=True)
+      log(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
+            f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}')
       for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf'):
         writer.add_scalar(f'validation/{k}', val[k], step)
       if val['bleu'] > best_bleu:
@@ -306,28 +345,30 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
 
   # final evaluation with the best checkpoint
   best_step = ckpts.best.best_step()
-  params = state['params']
+  params = local(state['params'])
   if best_step is not None and best_step != step:
     params = ckpt_lib.restore(ckpts.best, best_step, state)[0]['params']
   results = {}
   for split in ('validation', 'test'):
     results[split], kept = evaluate_(params, task, split,
                                      keep_outputs=3 if split == 'test' else 0)
-  paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test')
+  paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test') if lead() \
+      else []
   summary = {'step': step, 'best_step': best_step, 'results': results,
              'train_steps_per_s': step / train_time if train_time else None,
              'model_config': mcfg.to_dict(), 'heatmaps': paths}
-  tmp = os.path.join(workdir, 'results.json.tmp')
-  with open(tmp, 'w') as f:   # written whole, then renamed: results.json marks a finished run
-    json.dump(summary, f, indent=2)
-  os.replace(tmp, os.path.join(workdir, 'results.json'))
+  if lead():
+    tmp = os.path.join(workdir, 'results.json.tmp')
+    with open(tmp, 'w') as f:   # written whole, then renamed: results.json marks a finished run
+      json.dump(summary, f, indent=2)
+    os.replace(tmp, os.path.join(workdir, 'results.json'))
   for split, m in results.items():
     for k in ('exact_match', 'bleu', 'chrf'):
       writer.add_scalar(f'final_{split}/{k}', m[k], step)
   writer.close()
   ckpts.close()
-  print(f'\nresults (best checkpoint, step {best_step}); BLEU signature '
-        f'{results["test"]["bleu_signature"]}\n{format_table(results)}', flush=True)
-  print(f'results: {os.path.join(workdir, "results.json")}\nheatmaps: '
-        f'{os.path.join(workdir, "heatmaps")}/', flush=True)
+  log(f'\nresults (best checkpoint, step {best_step}); BLEU signature '
+        f'{results["test"]["bleu_signature"]}\n{format_table(results)}')
+  log(f'results: {os.path.join(workdir, "results.json")}\nheatmaps: '
+        f'{os.path.join(workdir, "heatmaps")}/')
   return summary

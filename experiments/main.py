@@ -10,13 +10,16 @@ Re-running the same command with the same workdir resumes from its latest checkp
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from attention_jax import train
+from attention_jax import parallel, train
 
 config_flags.DEFINE_config_file('config', 'experiments/configs/dates.py',
                                 'Experiment config file (path[:arg]).', lock_config=True)
 flags.DEFINE_string('workdir', None, 'Where checkpoints, logs and results go.', required=True)
 flags.DEFINE_bool('overwrite', False,
                   'With --config.train.resume=False: delete a non-empty workdir first.')
+flags.DEFINE_string('coordinator', None, 'Multi-host: HOST:PORT of process 0.')
+flags.DEFINE_integer('num_processes', None, 'Multi-host: number of processes.')
+flags.DEFINE_integer('process_id', None, 'Multi-host: this process (0 .. num_processes-1).')
 FLAGS = flags.FLAGS
 
 
@@ -24,6 +27,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
+  parallel.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
   train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
 
 

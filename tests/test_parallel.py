@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = r'''
@@ -58,7 +60,29 @@ def test_shard_map_pmap_and_single_device_agree_after_5_steps():
 
 
 def test_unknown_parallel_mode_is_named():
-  import pytest
   from attention_jax import parallel
   with pytest.raises(ValueError, match="'ring'.*shard_map"):
     parallel.resolve('ring')
+
+
+@pytest.mark.slow   # ~1 min; run with: bash launch.sh test -m slow tests/test_parallel.py
+def test_two_local_processes_train_together(tmp_path):
+  """Multi-host on one machine: two processes (one CPU device each) joined through a
+  loopback coordinator train a smoke run; only process 0 logs and writes results."""
+  import socket
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  common = [sys.executable, '-m', 'experiments.main',
+            '--config=experiments/configs/dates.py:smoke', f'--workdir={tmp_path / "run"}',
+            f'--config.data.data_dir={tmp_path / "tfds"}', f'--coordinator=127.0.0.1:{port}',
+            '--num_processes=2']
+  procs = [subprocess.Popen(common + [f'--process_id={i}'], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in (1, 0)]
+  outs = [p.communicate(timeout=600)[0] for p in procs]
+  assert all(p.returncode == 0 for p in procs), outs[1][-3000:] + outs[0][-3000:]
+  lead, other = outs[1], outs[0]
+  assert '[shard_map: 2 process(es), 2 cpu device(s)]' in lead
+  assert 'step      8/8' in lead and 'step      8/8' not in other
+  assert (tmp_path / 'run' / 'results.json').exists()
