@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax import train as train_lib
@@ -28,7 +29,10 @@ def resolve(mode: str, num_devices: int | None = None) -> str:
 
 
 def make_mesh() -> jax.sharding.Mesh:
-  return jax.make_mesh((jax.device_count(),), (AXIS,))
+  """A 1-D mesh over all devices, axis 'data' (Auto axis type: XLA propagates shardings,
+  so evaluation and decoding on batch-sharded inputs need no annotations)."""
+  return jax.make_mesh((jax.device_count(),), (AXIS,),
+                       axis_types=(jax.sharding.AxisType.Auto,))
 
 
 def check_batch(batch_size: int, n: int) -> None:
@@ -89,3 +93,13 @@ def init_distributed(coordinator: str | None = None, num_processes: int | None =
   elif int(os.environ.get('SLURM_NTASKS', '1')) > 1 or os.environ.get('TPU_WORKER_HOSTNAMES',
                                                                           '').count(','):
     jax.distributed.initialize()
+
+
+def batch_sharder():
+  """-> f(tree) putting every array's first (batch) axis across this process's devices."""
+  if jax.local_device_count() == 1:
+    return lambda tree: tree
+  mesh = make_mesh() if jax.process_count() == 1 else jax.sharding.Mesh(
+      np.array(jax.local_devices()), (AXIS,))
+  sharding = NamedSharding(mesh, P(AXIS))
+  return lambda tree: jax.device_put(tree, sharding)

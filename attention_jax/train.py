@@ -136,8 +136,9 @@ class Steps:
   @classmethod
   def of(cls, graphdef, cfg) -> 'Steps':
     t = cfg.train
-    key = (graphdef, cfg.parallel, jax.device_count(), cfg.seed, t.lr, t.warmup_steps, t.decay, t.weight_decay, t.clip_norm,
-           t.label_smoothing, t.steps if t.decay != 'constant' else None)
+    key = (graphdef, cfg.parallel, jax.device_count(), cfg.seed, t.lr, t.warmup_steps,
+           t.decay, t.weight_decay, t.clip_norm, t.label_smoothing,
+           t.steps if t.decay != 'constant' else None)
     if key not in cls._cache:
       cls._cache.clear()  # keep one model's executables alive, not every model's
       cls._cache[key] = cls(graphdef, make_optimizer(cfg.train), cfg)
@@ -153,8 +154,14 @@ class Steps:
       self.train = parallel.pmap_train_step(*args)
     else:
       self.train = jax.jit(functools.partial(train_step, *args), donate_argnums=0)
-    self.eval = eval_lib.make_teacher_forced(graphdef)
-    self.predict = jax.jit(functools.partial(predict_step, graphdef), static_argnums=2)
+    eval_step = eval_lib.make_teacher_forced(graphdef)
+    predict = jax.jit(functools.partial(predict_step, graphdef), static_argnums=2)
+    # evaluation and decoding: the batch is split over the devices too (XLA partitions the
+    # batch-parallel computation; metric sums are global). Several processes each evaluate
+    # on their own devices.
+    shard = parallel.batch_sharder() if self.mode != 'single' else (lambda x: x)
+    self.eval = lambda params, batch: eval_step(params, shard(batch))
+    self.predict = lambda params, src, max_len: predict(params, shard(src), max_len)
 
 
 # ---- evaluation -------------------------------------------------------------------
