@@ -90,12 +90,3 @@ def restore(manager: ocp.CheckpointManager, step: int, template) -> tuple[Any, d
                           f'{type(e).__name__}: {e}') from e
   return _unflat(dict(out['state']), template), dict(out['meta'])
 
-
-def read_meta(manager: ocp.CheckpointManager, step: int) -> dict:
-  """Only the JSON metadata of a step (the config, to rebuild the model before restoring)."""
-  try:
-    return dict(manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-                ['meta'])
-  except Exception as e:
-    raise CheckpointError(f'could not read the metadata of checkpoint step {step} in '
-                          f'{manager.directory}: {type(e).__name__}: {e}') from e

@@ -28,16 +28,12 @@ SCORES: dict[str, type['Score']] = {}
 register = registry.registrar(SCORES, 'score')
 
 
-def check_score_name(name: str) -> None:
-  registry.lookup(SCORES, 'score', name)
-
-
 def make_score(name: str, *, query_dim: int, key_dim: int, attn_dim: int,
                max_src_len: int, dtype: Any = jnp.float32, rngs: nnx.Rngs) -> 'Score':
   """Builds the score called `name`; unknown names fail with the list of valid ones."""
-  check_score_name(name)
-  SCORES[name].check_sizes(query_dim, key_dim)
-  return SCORES[name](query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim,
+  cls = registry.lookup(SCORES, 'score', name)
+  cls.check_sizes(query_dim, key_dim)
+  return cls(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim,
                       max_src_len=max_src_len, dtype=dtype, rngs=rngs)
 
 
