@@ -4,9 +4,13 @@ Both expose the same step, used by the teacher-forced `jax.lax.scan` and by gree
 decoding, so training and inference run the same arithmetic:
 
   carry, mem = dec.start(encoded)                      # once per sentence
-  carry, (feat, a) = dec.step(carry, xp_t, mem)        # xp_t [B, G]: the target embedding's
-                                                       # input projection, hoisted out of the loop
+  carry, (feat, r) = dec.step(carry, xp_t, mem, key)   # xp_t [B, G]: the target embedding's
+                                                       # input projection, hoisted out of the loop;
+                                                       # r: Read (weights, logp, entropy, coverage
+                                                       # loss; context dropped), key: hard modes
   logits = dec.logits(feat, emb)                       # after the loop, over all [B, T] at once
+
+The carry is (rnn carries, fed-back vector, step index t, coverage [B, S] or None).
 
 Bahdanau et al. 2015: the query is the previous state s_{t-1}; the context feeds the RNN,
   s_t = RNN(s_{t-1}, [E y_{t-1}; c_t]);  p(y_t) = softmax(W_o tanh(L [s_t; c_t; E y_{t-1}])).
@@ -26,7 +30,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax import cells, registry
-from attention_jax.attention import Attention, Memory
+from attention_jax.attention import Attention, Memory, Read
 from attention_jax.encoder import Encoded, dropout
 
 DECODERS: dict[str, type['Decoder']] = {}
@@ -58,7 +62,10 @@ class Decoder(nnx.Module):
                            rngs=rngs) if extra else None
     self.bridge = _linear(key_dim, cfg.dec_layers * h, bias=True, dtype=dt, rngs=rngs)
     self.attention = Attention(cfg.score, query_dim=h, key_dim=key_dim, attn_dim=cfg.attn_dim,
-                               max_src_len=cfg.max_src_len, dtype=dt, rngs=rngs)
+                               max_src_len=cfg.max_src_len, mode=cfg.attention_mode,
+                               normaliser=cfg.normaliser, window=cfg.window,
+                               coverage=cfg.coverage, temperature=cfg.hard_temperature,
+                               dtype=dt, rngs=rngs)
 
   def extra_input_dim(self, cfg, key_dim) -> int:
     raise NotImplementedError
@@ -69,7 +76,16 @@ class Decoder(nnx.Module):
     rnn = tuple(c.carry_from_h(x) for c, x in zip(self.cells, jnp.split(h0, len(self.cells), -1)))
     feed = jnp.zeros((enc.summary.shape[0], self.cells[0].hidden), self.dtype)
     mem = self.attention.memory(enc.annotations, enc.mask, enc.summary)
-    return (rnn, feed), mem
+    cov = jnp.zeros(enc.mask.shape, jnp.float32) if self.attention.coverage else None
+    return (rnn, feed, jnp.int32(0), cov), mem
+
+  def _read(self, query, carry, mem, key) -> tuple[Any, Read]:
+    """One step's attention: query [B, Q] -> (t + 1 and updated coverage, Read [B, ...])."""
+    t, cov = carry[2], carry[3]
+    r = self.attention.read(query[:, None, :], mem, pos=t[None],
+                            cov=None if cov is None else cov[:, None, :], key=key)
+    r = jax.tree.map(lambda x: x[:, 0], r)
+    return (t + 1, None if cov is None else cov + r.weights), r
 
   def _rnn_step(self, rnn, xp0):
     """One step of the stacked cells: xp0 [B, G] -> (new carries, top output [B, H])."""
@@ -81,19 +97,21 @@ class Decoder(nnx.Module):
       new.append(c)
     return tuple(new), h
 
-  def step(self, carry, xp_t: jax.Array, mem: Memory):
-    """carry, xp_t [B, G], mem -> (carry, (features [B, F], weights [B, S]))."""
+  def step(self, carry, xp_t: jax.Array, mem: Memory, key: jax.Array | None = None):
+    """carry, xp_t [B, G], mem -> (carry, (features [B, F], Read [B, ...] without context))."""
     raise NotImplementedError
 
-  def features(self, carry, xp: jax.Array, mem: Memory):
-    """Teacher forcing: xp [B, T, G] -> (features [B, T, F], weights [B, T, S]), a scan."""
+  def features(self, carry, xp: jax.Array, mem: Memory, key: jax.Array | None = None):
+    """Teacher forcing: xp [B, T, G] -> (features [B, T, F], Read [B, T, ...]), a scan."""
+    steps = xp.shape[1]
+    keys = None if key is None else jax.random.split(key, steps)
 
-    def body(carry, xp_t):
-      carry, (feat, w) = self.step(carry, xp_t, mem)
-      return carry, (feat, w)
+    def body(carry, x):
+      xp_t, key_t = x
+      return self.step(carry, xp_t, mem, key_t)
 
-    _, (feat, w) = jax.lax.scan(body, carry, jnp.swapaxes(xp, 0, 1))
-    return jnp.swapaxes(feat, 0, 1), jnp.swapaxes(w, 0, 1)
+    _, (feat, r) = jax.lax.scan(body, carry, (jnp.swapaxes(xp, 0, 1), keys))
+    return jnp.swapaxes(feat, 0, 1), jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), r)
 
   def logits(self, feat: jax.Array, emb: jax.Array, dropout_key=None) -> jax.Array:
     """features [B, T, F], target embeddings [B, T, E] -> logits [B, T, V] float32."""
@@ -114,12 +132,13 @@ class BahdanauDecoder(Decoder):
   def extra_input_dim(self, cfg, key_dim):
     return key_dim
 
-  def step(self, carry, xp_t, mem):
-    rnn, feed = carry
+  def step(self, carry, xp_t, mem, key=None):
+    rnn, feed = carry[:2]
     s_prev = self.cells[-1].output(rnn[-1])                                  # [B, H]
-    c, w = self.attention(s_prev[:, None, :], mem)                           # [B,1,K],[B,1,S]
-    rnn, s = self._rnn_step(rnn, xp_t + self.w_extra(c[:, 0]))
-    return (rnn, feed), (jnp.concatenate([s, c[:, 0]], axis=-1), w[:, 0])
+    rest, r = self._read(s_prev, carry, mem, key)                            # context [B, K]
+    rnn, s = self._rnn_step(rnn, xp_t + self.w_extra(r.context))
+    feat = jnp.concatenate([s, r.context.astype(s.dtype)], axis=-1)
+    return (rnn, feed, *rest), (feat, r._replace(context=None))
 
   def logits(self, feat, emb, dropout_key=None):
     r = jnp.tanh(self.readout(jnp.concatenate([feat, emb.astype(feat.dtype)], axis=-1)))
@@ -140,29 +159,31 @@ class LuongDecoder(Decoder):
   def extra_input_dim(self, cfg, key_dim):
     return cfg.dec_hidden if cfg.input_feeding else 0
 
-  def _attentional(self, h, mem):
-    """h [B, T, H] -> (h̃ [B, T, H], weights [B, T, S])."""
-    c, w = self.attention(h, mem)
-    return jnp.tanh(self.w_c(jnp.concatenate([c.astype(h.dtype), h], axis=-1))), w
+  def _attentional(self, h, c):
+    """h [..., H], context c [..., K] -> h̃ [..., H]."""
+    return jnp.tanh(self.w_c(jnp.concatenate([c.astype(h.dtype), h], axis=-1)))
 
-  def step(self, carry, xp_t, mem):
-    rnn, feed = carry
+  def step(self, carry, xp_t, mem, key=None):
+    rnn, feed = carry[:2]
     if self.input_feeding:
       xp_t = xp_t + self.w_extra(feed)
     rnn, h = self._rnn_step(rnn, xp_t)
-    h_tilde, w = self._attentional(h[:, None, :], mem)
-    return (rnn, h_tilde[:, 0]), (h_tilde[:, 0], w[:, 0])
+    rest, r = self._read(h, carry, mem, key)
+    h_tilde = self._attentional(h, r.context)
+    return (rnn, h_tilde, *rest), (h_tilde, r._replace(context=None))
 
-  def features(self, carry, xp, mem):
-    if self.input_feeding:
-      return super().features(carry, xp, mem)
-    rnn, _ = carry
+  def features(self, carry, xp, mem, key=None):
+    # coverage makes step t depend on the weights of steps < t: no batching over t then
+    if self.input_feeding or self.attention.coverage:
+      return super().features(carry, xp, mem, key)
+    rnn = carry[0]
     everywhere = jnp.ones(xp.shape[:2], bool)
     for layer, cell in enumerate(self.cells):
       if layer > 0:
         xp = cell.project(h)
       h, _ = cells.run(cell, xp, everywhere, carry=rnn[layer])              # [B, T, H]
-    return self._attentional(h, mem)                                         # all t at once
+    r = self.attention.read(h, mem, key=key)                                 # all t at once
+    return self._attentional(h, r.context), r._replace(context=None)
 
   def logits(self, feat, emb, dropout_key=None):
     del emb

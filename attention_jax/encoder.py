@@ -4,6 +4,7 @@ For a bidirectional layer h̄_s = [→h_s; ←h_s] (Bahdanau et al. 2015), so th
 size is K = 2·hidden (hidden if unidirectional). Dropout is applied to the embeddings and
 between layers. The summary (the context of score 'none', and the decoder's initial state)
 is [→h_last; ←h_first] (Cho et al. 2014; Bahdanau et al. 2015, appendix A.2.2).
+Optionally, self-attention layers (self_attention.py) refine the annotations.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax import cells
+from attention_jax.self_attention import SelfAttentionLayer
 
 
 def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
@@ -34,7 +36,9 @@ class Encoded(NamedTuple):
 class Encoder(nnx.Module):
 
   def __init__(self, *, vocab: int, emb_dim: int, hidden: int, layers: int,
-               bidirectional: bool, cell: str, dropout: float, dtype: Any, rngs: nnx.Rngs):
+               bidirectional: bool, cell: str, dropout: float, dtype: Any, rngs: nnx.Rngs,
+               self_layers: int = 0, self_heads: int = 4, self_score: str = 'scaled_dot',
+               attn_dim: int = 64, max_src_len: int = 128):
     self.embed = nnx.Embed(vocab, emb_dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
     self.dropout = dropout
     self.directions = 2 if bidirectional else 1
@@ -47,12 +51,16 @@ class Encoder(nnx.Module):
         bwd.append(cells.make_cell(cell, in_dim, hidden, dtype=dtype, rngs=rngs))
     self.fwd = nnx.List(fwd)
     self.bwd = nnx.List(bwd)
+    self.self_attention = nnx.List([
+        SelfAttentionLayer(self.out_dim, heads=self_heads, score=self_score, attn_dim=attn_dim,
+                           max_src_len=max_src_len, dropout=dropout, dtype=dtype, rngs=rngs)
+        for _ in range(self_layers)])
 
   def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None) -> Encoded:
     """src [B, S] int32 (0 = padding) -> Encoded."""
     mask = src != 0                                                   # [B, S]
-    keys = (None,) * (2 * len(self.fwd) + 1) if dropout_key is None else tuple(
-        jax.random.split(dropout_key, 2 * len(self.fwd) + 1))
+    n = len(self.fwd) + len(self.self_attention) + 1
+    keys = (None,) * n if dropout_key is None else tuple(jax.random.split(dropout_key, n))
     x = dropout(self.embed(src), self.dropout, keys[0])               # [B, S, E]
     for layer, fwd in enumerate(self.fwd):
       if layer > 0:
@@ -66,4 +74,6 @@ class Encoder(nnx.Module):
         finals.append(bwd.output(carry_b))
       x = jnp.concatenate(outs, axis=-1)                              # [B, S, K]
       summary = jnp.concatenate(finals, axis=-1)                      # [B, K]
+    for i, layer in enumerate(self.self_attention):
+      x, _ = layer(x, mask, keys[len(self.fwd) + 1 + i])               # [B, S, K]
     return Encoded(annotations=x, mask=mask, summary=summary)

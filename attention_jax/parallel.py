@@ -40,11 +40,11 @@ def check_batch(batch_size: int, n: int) -> None:
     raise ValueError(f'data.batch_size={batch_size} is not divisible by the device count {n}')
 
 
-def shard_map_train_step(graphdef, tx, label_smoothing: float, seed: int, mesh=None):
+def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None):
   """-> jit(shard_map(train_step)): (state, batch [B, ...]) -> (state, metrics), state
   replicated, batch split over the mesh's 'data' axis, buffers donated."""
   mesh = mesh or make_mesh()
-  step = functools.partial(train_lib.train_step, graphdef, tx, label_smoothing, seed,
+  step = functools.partial(train_lib.train_step, graphdef, tx, obj, seed,
                            axis_name=AXIS)
   # check_vma=False: the RNN scans start from replicated zero carries that become per-device
   f = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()),
@@ -64,11 +64,11 @@ def shard_map_train_step(graphdef, tx, label_smoothing: float, seed: int, mesh=N
   return run
 
 
-def pmap_train_step(graphdef, tx, label_smoothing: float, seed: int):
+def pmap_train_step(graphdef, tx, obj, seed: int):
   """-> pmap(train_step): (state, batch [B, ...]) -> (state, metrics) on host-shaped trees;
   the state is broadcast to every device (in_axes None) and device 0's copy comes back."""
   n = jax.device_count()
-  step = functools.partial(train_lib.train_step, graphdef, tx, label_smoothing, seed,
+  step = functools.partial(train_lib.train_step, graphdef, tx, obj, seed,
                            axis_name=AXIS)
   pmapped = jax.pmap(step, axis_name=AXIS, in_axes=(None, 0))
 

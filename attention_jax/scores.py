@@ -38,10 +38,14 @@ def make_score(name: str, *, query_dim: int, key_dim: int, attn_dim: int,
 
 
 class Score(nnx.Module):
-  """Base class. `attends` is False only for `none` (no attention at all)."""
+  """Base class. `attends` is False only for `none` (no attention at all);
+  `content_based` is False for scores that ignore the keys (`location`, `none`);
+  `supports_coverage` is True for the additive scores, which take a coverage term."""
 
   name = 'base'
   attends = True
+  content_based = True
+  supports_coverage = False
 
   @classmethod
   def check_sizes(cls, query_dim: int, key_dim: int) -> None:
@@ -137,14 +141,26 @@ class Additive(Score):
     self.w_k = _linear(key_dim, attn_dim, bias=True, dtype=dtype, rngs=rngs)
     self.v = nnx.Param(jax.random.normal(rngs.params(), (attn_dim,)) / math.sqrt(attn_dim))
 
+  supports_coverage = True
+  w_c = None
+
+  def enable_coverage(self, attn_dim: int, *, rngs: nnx.Rngs) -> None:
+    """Adds the coverage term w_c · cov_{t,s} inside the tanh (Tu et al. 2016, "Modeling
+    Coverage for Neural Machine Translation"; See et al. 2017, "Get To The Point")."""
+    self.w_c = nnx.Param(jax.random.normal(rngs.params(), (attn_dim,)) * 0.1)
+
   def precompute(self, keys):
     return self.w_k(keys)  # [B, S, A]
 
   def v_vector(self) -> jax.Array:
     return self.v[...]
 
-  def __call__(self, query, pre):
-    hidden = jnp.tanh(self.w_q(query)[:, :, None, :] + pre[:, None, :, :])  # [B, T, S, A]
+  def __call__(self, query, pre, cov=None):
+    """cov [B, T, S] coverage, only when enabled."""
+    x = self.w_q(query)[:, :, None, :] + pre[:, None, :, :]                # [B, T, S, A]
+    if self.w_c is not None:
+      x = x + cov[..., None].astype(x.dtype) * self.w_c[...].astype(x.dtype)
+    hidden = jnp.tanh(x)
     return hidden @ self.v_vector().astype(hidden.dtype)
 
 
@@ -166,6 +182,8 @@ class NormedAdditive(Additive):
 class Location(Score):
   """e_t = W_a q_t ∈ R^{S_max}: location-based, depends on the target state only
   (Luong et al. 2015). Sentences longer than `max_src_len` cannot be scored."""
+
+  content_based = False
 
   def __init__(self, *, query_dim, key_dim, attn_dim, max_src_len, dtype, rngs):
     del key_dim, attn_dim
@@ -216,6 +234,7 @@ class NoAttention(Score):
   state (Cho et al. 2014; Sutskever, Vinyals & Le 2014). Weights come out as zeros."""
 
   attends = False
+  content_based = False
 
   def __init__(self, **kw):
     del kw

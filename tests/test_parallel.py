@@ -14,6 +14,7 @@ SCRIPT = r'''
 import functools, jax, jax.numpy as jnp, numpy as np, ml_collections
 import attention_jax as aj
 from attention_jax import parallel, train
+OBJ = train.objective.Objective()
 assert jax.device_count() == 8, jax.devices()
 assert parallel.resolve('auto') == 'shard_map'
 for decoder in ('bahdanau', 'luong'):
@@ -30,9 +31,9 @@ for decoder in ('bahdanau', 'luong'):
     tgt = rng.integers(3, 10, (16, 6)).astype(np.int32); tgt[::2, 3:] = 0
     batches.append({'src': src, 'tgt_in': tgt, 'tgt_out': tgt,
                     'weight': np.ones(16, np.float32), 'index': np.arange(16, dtype=np.int32)})
-  steps = {'single': jax.jit(functools.partial(train.train_step, graphdef, tx, 0.0, 0)),
-           'shard_map': parallel.shard_map_train_step(graphdef, tx, 0.0, 0),
-           'pmap': parallel.pmap_train_step(graphdef, tx, 0.0, 0)}
+  steps = {'single': jax.jit(functools.partial(train.train_step, graphdef, tx, OBJ, 0)),
+           'shard_map': parallel.shard_map_train_step(graphdef, tx, OBJ, 0),
+           'pmap': parallel.pmap_train_step(graphdef, tx, OBJ, 0)}
   final = {}
   for name, step in steps.items():
     state = jax.tree.map(jnp.array, state0)

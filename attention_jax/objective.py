@@ -1,0 +1,73 @@
+"""The training objective: cross-entropy, plus the terms some attention modes add.
+
+  loss = Σ_{b,t} CE_{b,t} / N                                      (label smoothing optional)
+       + λ_cov · Σ_{b,t} Σ_s min(a_{t,s}, cov_{t,s}) / N             coverage (See et al. 2017)
+       - λ_r · Σ_{b,t} sg(R_b - baseline) · log a_{t,s_t} / N        REINFORCE (Xu et al. 2015)
+       - λ_e · Σ_{b,t} H(a_t) / N                                    entropy bonus (Xu et al. 2015)
+
+N is the number of real target tokens (over all devices), R_b = log p(y_b | s, x_b) the
+sentence's log-likelihood under the sampled positions, and the baseline a moving average
+of the batch-mean R: b ← decay · b + (1 - decay) · mean_b R_b. The gradient of the
+REINFORCE term is the score-function estimator of ∇ E_s[log p(y | s, x)], unbiased for any
+baseline that does not depend on the sample (tests/test_modes.py checks this).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from attention_jax import metrics as metrics_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """The loss's coefficients (from the `train` config section); hashable, for jit."""
+  label_smoothing: float = 0.0
+  coverage_weight: float = 0.0
+  reinforce_weight: float = 1.0
+  entropy_weight: float = 0.0
+  baseline_decay: float = 0.9
+
+  @classmethod
+  def of(cls, t) -> 'Objective':
+    return cls(label_smoothing=t.label_smoothing, coverage_weight=t.get('coverage_weight', 0.0),
+               reinforce_weight=t.get('reinforce_weight', 1.0),
+               entropy_weight=t.get('entropy_weight', 0.0),
+               baseline_decay=t.get('baseline_decay', 0.9))
+
+
+def reinforce_surrogate(logp: jax.Array, reward: jax.Array, baseline: jax.Array) -> jax.Array:
+  """The score-function surrogate sg(reward - baseline) · logp, whose gradient is an
+  unbiased estimate of ∇ E[reward] when logp is the log-probability of the sample."""
+  return jax.lax.stop_gradient(reward - baseline) * logp
+
+
+def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: jax.Array | None,
+         psum: Callable = lambda x: x) -> tuple[jax.Array, dict, jax.Array | None]:
+  """logits [B, T, V], read (attention.Read, fields [B, T, ...]) ->
+  (loss, metric sums, the new baseline (None when no mode samples))."""
+  s = metrics_lib.sums(logits, batch['tgt_out'], batch['weight'], obj.label_smoothing)
+  n = jnp.maximum(psum(s['tokens']), 1.0)
+  mask = ((batch['tgt_out'] != 0) & (batch['weight'][:, None] > 0)).astype(jnp.float32)
+  total = s['train_loss_sum']
+  if obj.coverage_weight:
+    cov = jnp.sum(read.coverage_loss * mask)
+    total = total + obj.coverage_weight * cov
+    s = {**s, 'coverage_loss_sum': cov}
+  new_baseline = None
+  if baseline is not None:
+    _, ce = metrics_lib.token_losses(logits, batch['tgt_out'])
+    reward = -jnp.sum(ce * mask, axis=1)                                   # [B] log p(y | s, x)
+    real = (batch['weight'] > 0).astype(jnp.float32)
+    surrogate = reinforce_surrogate(read.logp * mask, reward[:, None], baseline)
+    total = total - obj.reinforce_weight * jnp.sum(surrogate)
+    total = total - obj.entropy_weight * jnp.sum(read.entropy * mask)
+    mean_reward = psum(jnp.sum(reward * real)) / jnp.maximum(psum(jnp.sum(real)), 1.0)
+    new_baseline = obj.baseline_decay * baseline + (1.0 - obj.baseline_decay) * \
+        jax.lax.stop_gradient(mean_reward)
+    s = {**s, 'reward_sum': jnp.sum(reward * real)}
+  return total / n, s, new_baseline

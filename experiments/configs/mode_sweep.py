@@ -1,0 +1,31 @@
+"""Every attention mode (and the sparsemax normaliser, coverage, encoder self-attention) on
+`dates`, with the additive score and the Bahdanau decoder, at the full `dates` budget.
+
+  bash launch.sh sweep experiments/configs/mode_sweep.py          # 8 variants, 2000 steps each
+  bash launch.sh sweep experiments/configs/mode_sweep.py:smoke    # seconds per variant
+
+Variants go to runs/mode_sweep[_smoke]/<variant>; the report (summary.md/.csv, bars.png,
+bleu_by_length.png) is written at the end. Another score or decoder for all variants:
+--config.model.score=general etc. after the sweep file (see launch.sh sweep).
+"""
+
+from experiments.configs import dates
+
+VARIANTS = [
+    ('global', {}),
+    ('local_m', {'model.attention_mode': 'local_m'}),
+    ('local_p', {'model.attention_mode': 'local_p'}),
+    ('hard', {'model.attention_mode': 'hard'}),
+    ('hard_st', {'model.attention_mode': 'hard_st'}),
+    ('sparsemax', {'model.normaliser': 'sparsemax'}),
+    ('coverage', {'model.coverage': True, 'train.coverage_weight': 1.0}),
+    ('self_attention', {'model.self_attention_layers': 1}),
+]
+
+
+def get_config(arg: str | None = None):
+  return dates.get_config(arg)
+
+
+def get_sweep(arg: str | None = None):
+  return list(VARIANTS)
