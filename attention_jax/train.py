@@ -28,6 +28,7 @@ from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
 from attention_jax import evaluate as eval_lib
 from attention_jax import metrics as metrics_lib
+from attention_jax import objective
 from attention_jax.model import ModelConfig, Seq2Seq
 
 
@@ -82,11 +83,14 @@ def init_state(mcfg: ModelConfig, tx, seed: int):
   model = Seq2Seq(mcfg, rngs=nnx.Rngs(seed))
   graphdef, params = nnx.split(model)
   params = nnx.to_pure_dict(params)
-  return graphdef, {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
+  state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
+  if mcfg.stochastic:   # the REINFORCE baseline of the hard attention modes
+    state['baseline'] = jnp.zeros((), jnp.float32)
+  return graphdef, state
 
 
 # ---- pure steps ----------------------------------------------------------------
-def train_step(graphdef, tx, label_smoothing: float, seed: int, state, batch,
+def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
                axis_name: str | None = None):
   """One optimiser step. A non-finite loss or gradient leaves params and opt unchanged
   (metrics['finite'] = 0), so the caller can stop with the last good state intact.
@@ -100,15 +104,17 @@ def train_step(graphdef, tx, label_smoothing: float, seed: int, state, batch,
   key = jax.random.fold_in(jax.random.key(seed), state['step'])
   if axis_name:
     key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+  dropout_key, sample_key = jax.random.split(key)
   psum = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
 
   def loss_fn(params):
     model = nnx.merge(graphdef, params)
-    logits, _ = model(batch['src'], batch['tgt_in'], dropout_key=key)
-    s = metrics_lib.sums(logits, batch['tgt_out'], batch['weight'], label_smoothing)
-    return s['train_loss_sum'] / jnp.maximum(psum(s['tokens']), 1.0), s
+    logits, read = model.forward(batch['src'], batch['tgt_in'], dropout_key=dropout_key,
+                                 sample_key=sample_key)
+    loss, s, baseline = objective.loss(obj, logits, read, batch, state.get('baseline'), psum)
+    return loss, (s, baseline)
 
-  (loss, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+  (loss, (sums, baseline)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
   loss, sums, grads = psum(loss), psum(sums), psum(grads)
   grad_norm = optax.tree.norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
@@ -117,6 +123,8 @@ def train_step(graphdef, tx, label_smoothing: float, seed: int, state, batch,
   keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
   new_state = {'step': state['step'] + 1, 'params': keep(params, state['params']),
                'opt': keep(opt, state['opt'])}
+  if baseline is not None:
+    new_state['baseline'] = keep(baseline, state['baseline'])
   return new_state, {**sums, 'loss': loss, 'grad_norm': grad_norm, 'finite': finite}
 
 
@@ -137,7 +145,7 @@ class Steps:
   def of(cls, graphdef, cfg) -> 'Steps':
     t = cfg.train
     key = (graphdef, cfg.parallel, jax.device_count(), cfg.seed, t.lr, t.warmup_steps,
-           t.decay, t.weight_decay, t.clip_norm, t.label_smoothing,
+           t.decay, t.weight_decay, t.clip_norm, objective.Objective.of(t),
            t.steps if t.decay != 'constant' else None)
     if key not in cls._cache:
       cls._cache.clear()  # keep one model's executables alive, not every model's
@@ -147,7 +155,7 @@ class Steps:
   def __init__(self, graphdef, tx, cfg):
     from attention_jax import parallel  # parallel -> train
     self.mode = parallel.resolve(cfg.parallel)
-    args = (graphdef, tx, cfg.train.label_smoothing, cfg.seed)
+    args = (graphdef, tx, objective.Objective.of(cfg.train), cfg.seed)
     if self.mode == 'shard_map':
       self.train = parallel.shard_map_train_step(*args)
     elif self.mode == 'pmap':

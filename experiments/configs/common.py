@@ -53,6 +53,14 @@ def base_config() -> ml_collections.ConfigDict:
   m.score = 'additive'      # see attention_jax.SCORES
   m.attn_dim = 64
   m.input_feeding = True    # luong only
+  m.attention_mode = 'global'  # global | local_m | local_p | hard | hard_st
+  m.normaliser = 'softmax'  # softmax | sparsemax
+  m.window = 5              # D: half-width of the local_m / local_p window
+  m.coverage = False        # coverage vector in the additive score (Tu et al. 2016)
+  m.hard_temperature = 1.0  # hard_st: Gumbel-softmax temperature
+  m.self_attention_layers = 0  # encoder self-attention layers (0 = off)
+  m.self_attention_heads = 4
+  m.self_attention_score = 'scaled_dot'
   m.dropout = 0.1
   m.max_src_len = 128       # location score: size of its output layer
   m.dtype = 'float32'       # compute dtype: float32 | bfloat16 (params stay float32)
@@ -66,6 +74,10 @@ def base_config() -> ml_collections.ConfigDict:
   t.weight_decay = 0.0
   t.clip_norm = 1.0
   t.label_smoothing = 0.0
+  t.coverage_weight = 0.0   # coverage loss weight λ_cov (See et al. 2017 use 1.0)
+  t.reinforce_weight = 1.0  # hard attention: REINFORCE term λ_r (Xu et al. 2015)
+  t.entropy_weight = 0.01   # hard attention: entropy bonus λ_e
+  t.baseline_decay = 0.9    # hard attention: moving-average reward baseline
   t.eval_every = 500
   t.log_every = 50
   t.checkpoint_every = 500
