@@ -2,6 +2,7 @@
 
   import attention_jax as aj
   sorted(aj.SCORES)        # the alignment score functions, by name
+  sorted(aj.MODES)         # attention modes: global, local_m, local_p, hard, hard_st
   model = aj.Seq2Seq(aj.ModelConfig(src_vocab=40, tgt_vocab=40, score='general'),
                      rngs=flax.nnx.Rngs(0))
   logits, weights = model(src, tgt_in)   # [B, T, V], [B, T, S]
@@ -14,12 +15,12 @@ from attention_jax.api import Translator, load
 from attention_jax.plots import plot_attention, plot_attention_grid
 from attention_jax.beam import beam_search
 from attention_jax.decode import greedy
-from attention_jax.attention import Attention, masked_softmax
+from attention_jax.attention import MODES, NORMALISERS, Attention, masked_softmax, masked_sparsemax
 from attention_jax.cells import CELLS
 from attention_jax.decoder import DECODERS
 from attention_jax.model import ModelConfig, Seq2Seq
 from attention_jax.scores import SCORES, Score, register
 
-__all__ = ['Attention', 'beam_search', 'greedy', 'CELLS', 'DECODERS', 'ModelConfig', 'SCORES', 'Score', 'Seq2Seq',
-           'Translator', 'load', 'masked_softmax', 'plot_attention', 'plot_attention_grid',
-           'register']
+__all__ = ['Attention', 'beam_search', 'greedy', 'CELLS', 'DECODERS', 'MODES', 'ModelConfig',
+           'NORMALISERS', 'SCORES', 'Score', 'Seq2Seq', 'Translator', 'load', 'masked_softmax',
+           'masked_sparsemax', 'plot_attention', 'plot_attention_grid', 'register']

@@ -155,9 +155,26 @@ class Additive(Score):
   def v_vector(self) -> jax.Array:
     return self.v[...]
 
+  # batched over many t (Luong without input feeding) the [B, T, S, A] intermediate is
+  # computed in chunks of t so that it stays under this many elements
+  chunk_elements = 1 << 22
+
   def __call__(self, query, pre, cov=None):
-    """cov [B, T, S] coverage, only when enabled."""
-    x = self.w_q(query)[:, :, None, :] + pre[:, None, :, :]                # [B, T, S, A]
+    """query [B, T, Q], pre [B, S, A], cov [B, T, S] (only with coverage) -> [B, T, S]."""
+    q = self.w_q(query)                                                    # [B, T, A]
+    b, t, a = q.shape
+    chunk = max(1, self.chunk_elements // (b * pre.shape[1] * a))
+    if t <= chunk:
+      return self._scores(q, pre, cov)
+    n = -(-t // chunk)
+    pad = lambda x: jnp.swapaxes(jnp.pad(x, ((0, 0), (0, n * chunk - t), (0, 0))).reshape(
+        b, n, chunk, x.shape[-1]), 0, 1)                                    # [n, B, chunk, .]
+    xs = (pad(q), None if cov is None else pad(cov))
+    e = jax.lax.map(lambda x: self._scores(x[0], pre, x[1]), xs)           # [n, B, chunk, S]
+    return jnp.swapaxes(e, 0, 1).reshape(b, n * chunk, -1)[:, :t]
+
+  def _scores(self, q, pre, cov):
+    x = q[:, :, None, :] + pre[:, None, :, :]                               # [B, T, S, A]
     if self.w_c is not None:
       x = x + cov[..., None].astype(x.dtype) * self.w_c[...].astype(x.dtype)
     hidden = jnp.tanh(x)

@@ -156,3 +156,19 @@ def test_register_a_new_score_in_ten_lines():
                                -np.einsum('btd,bsd->bts', q, k), rtol=1e-5, atol=1e-5)
   finally:
     del scores_lib.SCORES['test_negdot']
+
+
+@pytest.mark.parametrize('coverage', [False, True])
+def test_additive_scores_in_chunks_of_t_equal_the_whole(coverage):
+  """Batched over many t, additive bounds its [B, T, S, A] intermediate by chunking t."""
+  score = scores_lib.make_score('additive', query_dim=8, key_dim=6, attn_dim=5, max_src_len=9,
+                                rngs=nnx.Rngs(0))
+  if coverage:
+    score.enable_coverage(5, rngs=nnx.Rngs(1))
+  q = jax.random.normal(jax.random.key(1), (3, 11, 8))
+  k = jax.random.normal(jax.random.key(2), (3, 7, 6))
+  cov = jax.random.uniform(jax.random.key(3), (3, 11, 7)) if coverage else None
+  whole = score(q, score.precompute(k), cov=cov)
+  score.chunk_elements = 3 * 7 * 5 * 4          # chunks of 4 steps: 11 = 4 + 4 + 3
+  chunked = score(q, score.precompute(k), cov=cov)
+  np.testing.assert_allclose(np.asarray(chunked), np.asarray(whole), atol=1e-6)

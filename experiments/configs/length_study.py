@@ -4,7 +4,8 @@ Fig. 2): without attention quality falls as sentences grow; with attention it ho
   bash launch.sh length-study        # = python -m experiments.sweep --sweep=experiments/configs/length_study.py
 
 Trains `none`, `additive`, `general` and `dot` on `reverse` (training lengths 1-50, test
-lengths 1-100) with equal budgets, then writes runs/length_study/bleu_by_length.png and
+lengths 1-100) with equal budgets, and `additive` with coverage (Tu et al. 2016: the coverage
+term in the score and the coverage loss discourage attending a position again), then writes runs/length_study/bleu_by_length.png and
 runs/length_study/summary.md (BLEU by source-length bucket per variant).
 """
 
@@ -23,4 +24,6 @@ def get_config(arg: str | None = None):
 
 
 def get_sweep(arg: str | None = None):
-  return [(score, {'model.score': score}) for score in VARIANTS]
+  return [(score, {'model.score': score}) for score in VARIANTS] + [
+      ('additive_coverage', {'model.score': 'additive', 'model.coverage': True,
+                             'train.coverage_weight': 1.0})]
