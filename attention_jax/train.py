@@ -125,7 +125,11 @@ def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
                'opt': keep(opt, state['opt'])}
   if baseline is not None:
     new_state['baseline'] = keep(baseline, state['baseline'])
-  return new_state, {**sums, 'loss': loss, 'grad_norm': grad_norm, 'finite': finite}
+  # 'loss': the (label-smoothed) cross-entropy per token; 'objective': what the gradient is
+  # of (differs with coverage loss or REINFORCE terms, whose surrogate is no loss value)
+  ce = sums['train_loss_sum'] / jnp.maximum(sums['tokens'], 1.0)
+  return new_state, {**sums, 'loss': ce, 'objective': loss, 'grad_norm': grad_norm,
+                     'finite': finite}
 
 
 def predict_step(graphdef, params, src, max_len: int):
