@@ -3,12 +3,22 @@
   t = attention_jax.load('runs/dates_additive')      # best checkpoint (or step=N)
   t.translate(['22. November 2026'])                  # -> ['2026-11-22']
   out, weights, src_tokens, tgt_tokens = t.attend('Nov 3, 1999')   # weights [T, S]
+
+Input policy (translate and attend): any str is accepted. Empty or whitespace-only strings
+give '' (nothing to translate). Unknown and control characters map to the UNK token.
+Inputs longer than the run's training maximum (data.max_src_len tokens) are translated
+with a RuntimeWarning naming how many and how long (attention has no length limit, but
+quality beyond the training lengths is not what was measured); only the `location` score,
+whose output layer has model.max_src_len positions, rejects longer inputs with a ValueError.
+Non-strings raise TypeError naming the argument. Large batches are decoded in chunks of
+`chunk_size` sentences (sorted by length, so each chunk pads little): memory stays bounded.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Sequence
 
 import jax
@@ -26,8 +36,9 @@ class Translator:
   """A trained model with its tokenizers; greedy decoding, jit-compiled per length bucket."""
 
   def __init__(self, mcfg: ModelConfig, graphdef, params, src_tok, tgt_tok, factor: float,
-               step: int):
+               step: int, max_train_len: int | None = None, chunk_size: int = 256):
     self.config, self.step = mcfg, step
+    self.max_train_len, self.chunk_size = max_train_len, chunk_size
     self.src_tok, self.tgt_tok = src_tok, tgt_tok
     self.graphdef, self.params, self._factor = graphdef, params, factor
     self._predict = jax.jit(lambda p, src, n: train_lib.predict_step(graphdef, p, src, n),
@@ -47,19 +58,47 @@ class Translator:
         self.params, src, decode_lib.max_output_len(src.shape[1], self._factor)))
     return src, tokens, weights
 
+  def _check_lengths(self, texts: Sequence[str]) -> None:
+    lengths = [len(self.src_tok.encode(t)) for t in texts]
+    longest = max(lengths, default=0)
+    if self.config.score == 'location' and longest + 1 > self.config.max_src_len:
+      raise ValueError(f"score 'location' scores at most model.max_src_len="
+                       f'{self.config.max_src_len} source positions; an input has {longest} '
+                       f'tokens (+ EOS)')
+    if self.max_train_len is not None and longest > self.max_train_len:
+      n = sum(x > self.max_train_len for x in lengths)
+      warnings.warn(f'{n} input(s) longer than the training maximum of {self.max_train_len} '
+                    f'tokens (longest {longest}); translating them anyway', RuntimeWarning,
+                    stacklevel=3)
+
   def translate(self, texts: Sequence[str]) -> list[str]:
-    """list of source strings -> list of output strings (greedy)."""
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
-      raise TypeError('translate(texts) takes a list of strings')
-    if not texts:
-      return []
-    _, tokens, _ = self._run(list(texts))
-    return [self.tgt_tok.decode(row.tolist()) for row in tokens]
+    """list of source strings -> list of output strings (greedy), in input order."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+      raise TypeError(f'translate(texts): texts must be a list of str, got '
+                      f'{type(texts).__name__}')
+    for i, t in enumerate(texts):
+      if not isinstance(t, str):
+        raise TypeError(f'translate(texts): texts[{i}] is {type(t).__name__}, not str')
+    out = [''] * len(texts)
+    todo = [i for i, t in enumerate(texts) if t.strip()]
+    self._check_lengths([texts[i] for i in todo])
+    todo.sort(key=lambda i: len(texts[i]))          # similar lengths share a chunk
+    for c in range(0, len(todo), self.chunk_size):
+      rows = todo[c:c + self.chunk_size]
+      _, tokens, _ = self._run([texts[i] for i in rows])
+      for i, row in zip(rows, tokens):
+        out[i] = self.tgt_tok.decode(row.tolist())
+    return out
 
   def attend(self, text: str):
-    """text -> (output str, weights [T, S] float32, source tokens, output tokens)."""
+    """text -> (output str, weights [T, S] float32, source tokens, output tokens).
+
+    An empty or whitespace-only text gives ('', an empty [0, 0] array, [], [])."""
     if not isinstance(text, str):
-      raise TypeError(f'attend(text) takes a string, got {type(text).__name__}')
+      raise TypeError(f'attend(text): text must be a str, got {type(text).__name__}')
+    if not text.strip():
+      return '', np.zeros((0, 0), np.float32), [], []
+    self._check_lengths([text])
     src, tokens, weights = self._run([text])
     src_tokens = self.src_tok.pieces(text) + ['</s>']
     ids = tokens[0].tolist()
@@ -81,6 +120,8 @@ def load(workdir: str, step: int | None = None) -> Translator:
     with open(os.path.join(workdir, 'config.json')) as f:
       train_cfg = ml_collections.ConfigDict(json.load(f)['train'])
     factor = float(train_cfg.max_decode_factor)
+    with open(os.path.join(workdir, 'config.json')) as f:
+      max_train_len = json.load(f).get('data', {}).get('max_src_len')
     src_tok, tgt_tok = data_lib.load_tokenizers(os.path.join(workdir, 'tokenizers'))
   except (OSError, ValueError, KeyError) as e:
     raise ckpt_lib.CheckpointError(f'{workdir!r} is not a usable attention_jax workdir: '
@@ -99,6 +140,8 @@ def load(workdir: str, step: int | None = None) -> Translator:
   if step is None:
     raise ckpt_lib.CheckpointError(f'no checkpoint in {workdir!r}/checkpoints')
   graphdef, template = train_lib.init_state(mcfg, train_lib.make_optimizer(train_cfg), 0)
-  params = ckpt_lib.restore(manager, step, template)[0]['params']
-  ckpts.close()
-  return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step)
+  try:
+    params = ckpt_lib.restore(manager, step, template)[0]['params']
+  finally:
+    ckpts.close()
+  return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step, max_train_len)

@@ -13,6 +13,9 @@ No pickle anywhere: arrays are written by Orbax (tensorstore), metadata as JSON.
 from __future__ import annotations
 
 import os
+import shutil
+import time
+import warnings
 from typing import Any
 
 import jax
@@ -61,6 +64,8 @@ class Checkpoints:
 
   @staticmethod
   def _save(manager, step, state, meta, metrics=None):
+    if step in manager.all_steps():
+      return   # written before an interruption; a resumed run recomputes the same state
     manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_flat(state)),
                                                meta=ocp.args.JsonSave(meta)),
                  metrics=metrics, force=True)
@@ -90,3 +95,35 @@ def restore(manager: ocp.CheckpointManager, step: int, template) -> tuple[Any, d
                           f'{type(e).__name__}: {e}') from e
   return _unflat(dict(out['state']), template), dict(out['meta'])
 
+
+
+def restore_newest(manager: ocp.CheckpointManager, template,
+                   log=print) -> tuple[Any, dict, int] | None:
+  """Restores the newest readable step of `manager` -> (state, meta, step), or None if it
+  holds no step. A step that cannot be read (truncated, corrupt, half-written) is moved to
+  <checkpoints>/corrupt/ with a warning naming it and the reason, and the next older step
+  is tried; CheckpointError if none can be read."""
+  skipped = []
+  for step in sorted(manager.all_steps(read=True), reverse=True):
+    try:
+      state, meta = restore(manager, step, template)
+    except CheckpointError as e:
+      src = os.path.join(str(manager.directory), str(step))
+      dst = os.path.join(os.path.dirname(str(manager.directory)), 'corrupt',
+                         f'{os.path.basename(str(manager.directory))}_{step}_{int(time.time())}')
+      os.makedirs(os.path.dirname(dst), exist_ok=True)
+      if os.path.exists(src):
+        shutil.move(src, dst)
+      msg = (f'WARNING: skipped unreadable checkpoint step {step} in {manager.directory} '
+             f'(moved to {dst}): {e}')
+      warnings.warn(msg, RuntimeWarning, stacklevel=2)
+      log(msg)
+      skipped.append(step)
+      manager.reload()
+      continue
+    return state, meta, step
+  if skipped:
+    raise CheckpointError(f'no readable checkpoint in {manager.directory}: steps {skipped} '
+                          f'are corrupt (moved to {os.path.dirname(str(manager.directory))}'
+                          f'/corrupt/)')
+  return None

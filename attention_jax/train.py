@@ -29,6 +29,7 @@ from attention_jax import decode as decode_lib
 from attention_jax import evaluate as eval_lib
 from attention_jax import metrics as metrics_lib
 from attention_jax import objective
+from attention_jax import preemption
 from attention_jax.model import ModelConfig, Seq2Seq
 
 
@@ -309,12 +310,14 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   ckpts = ckpt_lib.Checkpoints(workdir, keep=t.keep_checkpoints)
   it = task.train_iterator(d.batch_size, seed=cfg.seed)
   best_bleu, train_time = -1.0, 0.0   # train_time: seconds in train steps, over all sessions
-  if resuming and ckpts.latest.latest_step() is not None:
-    step0 = ckpts.latest.latest_step()
-    state, meta = ckpt_lib.restore(ckpts.latest, step0, state)
+  restored = ckpt_lib.restore_newest(ckpts.latest, state, log) if resuming else None
+  skips = 0   # non-finite batches skipped (train.skip_nonfinite)
+  if restored is not None:
+    state, meta, step0 = restored
     it.set_state(meta['data_state'])
     best_bleu = meta.get('best_bleu', -1.0)
     train_time = meta.get('train_seconds', 0.0)
+    skips = meta.get('nonfinite_skipped', 0)
     log(f'resumed from {latest_dir} step {step0}')
 
   writer = _writer(os.path.join(workdir, 'tensorboard'))
@@ -332,34 +335,46 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   def meta_now(step, extra=None):
     return {'step': step, 'data_state': it.get_state(), 'config': json.loads(cfg.to_json()),
             'model_config': mcfg.to_dict(), 'best_bleu': best_bleu, 'train_seconds': train_time,
-            **(extra or {})}
+            'nonfinite_skipped': skips, **(extra or {})}
 
-  while step < t.steps:
-    t_step = time.time()
-    batch = next(it)
-    state, m = steps.train(state, batch)
-    if not bool(m['finite']):
-      raise FloatingPointError(
-          f'non-finite training loss {float(m["loss"])} (gradient norm '
-          f'{float(m["grad_norm"])}) at step {step + 1}, batch of training examples '
-          f'{batch["index"][batch["weight"] > 0].tolist()}; parameters were not updated and '
-          f'the last checkpoint in {latest_dir} is untouched')
-    step += 1
-    train_time += time.time() - t_step
-    progress.update(step, m)
-    if step % t.eval_every == 0 or step == t.steps:
-      t_eval = time.time()
-      val, _ = evaluate_(local(state['params']), task, 'validation')
-      progress.t0 += time.time() - t_eval  # rates and ETA count training time only
-      log(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
+  stop = preemption.StopRequest()
+  with stop.installed():
+    while step < t.steps:
+      if stop.signum is not None:   # SIGTERM / SIGINT: save where we are, then exit
+        if step != ckpts.latest.latest_step():
+          ckpts.save_latest(step, state, meta_now(step))
+        ckpts.close()
+        writer.close()
+        raise preemption.Interrupted(stop.signum, step, latest_dir)
+      t_step = time.time()
+      batch = next(it)
+      state, m = steps.train(state, batch)
+      step += 1
+      if not bool(m['finite']):
+        where = (f'non-finite training loss {float(m["loss"])} (gradient norm '
+                 f'{float(m["grad_norm"])}) at step {step}, batch of training examples '
+                 f'{batch["index"][batch["weight"] > 0].tolist()}')
+        if not t.get('skip_nonfinite', False):
+          raise FloatingPointError(
+              f'{where}; parameters were not updated and the last checkpoint in {latest_dir} '
+              f'is untouched (set train.skip_nonfinite=True to skip such batches)')
+        skips += 1
+        log(f'  skipped ({skips} so far): {where}')
+      train_time += time.time() - t_step
+      progress.update(step, m)
+      if step % t.eval_every == 0 or step == t.steps:
+        t_eval = time.time()
+        val, _ = evaluate_(local(state['params']), task, 'validation')
+        progress.t0 += time.time() - t_eval  # rates and ETA count training time only
+        log(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
             f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}')
-      for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf'):
-        writer.add_scalar(f'validation/{k}', val[k], step)
-      if val['bleu'] > best_bleu:
-        best_bleu = val['bleu']
-        ckpts.save_best(step, state, meta_now(step, {'validation': val}), val['bleu'])
-    if step % t.checkpoint_every == 0 or step == t.steps:
-      ckpts.save_latest(step, state, meta_now(step))
+        for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf'):
+          writer.add_scalar(f'validation/{k}', val[k], step)
+        if val['bleu'] > best_bleu:
+          best_bleu = val['bleu']
+          ckpts.save_best(step, state, meta_now(step, {'validation': val}), val['bleu'])
+      if step % t.checkpoint_every == 0 or step == t.steps:
+        ckpts.save_latest(step, state, meta_now(step))
   writer.flush()
 
   # final evaluation with the best checkpoint
@@ -374,6 +389,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test') if lead() \
       else []
   summary = {'step': step, 'best_step': best_step, 'results': results,
+             'nonfinite_skipped': skips,
              'train_steps_per_s': step / train_time if train_time else None,
              'model_config': mcfg.to_dict(), 'heatmaps': paths}
   if lead():

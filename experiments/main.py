@@ -5,12 +5,16 @@
       --config.model.score=general --config.model.decoder=luong --workdir=runs/rev
 
 Re-running the same command with the same workdir resumes from its latest checkpoint.
+SIGTERM / SIGINT: the run saves a checkpoint at the current step and exits with status
+143 / 130 (128 + the signal number); see attention_jax/preemption.py.
 """
+
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from attention_jax import parallel, train
+from attention_jax import parallel, preemption, train
 
 config_flags.DEFINE_config_file('config', 'experiments/configs/dates.py',
                                 'Experiment config file (path[:arg]).', lock_config=True)
@@ -28,7 +32,11 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   parallel.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
-  train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
+  try:
+    train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
+  except preemption.Interrupted as e:
+    print(e, file=sys.stderr, flush=True)
+    sys.exit(e.exit_status)
 
 
 if __name__ == '__main__':

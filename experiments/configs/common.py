@@ -78,6 +78,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.reinforce_weight = 1.0  # hard attention: REINFORCE term λ_r (Xu et al. 2015)
   t.entropy_weight = 0.01   # hard attention: entropy bonus λ_e
   t.baseline_decay = 0.9    # hard attention: moving-average reward baseline
+  t.skip_nonfinite = False  # True: skip a batch with a non-finite loss/gradient (counted)
   t.eval_every = 500
   t.log_every = 50
   t.checkpoint_every = 500

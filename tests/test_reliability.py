@@ -1,0 +1,259 @@
+"""Nothing lost, nothing crashes without saying why: signals, corrupt checkpoints, non-finite
+training, bad input to translate/attend, bad configs, determinism."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import types
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import attention_jax as aj
+from attention_jax import checkpoint as ckpt_lib
+from attention_jax import train
+from experiments.configs import dates
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp('tfds'))
+
+
+def smoke(data_dir, **overrides):
+  c = dates.get_config('smoke')
+  c.data.data_dir = data_dir
+  for key, value in overrides.items():
+    section, field = key.split('.')
+    c[section][field] = value
+  return c
+
+
+def params_of(workdir, step, cfg):
+  mc = aj.ModelConfig.from_dict(json.load(open(os.path.join(workdir, 'model_config.json'))))
+  template = train.init_state(mc, train.make_optimizer(cfg.train), 0)[1]
+  ckpts = ckpt_lib.Checkpoints(workdir)
+  try:
+    return ckpt_lib.restore(ckpts.latest, step, template)[0]
+  finally:
+    ckpts.close()
+
+
+def assert_same_tree(a, b):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.fixture(scope='module')
+def straight(tmp_path_factory, data_dir):
+  """An uninterrupted 8-step run (checkpoints at 4 and 8): the reference."""
+  cfg = smoke(data_dir)
+  workdir = str(tmp_path_factory.mktemp('straight'))
+  return cfg, workdir, train.train_and_evaluate(cfg, workdir)
+
+
+# ---- determinism -------------------------------------------------------------------------------
+def test_two_runs_with_the_same_seed_are_bit_identical(straight, data_dir, tmp_path):
+  cfg, workdir, first = straight
+  second = train.train_and_evaluate(smoke(data_dir), str(tmp_path))
+  assert first['results'] == second['results']
+  assert_same_tree(params_of(workdir, 8, cfg), params_of(str(tmp_path), 8, cfg))
+
+
+# ---- corrupt checkpoints -----------------------------------------------------------------------
+def corrupt(step_dir):
+  """Truncates every array data file of a checkpoint step to half its size."""
+  files = [f for f in glob.glob(os.path.join(step_dir, 'state', '**', '*'), recursive=True)
+           if os.path.isfile(f) and os.path.getsize(f) > 64 and '/d/' in f]
+  assert files, os.listdir(os.path.join(step_dir, 'state'))
+  for f in files:
+    with open(f, 'r+b') as fh:
+      fh.truncate(os.path.getsize(f) // 2)
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous_one(straight, data_dir, tmp_path):
+  cfg, ref_dir, ref = straight
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(smoke(data_dir), workdir)
+  corrupt(os.path.join(workdir, 'checkpoints', 'latest', '8'))
+  os.remove(os.path.join(workdir, 'results.json'))
+  with pytest.warns(RuntimeWarning, match=r'skipped unreadable checkpoint step 8 in .*latest'):
+    again = train.train_and_evaluate(smoke(data_dir), workdir)   # resumes from step 4
+  assert again['results'] == ref['results']
+  assert_same_tree(params_of(workdir, 8, cfg), params_of(ref_dir, 8, cfg))
+  assert glob.glob(os.path.join(workdir, 'checkpoints', 'corrupt', 'latest_8_*'))
+
+
+def test_load_of_a_corrupt_checkpoint_is_a_clear_error(straight, tmp_path):
+  import shutil
+  _, ref_dir, ref = straight
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(ref_dir, workdir)
+  corrupt(os.path.join(workdir, 'checkpoints', 'best', str(ref['best_step'])))
+  with pytest.raises(ckpt_lib.CheckpointError,
+                     match=rf'could not read checkpoint step {ref["best_step"]} in .*best'):
+    aj.load(workdir)
+
+
+# ---- signals -------------------------------------------------------------------------------------
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+def test_signal_saves_a_checkpoint_exits_and_the_same_command_resumes(sig, data_dir, tmp_path):
+  workdir = str(tmp_path / 'run')
+  cmd = [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
+         f'--config.data.data_dir={data_dir}', '--config.train.steps=40',
+         '--config.train.eval_every=40', '--config.train.checkpoint_every=40',
+         '--config.train.log_every=1', f'--workdir={workdir}']
+  env = {**os.environ, 'PYTHONUNBUFFERED': '1'}
+  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, env=env)
+  for line in proc.stdout:                      # wait until training is under way
+    if line.startswith('step'):
+      break
+  proc.send_signal(sig)
+  out = proc.stdout.read()
+  assert proc.wait(timeout=300) == 128 + sig, out
+  assert f'stopped by {signal.Signals(sig).name} at step' in out
+  steps = [int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints', 'latest'))
+           if n.isdigit()]
+  assert len(steps) == 1 and 0 < steps[0] < 40, out     # saved where it stopped
+  done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert f'resumed from {workdir}/checkpoints/latest step {steps[0]}' in done.stdout + done.stderr
+  assert json.load(open(os.path.join(workdir, 'results.json')))['step'] == 40
+
+
+# ---- non-finite training --------------------------------------------------------------------------
+def poison_step(monkeypatch, at: int):
+  """The train step returns a non-finite loss (and leaves the state unchanged) at call `at`."""
+  real_of = train.Steps.of
+
+  def of(graphdef, cfg):
+    steps = real_of(graphdef, cfg)
+    real_train, calls = steps.train, [0]
+
+    def poisoned_train(state, batch):
+      calls[0] += 1
+      if calls[0] != at:
+        return real_train(state, batch)
+      before = jax.tree.map(np.array, state)
+      _, m = real_train(state, batch)
+      before['step'] = before['step'] + 1
+      return before, {**m, 'loss': np.float32('nan'), 'finite': np.bool_(False)}
+
+    poisoned = types.SimpleNamespace(mode=steps.mode, eval=steps.eval, predict=steps.predict,
+                                     train=poisoned_train)
+    return poisoned
+
+  monkeypatch.setattr(train.Steps, 'of', of)
+
+
+def test_non_finite_loss_stops_naming_step_loss_and_examples(monkeypatch, data_dir, tmp_path):
+  poison_step(monkeypatch, at=6)
+  workdir = str(tmp_path)
+  with pytest.raises(FloatingPointError,
+                     match=r'non-finite training loss nan .* at step 6, batch of training '
+                           r'examples \[\d+, .*last checkpoint .* is untouched'):
+    train.train_and_evaluate(smoke(data_dir), workdir)
+  latest = os.path.join(workdir, 'checkpoints', 'latest')
+  assert sorted(int(n) for n in os.listdir(latest) if n.isdigit()) == [4]
+
+
+def test_skip_nonfinite_skips_and_counts(monkeypatch, straight, data_dir, tmp_path):
+  poison_step(monkeypatch, at=6)
+  out = train.train_and_evaluate(smoke(data_dir, **{'train.skip_nonfinite': True}),
+                                 str(tmp_path))
+  assert out['nonfinite_skipped'] == 1
+  assert json.load(open(tmp_path / 'results.json'))['nonfinite_skipped'] == 1
+
+
+# ---- config validation: before any data or compile -------------------------------------------------
+@pytest.mark.parametrize('field, value, needle', [
+    ('model.emb_dim', -3, 'model.emb_dim must be a positive integer, got -3'),
+    ('model.score', 'bilinear', "unknown model.score 'bilinear'; valid: additive, cosine"),
+    ('model.attention_mode', 'soft', "unknown attention mode 'soft'; valid attention modes: "
+                                     'global, hard'),
+    ('model.decoder', 'transformer', "unknown model.decoder 'transformer'; valid: bahdanau, "
+                                     'luong'),
+    ('model.score', 'dot', "score 'dot' needs equal query and key sizes, got query (decoder "
+                           'state) size 32 and key (encoder annotation) size 64'),
+    ('train.steps', 0, 'train.steps must be a positive integer, got 0'),
+    ('train.lr', -1.0, 'train.lr must be > 0'),
+    ('train.decay', 'linear', "unknown train.decay 'linear'; valid: constant, cosine, rsqrt"),
+    ('data.batch_size', 7, 'data.batch_size=7 is not divisible by the device count 2'),
+])
+def test_bad_config_fails_before_any_compile(field, value, needle, monkeypatch, data_dir,
+                                             tmp_path):
+  if field == 'data.batch_size':
+    monkeypatch.setattr(jax, 'device_count', lambda *a: 2)
+  if field == 'model.score':
+    overrides = {'model.enc_hidden': 32} if value == 'dot' else {}
+  else:
+    overrides = {}
+
+  def no_compile(*a, **k):
+    raise AssertionError('compiled before validating the config')
+
+  monkeypatch.setattr(jax, 'jit', no_compile)
+  monkeypatch.setattr(train.data_lib, 'load_task', no_compile)
+  c = smoke(data_dir, **overrides, **{field: value})
+  with pytest.raises(ValueError) as e:
+    train.train_and_evaluate(c, str(tmp_path / 'w'))
+  assert needle in str(e.value)
+
+
+# ---- translate / attend input ----------------------------------------------------------------------
+@pytest.fixture(scope='module')
+def translator(straight):
+  return aj.load(straight[1])
+
+
+def test_translate_input_policy(translator):
+  with pytest.warns(RuntimeWarning, match='longer than the training maximum'):
+    out = translator.translate(['', '   ', '\t\n', '22. November 2026', '\x00\x07\u202e',
+                                '日本語 ☃ 🎉', 'x' * 200])
+  assert all(isinstance(o, str) for o in out)
+  assert out[:3] == ['', '', '']
+  empty = translator.attend(' ')
+  assert empty[0] == '' and empty[1].shape == (0, 0) and empty[2:] == ([], [])
+  with pytest.raises(TypeError, match=r'texts\[1\] is int, not str'):
+    translator.translate(['a', 3])
+  with pytest.raises(TypeError, match='texts must be a list of str, got str'):
+    translator.translate('22. November 2026')
+  with pytest.raises(TypeError, match='text must be a str, got NoneType'):
+    translator.attend(None)
+  with pytest.warns(RuntimeWarning, match='1 input.* longer than the training maximum of 64'):
+    translator.translate(['1' * 100])
+  out, w, src_tokens, tgt_tokens = translator.attend('3 mai 1999 \x01')
+  assert w.shape == (len(tgt_tokens), len(src_tokens))
+
+
+def test_large_batches_go_in_chunks_and_keep_their_order(translator):
+  texts = [f'{d} March {1990 + d}' for d in range(1, 29)] * 5      # 140 sentences
+  translator.chunk_size = 16
+  try:
+    chunked = translator.translate(texts)
+  finally:
+    translator.chunk_size = 256
+  whole = translator.translate(texts)
+  assert chunked == whole and len(chunked) == 140
+
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.text(max_size=40), min_size=50, max_size=50))
+def test_random_unicode_never_crashes(translator, texts):
+  """40 batches of 50 random Unicode strings: 2,000 strings, every output a string."""
+  with warnings.catch_warnings():
+    warnings.simplefilter('ignore', RuntimeWarning)
+    out = translator.translate(texts)
+  assert len(out) == len(texts) and all(isinstance(o, str) for o in out)
+  r = translator.attend(texts[0])
+  assert isinstance(r[0], str)
