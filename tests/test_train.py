@@ -60,7 +60,7 @@ def test_load_translates_and_attends(dates_run):
   out, weights, src_tokens, tgt_tokens = t.attend('Nov 3, 1999')
   assert weights.shape == (len(tgt_tokens), len(src_tokens))
   np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
-  with pytest.raises(TypeError, match='list of strings'):
+  with pytest.raises(TypeError, match='texts must be a list of str'):
     t.translate('not a list')
 
 
