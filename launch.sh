@@ -9,6 +9,8 @@
 #   bash launch.sh sweep SWEEP_FILE     run every variant of a sweep (e.g. experiments/configs/length_study.py)
 #   bash launch.sh length-study         the length experiment: none/additive/general/dot on reverse
 #   bash launch.sh evaluate --workdir=runs/X [--beam=5]   evaluate a checkpoint (by length, alignment)
+#   bash launch.sh bench [--quick]      speed benchmark: train tok/s, FLOP/s, compile time, decoding
+#                                       (writes benchmark.json; --configs --scores --decoders select)
 #   bash launch.sh train CONFIG --workdir=W --coordinator HOST:PORT --num-processes N --process-id I
 #                                       one process of a multi-host run (start one per host)
 #
@@ -86,6 +88,10 @@ case "$cmd" in
     setup
     exec python -m experiments.evaluate "$@"
     ;;
+  bench)
+    setup
+    exec python -m experiments.benchmark "$@"
+    ;;
   data-info)
     setup
     [[ $# -ge 1 ]] || { echo "usage: bash launch.sh data-info CONFIG" >&2; exit 2; }
@@ -93,7 +99,7 @@ case "$cmd" in
     exec python -m experiments.data_info --config="$config" "$@"
     ;;
   *)
-    echo "unknown command '$cmd'; valid: (none), test, train, sweep, length-study, evaluate, data-info" >&2
+    echo "unknown command '$cmd'; valid: (none), test, train, sweep, length-study, evaluate, bench, data-info" >&2
     exit 2
     ;;
 esac

@@ -1,0 +1,70 @@
+"""The benchmark script: it runs end to end on a tiny config and writes the JSON it promises,
+and its FLOP count sees through loops. Speed itself is never asserted."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from experiments import benchmark
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_flop_count_multiplies_scan_bodies_by_their_length():
+  x, w = jnp.ones((8, 16)), jnp.ones((16, 16))
+
+  def loop(x, w):
+    return jax.lax.scan(lambda c, _: (jnp.tanh(c @ w), None), x, None, length=10)[0]
+
+  dot, other = benchmark.count_flops(jax.make_jaxpr(loop)(x, w))
+  assert dot == 10 * 2 * 8 * 16 * 16
+  assert other >= 10 * 8 * 16          # at least the tanh of every step
+  grad_dot, _ = benchmark.count_flops(jax.make_jaxpr(jax.grad(
+      lambda x, w: loop(x, w).sum(), argnums=1))(x, w))
+  assert grad_dot == 3 * dot           # forward, and two matmuls per step backward
+
+
+def test_synthetic_batch_matches_the_package_format():
+  shape = benchmark.CONFIGS['tiny']
+  b = benchmark.make_batch(shape, seed=0)
+  assert b['src'].shape == b['tgt_in'].shape == (shape.batch, shape.padded)
+  lengths = (b['tgt_out'] != 0).sum(1) - 1      # without EOS
+  assert lengths.min() >= shape.min_len and lengths.max() <= shape.max_len
+  assert (b['weight'] == 1).all()
+
+
+def test_unknown_names_fail_with_the_valid_ones():
+  with pytest.raises(ValueError, match='valid: .*additive'):
+    benchmark.run(['tiny'], ['nope'], ['luong'])
+
+
+def test_command_line_writes_the_json(tmp_path):
+  out = tmp_path / 'bench.json'
+  proc = subprocess.run(
+      [sys.executable, '-m', 'experiments.benchmark', '--quick', '--configs=tiny',
+       '--scores=general', '--decoders=luong', '--windows=1', f'--out={out}'],
+      cwd=ROOT, capture_output=True, text=True, timeout=600,
+      env={**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu'})
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert '| tiny | general | luong |' in proc.stdout
+  with open(out) as f:
+    data = json.load(f)
+  assert data['matmul']['flops_per_s'] > 0
+  assert data['configs']['tiny']['padded_len'] == benchmark.CONFIGS['tiny'].padded
+  (r,) = data['results']
+  assert (r['config'], r['score'], r['decoder']) == ('tiny', 'general', 'luong')
+  for key in ('compile_s', 'step_s', 'tokens_per_s', 'sentences_per_s', 'flops_per_step',
+              'flops_per_s', 'matmul_ratio'):
+    assert math.isfinite(r[key]) and r[key] > 0, key
+  assert r['target_tokens_per_batch'] <= benchmark.CONFIGS['tiny'].batch * \
+      (benchmark.CONFIGS['tiny'].max_len + 1)
+  for mode in ('greedy', 'beam5'):
+    assert r[mode]['sentences_per_s'] > 0 and r[mode]['compile_s'] > 0
+  assert r['memory']['maxrss_mb'] > 0
+  assert any('compile_s' in t['what'] for t in data['targets'])
