@@ -91,6 +91,15 @@ class Read(NamedTuple):
   logp: jax.Array           # [B, T] log a_{t, s_t} of the sampled position (hard), else 0
   entropy: jax.Array        # [B, T] entropy of a_t (hard modes), else 0
   coverage_loss: jax.Array  # [B, T] Σ_s min(a_{t,s}, cov_{t,s}) with coverage, else 0
+  query: Any = None         # [B, T, D] φ(q) of a bilinear score, read with a Tap; else None
+
+
+class Tap(NamedTuple):
+  """Zeros added to one read's scores and context inside the decoder loop: their gradients
+  are d_e_t and d_c_t, from which the decoder forms the memory's gradient after the loop
+  (decoder.py). `scores` is None unless the score is bilinear."""
+  scores: jax.Array | None  # [B, T, S]
+  context: jax.Array        # [B, T, K]
 
 
 MODES: dict[str, type['Mode']] = {}
@@ -262,23 +271,35 @@ class Attention(nnx.Module):
     if coverage:
       self.score.enable_coverage(attn_dim, rngs=rngs)
 
+  @property
+  def deferrable(self) -> bool:
+    """Whether the decoder loop may defer the memory's gradient: a score that attends and
+    a soft mode (c_t = Σ_s a_{t,s} h̄_s, linear in the keys)."""
+    return self.score.attends and type(self.mode).read is Mode.read
+
   def memory(self, keys: jax.Array, mask: jax.Array, summary: jax.Array) -> Memory:
     """keys [B, S, K], mask [B, S], summary [B, K] -> Memory (source side, once)."""
     pre = self.score.precompute(keys) if self.score.attends else None
     return Memory(keys=keys, mask=mask, pre=pre, summary=summary)
 
   def read(self, query: jax.Array, mem: Memory, *, pos: jax.Array | None = None,
-           cov: jax.Array | None = None, key: jax.Array | None = None) -> Read:
+           cov: jax.Array | None = None, key: jax.Array | None = None,
+           tap: Tap | None = None) -> Read:
     """query [B, T, Q]; pos [T] int32 target step indices (default 0..T-1); cov [B, T, S]
-    coverage (only with coverage); key: sampling key of the hard modes (None = argmax)."""
+    coverage (only with coverage); key: sampling key of the hard modes (None = argmax);
+    tap: added to the scores (bilinear scores, which then return φ(q)) and the context."""
     b, t, _ = query.shape
     s = mem.keys.shape[1]
     zero = jnp.zeros((b, t), jnp.float32)
     if not self.score.attends:
       context = jnp.broadcast_to(mem.summary[:, None, :], (b, t, mem.summary.shape[-1]))
       return Read(context, jnp.zeros((b, t, s), jnp.float32), zero, zero, zero)
+    q_map = None
     if self.coverage:
       e = self.score(query, mem.pre, cov=cov)                               # [B, T, S]
+    elif tap is not None and tap.scores is not None:
+      q_map = self.score.query_map(query)                                   # [B, T, D]
+      e = scores_lib.match(q_map, mem.pre) + tap.scores
     else:
       e = self.score(query, mem.pre)                                        # [B, T, S]
     pos = jnp.arange(t, dtype=jnp.int32) if pos is None else pos
@@ -288,8 +309,10 @@ class Attention(nnx.Module):
     if factor is not None:
       weights = weights * factor
     context, logp, entropy = self.mode.read(weights, mem.keys, key)
+    if tap is not None:
+      context = context + tap.context
     cov_loss = jnp.sum(jnp.minimum(weights, cov), -1) if self.coverage else zero
-    return Read(context, weights, logp, entropy, cov_loss)
+    return Read(context, weights, logp, entropy, cov_loss, q_map)
 
   def __call__(self, query: jax.Array, mem: Memory, **kw) -> tuple[jax.Array, jax.Array]:
     """query [B, T, Q] -> (context [B, T, K], weights [B, T, S] float32)."""

@@ -7,8 +7,10 @@ recomputed inside the decoder loop:
   e   = score(query, pre)        # query [B, T, Q] -> scores [B, T, S], per step (T = 1) or batched
 
 Adding a score: subclass `Score`, implement those two methods, decorate with
-`@register('name')`. The tests are parametrized over `SCORES`, so a new entry is tested
-(it needs a NumPy reference in tests/test_scores.py).
+`@register('name')`. A score of the form e = φ(q)ᵀ pre_s subclasses `Bilinear` and implements
+`query_map` (φ) instead of `__call__`: the decoder loop then defers pre's gradient. The
+tests are parametrized over `SCORES`, so a new entry is tested (it needs a NumPy reference
+in tests/test_scores.py).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Score(nnx.Module):
 
   name = 'base'
   attends = True
+  bilinear = False
   content_based = True
   supports_coverage = False
 
@@ -60,11 +63,31 @@ class Score(nnx.Module):
     raise NotImplementedError
 
 
+def match(query: jax.Array, keys: jax.Array) -> jax.Array:
+  """query [B, T, D], keys [B, S, D] -> q_tᵀ k_s [B, T, S]."""
+  return jnp.einsum('btd,bsd->bts', query, keys)
+
+
+class Bilinear(Score):
+  """A score e = φ(q)ᵀ pre_s, linear in the source-side cache `pre`. The decoder's time loop
+  then leaves pre's gradient Σ_t d_e_t φ(q_t)ᵀ to one batched matmul after the loop
+  (decoder.py), instead of accumulating an outer product into [B, S, D] at every step."""
+
+  bilinear = True
+
+  def query_map(self, query: jax.Array) -> jax.Array:
+    """query [B, T, Q] -> φ(q) [B, T, D]."""
+    return query
+
+  def __call__(self, query, pre):
+    return match(self.query_map(query), pre)
+
+
 def _linear(i, o, *, bias, dtype, rngs):
   return nnx.Linear(i, o, use_bias=bias, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 
 
-class _SameSize(Score):
+class _SameSize(Bilinear):
 
   @classmethod
   def check_sizes(cls, query_dim, key_dim):
@@ -82,9 +105,6 @@ class Dot(_SameSize):
   def __init__(self, *, query_dim, key_dim, attn_dim, max_src_len, dtype, rngs):
     del attn_dim, max_src_len, dtype, rngs
 
-  def __call__(self, query, pre):
-    return jnp.einsum('btd,bsd->bts', query, pre)
-
 
 @register('scaled_dot')
 class ScaledDot(_SameSize):
@@ -97,12 +117,9 @@ class ScaledDot(_SameSize):
   def precompute(self, keys):
     return keys * jnp.asarray(self.scale, keys.dtype)
 
-  def __call__(self, query, pre):
-    return jnp.einsum('btd,bsd->bts', query, pre)
-
 
 @register('general')
-class General(Score):
+class General(Bilinear):
   """e = qᵀ W_a h̄, bilinear / "multiplicative" (Luong et al. 2015). W_a h̄ is precomputed."""
 
   def __init__(self, *, query_dim, key_dim, attn_dim, max_src_len, dtype, rngs):
@@ -111,9 +128,6 @@ class General(Score):
 
   def precompute(self, keys):
     return self.w_a(keys)  # [B, S, Q]
-
-  def __call__(self, query, pre):
-    return jnp.einsum('btq,bsq->bts', query, pre)
 
 
 @register('scaled_general')
@@ -125,8 +139,8 @@ class ScaledGeneral(General):
     super().__init__(**kw)
     self.g = nnx.Param(jnp.ones((), jnp.float32))
 
-  def __call__(self, query, pre):
-    return self.g[...].astype(query.dtype) * super().__call__(query, pre)
+  def query_map(self, query):
+    return self.g[...].astype(query.dtype) * query
 
 
 @register('additive')
@@ -219,7 +233,7 @@ class Location(Score):
 
 
 @register('cosine')
-class Cosine(Score):
+class Cosine(Bilinear):
   """e = β · cos(W_k q, h̄): content-based addressing of Neural Turing Machines (Graves,
   Wayne & Danihelka 2014). The query emits a key W_k q of the annotation size; the
   sharpness β = softplus(b) > 0 is learned (init 10, so the softmax is not flat)."""
@@ -240,9 +254,8 @@ class Cosine(Score):
   def beta(self):
     return jax.nn.softplus(self.beta_raw[...])
 
-  def __call__(self, query, pre):
-    cos = jnp.einsum('btk,bsk->bts', self._unit(self.w_k(query)), pre)
-    return self.beta() * cos
+  def query_map(self, query):
+    return self.beta() * self._unit(self.w_k(query))  # [B, T, K]: β · unit(W_k q)
 
 
 @register('none')

@@ -65,6 +65,42 @@ def test_finite_gradients_every_score_decoder_cell(score, decoder, cell):
   assert (w[2] == 0).all()
 
 
+
+@pytest.mark.parametrize('score,mode,coverage,decoder', [
+    ('general', 'global', False, 'luong'), ('general', 'global', False, 'bahdanau'),
+    ('scaled_general', 'local_p', False, 'luong'), ('cosine', 'global', False, 'bahdanau'),
+    ('additive', 'global', True, 'bahdanau'), ('location', 'global', False, 'luong'),
+    ('additive', 'hard', False, 'luong')])
+def test_deferred_memory_gradient_equals_plain_autodiff(score, mode, coverage, decoder):
+  """Decoder.features defers the gradient of the attention memory (keys, and `pre` of
+  bilinear scores) to after the time loop; it must equal autodiff of the plain scan."""
+  model = build(config(score, decoder, 'lstm', attention_mode=mode, coverage=coverage))
+  graphdef, params = nnx.split(model)
+
+  def loss(params, plain):
+    m = nnx.merge(graphdef, params)
+    if plain:
+      m.decoder.features = m.decoder.scan
+    logits, r = m.forward(SRC, TGT_IN, sample_key=jax.random.key(3))
+    # a loss that reaches every output: the logits, the weights and the coverage loss
+    return (jnp.sum(jax.nn.log_softmax(logits)[..., 4] * (TGT_IN != 0))
+            + jnp.sum(r.weights ** 2) + jnp.sum(r.coverage_loss))
+
+  soft = mode != 'hard'
+  calls = lambda plain: str(jax.make_jaxpr(lambda p: loss(p, plain))(params)).count(
+      'custom_vjp_call')                        # (the encoder's RNN has one too)
+  assert calls(False) == calls(True) + soft
+  deferred = jax.jit(jax.grad(lambda p: loss(p, False)))(params)
+  plain = jax.jit(jax.grad(lambda p: loss(p, True)))(params)
+  flat_plain = jax.tree.leaves(plain)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(deferred), flat_plain,
+                          strict=True):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4,
+                               atol=2e-5 * float(jnp.max(jnp.abs(b)) + 1e-6),
+                               err_msg=jax.tree_util.keystr(path))
+  assert any(float(jnp.abs(x).sum()) > 0 for x in jax.tree.leaves(deferred))
+
+
 @pytest.mark.parametrize("score,decoder", list(itertools.product(SCORES, DECODERS)))
 def test_extra_padding_does_not_change_a_sentence(score, decoder):
   model = build(config(score, decoder, 'lstm', enc_layers=2))
