@@ -71,21 +71,9 @@ class Cell(nnx.Module):
     """The elementwise part of a step: carry, xp [B, G], hp = h W_h [B, G] -> (carry, h)."""
     raise NotImplementedError
 
-  def step(self, carry, xp: jax.Array, extra: jax.Array | None = None,
-           extra_kernel: jax.Array | None = None):
-    """carry, xp [B, G] -> (carry, h [B, H]).
-
-    With `extra` [B, X] and `extra_kernel` [X, G] (an input only known inside the loop, e.g.
-    Luong's fed-back h̃_{t-1}) the gates get extra W_extra too, in the same matmul as
-    h W_h: [extra; h] [W_extra; W_h], one [B, X + H] x [X + H, G] product per step instead
-    of two (the concatenated kernel is loop-invariant, so XLA builds it once).
-    """
-    h = self.output(carry)
-    if extra is None:
-      return self.update(self.extras(), carry, xp, self.w_h(h))
-    inp = jnp.concatenate([extra.astype(self.dtype), h.astype(self.dtype)], axis=-1)
-    kernel = jnp.concatenate([extra_kernel, self.w_h.kernel[...]], axis=0)
-    return self.update(self.extras(), carry, xp, _matmul(inp, kernel, self.dtype))
+  def step(self, carry, xp: jax.Array):
+    """carry, xp [B, G] -> (carry, h [B, H])."""
+    return self.update(self.extras(), carry, xp, self.w_h(self.output(carry)))
 
 
 @register('gru')

@@ -89,17 +89,13 @@ class Decoder(nnx.Module):
     r = jax.tree.map(lambda x: x[:, 0], r)
     return (t + 1, None if cov is None else cov + r.weights), r
 
-  def _rnn_step(self, rnn, xp0, extra=None):
-    """One step of the stacked cells: xp0 [B, G] -> (new carries, top output [B, H]).
-    `extra` [B, X]: layer 0's in-loop input, multiplied by w_extra (fused with h W_h)."""
+  def _rnn_step(self, rnn, xp0):
+    """One step of the stacked cells: xp0 [B, G] -> (new carries, top output [B, H])."""
     new, xp = [], xp0
     for layer, cell in enumerate(self.cells):
       if layer > 0:
         xp = cell.project(h)
-      if layer == 0 and extra is not None:
-        c, h = cell.step(rnn[layer], xp, extra, self.w_extra.kernel[...])
-      else:
-        c, h = cell.step(rnn[layer], xp)
+      c, h = cell.step(rnn[layer], xp)
       new.append(c)
     return tuple(new), h
 
@@ -156,7 +152,7 @@ class BahdanauDecoder(Decoder):
     rnn, feed = carry[:2]
     s_prev = self.cells[-1].output(rnn[-1])                                  # [B, H]
     rest, r = self._read(s_prev, carry, mem, key, tap)                       # context [B, K]
-    rnn, s = self._rnn_step(rnn, xp_t, r.context)
+    rnn, s = self._rnn_step(rnn, xp_t + self.w_extra(r.context))
     feat = jnp.concatenate([s, r.context.astype(s.dtype)], axis=-1)
     return (rnn, feed, *rest), (feat, r._replace(context=None))
 
@@ -185,7 +181,9 @@ class LuongDecoder(Decoder):
 
   def step(self, carry, xp_t, mem, key=None, tap=None):
     rnn, feed = carry[:2]
-    rnn, h = self._rnn_step(rnn, xp_t, feed if self.input_feeding else None)
+    if self.input_feeding:
+      xp_t = xp_t + self.w_extra(feed)
+    rnn, h = self._rnn_step(rnn, xp_t)
     rest, r = self._read(h, carry, mem, key, tap)
     h_tilde = self._attentional(h, r.context)
     return (rnn, h_tilde, *rest), (h_tilde, r._replace(context=None))
