@@ -285,9 +285,12 @@ class Attention(nnx.Module):
   def read(self, query: jax.Array, mem: Memory, *, pos: jax.Array | None = None,
            cov: jax.Array | None = None, key: jax.Array | None = None,
            tap: Tap | None = None) -> Read:
-    """query [B, T, Q]; pos [T] int32 target step indices (default 0..T-1); cov [B, T, S]
-    coverage (only with coverage); key: sampling key of the hard modes (None = argmax);
+    """query [B, T, Q] (or [B*G, 1, Q]: see `_grouped_read`); pos [T] int32 target step
+    indices (default 0..T-1); cov [B, T, S] coverage (only with coverage); key: sampling
+    key of the hard modes (None = argmax);
     tap: added to the scores (bilinear scores, which then return φ(q)) and the context."""
+    if query.shape[0] != mem.keys.shape[0]:
+      return self._grouped_read(query, mem, pos=pos, cov=cov, key=key, tap=tap)
     b, t, _ = query.shape
     s = mem.keys.shape[1]
     zero = jnp.zeros((b, t), jnp.float32)
@@ -313,6 +316,21 @@ class Attention(nnx.Module):
       context = context + tap.context
     cov_loss = jnp.sum(jnp.minimum(weights, cov), -1) if self.coverage else zero
     return Read(context, weights, logp, entropy, cov_loss, q_map)
+
+  def _grouped_read(self, query, mem, *, pos, cov, key, tap) -> Read:
+    """Beam search: query [B*G, 1, Q] against a memory of batch B, the G hypotheses of a
+    sentence in adjacent rows -> Read [B*G, 1, ...], read as G queries [B, G, Q] of each
+    sentence, so that the memory is not copied G times (nor read G times per step)."""
+    n, t, q = query.shape
+    b = mem.keys.shape[0]
+    if t != 1 or n % b or tap is not None:
+      raise ValueError(f'query batch {n} must equal the memory batch {b}, or (beam search, '
+                       f'one step) be a multiple of it; got query [{n}, {t}, {q}]')
+    g = n // b
+    pos = jnp.zeros((1,), jnp.int32) if pos is None else pos
+    r = self.read(query.reshape(b, g, q), mem, pos=jnp.broadcast_to(pos, (g,)),
+                  cov=None if cov is None else cov.reshape(b, g, -1), key=key)
+    return jax.tree.map(lambda x: x.reshape((n, 1) + x.shape[2:]), r)
 
   def __call__(self, query: jax.Array, mem: Memory, **kw) -> tuple[jax.Array, jax.Array]:
     """query [B, T, Q] -> (context [B, T, K], weights [B, T, S] float32)."""

@@ -62,18 +62,44 @@ class _State(NamedTuple):
   carry: Any             # model carry, leaves [B*K, ...]
   alive_tok: jax.Array   # [B, K, L] int32
   alive_logp: jax.Array  # [B, K] float32, sorted descending; -inf for an empty beam
-  alive_w: jax.Array     # [B, K, L, S] float32
   fin_tok: jax.Array     # [B, K, L] int32
   fin_score: jax.Array   # [B, K] float32 (length-normalised), sorted descending; -inf empty
-  fin_w: jax.Array       # [B, K, L, S] float32
+  fin_at: jax.Array      # [B, K] int32, the step of a finished hypothesis's EOS ...
+  fin_cand: jax.Array    # [B, K] int32, ... and its index among that step's 2K candidates
   done: jax.Array        # [B] bool, the sentence's answer can no longer change
+  # attention weights by back-pointers: each step writes [B, K, S] rows and [B, *] indices
+  # instead of reordering every hypothesis's [L, S] history (which cost most of the time)
+  w_hist: jax.Array      # [L, B, K, S] float32, step t's weights of alive beam k (of t-1)
+  parent: jax.Array      # [L, B, 2K] int32, the alive beam each of step t's candidates extends
+  alive_from: jax.Array  # [L, B, K] int32, the candidate that became alive beam k at step t
+
+
+def _backtrack(st: _State, t_end: jax.Array, cand: jax.Array) -> jax.Array:
+  """The attention weights [B, L, S] of the hypothesis that is candidate `cand` [B] of step
+  `t_end` [B] (zero after t_end), following the back-pointers from t_end down to 0."""
+  from_prev = jnp.concatenate([jnp.zeros_like(st.alive_from[:1]), st.alive_from[:-1]])
+  take = lambda x, i: jnp.take_along_axis(x, i.reshape(i.shape + (1,) * (x.ndim - 1)),
+                                          axis=1)[:, 0]
+
+  def body(c, x):
+    t, w_t, parent_t, from_t = x             # [], [B, K, S], [B, 2K], [B, K] (step t - 1)
+    active = t <= t_end                                                # [B]
+    p = take(parent_t, c)                                              # [B] alive beam
+    return (jnp.where(active, take(from_t, p), c),
+            jnp.where(active[:, None], take(w_t, p), 0.0))             # [B, S]
+
+  steps = jnp.arange(st.w_hist.shape[0])
+  _, w = jax.lax.scan(body, cand, (steps, st.w_hist, st.parent, from_prev), reverse=True)
+  return jnp.swapaxes(w, 0, 1)
 
 
 def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: float = 0.6):
   """src [B, S] -> (tokens [B, L] int32, scores [B] float32, weights [B, L, S] float32).
 
-  `model` has `start(src) -> (carry, mem)` and `step(carry, y_prev [B], mem) -> (carry,
-  log-probabilities [B, V], weights [B, S])` (`Seq2Seq`). The best hypothesis per sentence
+  `model` has `start(src) -> (carry, mem)` and `step(carry, y_prev [N], mem) -> (carry,
+  log-probabilities [N, V], weights [N, S])` (`Seq2Seq`). Beam search calls step with
+  N = B*K hypothesis rows (a sentence's K rows adjacent) and the memory of the B sentences
+  as `start` returned it, not copied K times (`Attention.read` groups the rows). The best hypothesis per sentence
   (EOS then PAD), its length-normalised score, and its attention weights per output step.
   Call it inside `jax.jit` with beam_size, max_len and alpha static.
   """
@@ -86,7 +112,9 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   b, s = src.shape
   k, n = beam_size, max_len
   carry, mem = model.start(src)
-  carry, mem = _tile(carry, k), _tile(mem, k)                          # leaves [B*K, ...]
+  # the carry per hypothesis (leaves [B*K, ...]); the memory stays [B, ...]: the attention
+  # reads a sentence's K hypotheses as K queries of it (Attention._grouped_read)
+  carry = _tile(carry, k)
   filler = jnp.all(src == PAD, axis=1)                                 # [B]
   row0 = (jnp.arange(b) * k)[:, None]                                  # [B, 1]
   lp_max = length_penalty(n, alpha)
@@ -103,8 +131,6 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     top_logp, top = jax.lax.top_k(cand.reshape(b, k * v), 2 * k)      # [B, 2K]
     parent, tok = top // v, (top % v).astype(jnp.int32)                # [B, 2K]
     seq = _pick(st.alive_tok, parent).at[:, :, t].set(tok)            # [B, 2K, L]
-    w_t = _pick(w.reshape(b, k, s).astype(jnp.float32), parent)        # [B, 2K, S]
-    seq_w = _pick(st.alive_w, parent).at[:, :, t].set(w_t)            # [B, 2K, L, S]
     is_eos = tok == EOS
     real = top_logp > NEG_INF                                          # from a real beam
 
@@ -113,7 +139,9 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     new_score = jnp.where(new_fin, top_logp / length_penalty(t + 1, alpha), NEG_INF)
     fin_score, i = jax.lax.top_k(jnp.concatenate([st.fin_score, new_score], 1), k)  # [B, K]
     fin_tok = _pick(jnp.concatenate([st.fin_tok, seq], 1), i)          # [B, K, L]
-    fin_w = _pick(jnp.concatenate([st.fin_w, seq_w], 1), i)            # [B, K, L, S]
+    fin_at = _pick(jnp.concatenate([st.fin_at, jnp.full((b, 2 * k), t)], 1), i)
+    fin_cand = _pick(jnp.concatenate([st.fin_cand, jnp.broadcast_to(
+        jnp.arange(2 * k, dtype=jnp.int32), (b, 2 * k))], 1), i)        # [B, K]
 
     # alive: the K best extensions not ending in EOS (top_logp is sorted, so is this)
     alive_logp, i = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)        # [B, K]
@@ -121,21 +149,30 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
 
     full = fin_score[:, k - 1] > NEG_INF
     beaten = fin_score[:, 0] > alive_logp[:, 0] / lp_max
-    return _State(t + 1, carry, _pick(seq, i), alive_logp, _pick(seq_w, i),
-                  fin_tok, fin_score, fin_w, st.done | full | beaten)
+    return _State(t + 1, carry, _pick(seq, i), alive_logp, fin_tok, fin_score, fin_at,
+                  fin_cand, st.done | full | beaten,
+                  st.w_hist.at[t].set(w.reshape(b, k, s).astype(jnp.float32)),
+                  st.parent.at[t].set(parent.astype(jnp.int32)),
+                  st.alive_from.at[t].set(i.astype(jnp.int32)))
 
   alive_logp = jnp.full((b, k), NEG_INF, jnp.float32).at[:, 0].set(0.0)
+  zeros = lambda *shape: jnp.zeros(shape, jnp.int32)
   st = _State(jnp.int32(0), carry,
               jnp.full((b, k, n), PAD, jnp.int32), alive_logp,
-              jnp.zeros((b, k, n, s), jnp.float32),
               jnp.full((b, k, n), PAD, jnp.int32), jnp.full((b, k), NEG_INF, jnp.float32),
-              jnp.zeros((b, k, n, s), jnp.float32), filler)
+              zeros(b, k), zeros(b, k), filler,
+              jnp.zeros((n, b, k, s), jnp.float32), zeros(n, b, 2 * k), zeros(n, b, k))
   st = jax.lax.while_loop(cond, body, st)
 
   has_fin = st.fin_score[:, 0] > NEG_INF                               # [B]
   tokens = jnp.where(has_fin[:, None], st.fin_tok[:, 0], st.alive_tok[:, 0])        # [B, L]
   scores = jnp.where(has_fin, st.fin_score[:, 0], st.alive_logp[:, 0] / lp_max)      # [B]
-  weights = jnp.where(has_fin[:, None, None], st.fin_w[:, 0], st.alive_w[:, 0])      # [B,L,S]
+  # the answer's last step and candidate: its EOS step, or (none finished) the best alive
+  # beam after the last step, i.e. the candidate that became alive beam 0 then
+  last = st.t - 1
+  t_end = jnp.where(has_fin, st.fin_at[:, 0], last)                                  # [B]
+  cand = jnp.where(has_fin, st.fin_cand[:, 0], st.alive_from[jnp.maximum(last, 0), :, 0])
+  weights = _backtrack(st, t_end, cand)                                              # [B,L,S]
   tokens = jnp.where(filler[:, None], PAD, tokens)
   scores = jnp.where(filler, 0.0, scores)
   weights = jnp.where(filler[:, None, None], 0.0, weights)

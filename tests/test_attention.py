@@ -83,3 +83,34 @@ def test_masked_softmax_matches_numpy():
   want[0] = np.exp(e[0] - 3.0) * mask[0]
   want /= want.sum(-1, keepdims=True)
   np.testing.assert_allclose(np.asarray(masked_softmax(e, mask)), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize('name,mode,coverage', [(n, 'global', False) for n in ATTENDING]
+                         + [('general', 'local_p', False), ('dot', 'local_m', False),
+                            ('additive', 'global', True), ('general', 'hard', False)])
+def test_grouped_read_equals_reading_a_copied_memory(name, mode, coverage):
+  """Beam search reads a sentence's G hypotheses (query rows [B*G, 1, Q]) against the
+  memory [B, ...] once: the same as every row reading its own copy of the memory."""
+  g = 3
+  attn = Attention(name, query_dim=Q, key_dim=K, attn_dim=A, max_src_len=16, mode=mode,
+                   coverage=coverage, rngs=nnx.Rngs(0))
+  _, _, keys, mask = setup(name)
+  q = jax.random.normal(jax.random.key(1), (B * g, 1, Q))
+  cov = jax.random.uniform(jax.random.key(2), (B * g, 1, 5)) if coverage else None
+  mem = attn.memory(keys, mask, jnp.ones((B, K)))
+  copied = jax.tree.map(lambda x: jnp.repeat(x, g, axis=0), mem)
+  pos = jnp.array([2], jnp.int32)
+  grouped = attn.read(q, mem, pos=pos, cov=cov)
+  per_row = attn.read(q, copied, pos=pos, cov=cov)
+  for a, b in zip(jax.tree.leaves(grouped), jax.tree.leaves(per_row)):
+    assert a.shape == b.shape
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_grouped_read_refuses_sizes_that_do_not_group():
+  attn, _, keys, mask = setup('general')
+  mem = attn.memory(keys, mask, jnp.zeros((B, K)))
+  with pytest.raises(ValueError, match=r'query batch 4 must equal the memory batch 3'):
+    attn.read(jnp.ones((4, 1, Q)), mem)
+  with pytest.raises(ValueError, match=r'query \[6, 2, 6\]'):
+    attn.read(jnp.ones((6, 2, Q)), mem)

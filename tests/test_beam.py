@@ -77,7 +77,8 @@ class Chain:
     return jnp.full((b,), BOS, jnp.int32), (mask, src[:, 0] % 5, jnp.zeros((b, s, 0)))
 
   def step(self, carry, y_prev, mem):
-    mask, table, _ = mem
+    # beam search passes the memory of B sentences with rows [B*K] (K adjacent per sentence)
+    mask, table, _ = (jnp.repeat(x, carry.shape[0] // x.shape[0], axis=0) for x in mem)
     logp = self.logp[table, carry, y_prev]                               # [B, V]
     pos = jnp.arange(mask.shape[1], dtype=jnp.float32)
     w = mask * jnp.exp(-0.5 * (pos[None, :] - y_prev[:, None]) ** 2)     # [B, S]
