@@ -26,7 +26,9 @@ decoder) it measures
 Results go to stdout as a table and to --out (JSON).
 
 --peer: OpenNMT-py in its own venv, trained on the same synthetic sentences (written as text
-files) with the same sizes; prints our tokens/s over theirs. It is not a dependency.
+files) with the same sizes, then its beam-5 translation of the sentences our beam5 decodes
+(the same output length); prints our tokens/s and beam-5 sentences/s over theirs. It is not
+a dependency.
 `pip install torch==2.13.0 OpenNMT-py==3.5.1` does not resolve (OpenNMT-py 3.5.1 pins
 torch<2.3); this installs a venv that runs it:
   python3 -m venv /tmp/onmt_venv && /tmp/onmt_venv/bin/pip install torch==2.13.0
@@ -98,6 +100,7 @@ CONFIGS = {
 # char config); --peer measures them on this machine instead.
 PEER_REFERENCE_TOK_S = {'general': 3400.0, 'additive': 1100.0}
 TARGET_PEER_RATIO = 3.0
+TARGET_PEER_BEAM_RATIO = 5.0   # beam-5 sentences/s over OpenNMT-py's, when --peer measured it
 TARGET_MATMUL_RATIO = 0.5   # config base
 TARGET_COMPILE_S = 30.0
 MATMUL_N = 2048
@@ -374,7 +377,8 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
       'global_attention': ONMT_ATTENTION[score], 'input_feed': 1, 'dropout': [0.1],
       'batch_size': shape.batch, 'batch_type': 'sents', 'optim': 'adam',
       'learning_rate': 0.002, 'train_steps': steps, 'report_every': report,
-      'valid_steps': 10 * steps, 'save_checkpoint_steps': 10 * steps, 'seed': seed,
+      # the last step's checkpoint is what peer_beam_sentences_per_s translates with
+      'valid_steps': 10 * steps, 'save_checkpoint_steps': steps, 'seed': seed,
       # one bucket = the whole corpus: with the default (262,144 examples) OpenNMT-py
       # re-reads a small corpus hundreds of times before its first step
       'num_workers': 0, 'bucket_size': PEER_CORPUS_BATCHES * shape.batch,
@@ -394,7 +398,40 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
                        + '\n'.join(log.splitlines()[-20:]))
   kept = rates[1:] or rates
   return {'attention': ONMT_ATTENTION[score], 'tokens_per_s': statistics.median(kept),
-          'report_windows': rates, 'steps': steps, 'threads': threads, 'wall_s': wall}
+          'report_windows': rates, 'steps': steps, 'threads': threads, 'wall_s': wall,
+          'checkpoint': os.path.join(workdir, f'model_step_{steps}.pt')}
+
+
+def peer_beam_sentences_per_s(venv: str, checkpoint: str, src: list[list[int]], length: int,
+                              workdir: str, threads: int = 1, beam_size: int = 5,
+                              repeats: int = 3) -> dict[str, Any]:
+  """OpenNMT-py's beam search (onmt_translate) on the sentences `src` (repeated `repeats`
+  times, one batch of len(src) each) with -min_length = -max_length = `length`: like our
+  EOS-suppressed decoding, every output has `length` tokens. -> sentences/s as OpenNMT-py
+  reports it (its translation loop only: model loading and process start excluded)."""
+  binary = os.path.join(venv, 'bin', 'onmt_translate')
+  path = os.path.join(workdir, 'beam.src')
+  with open(path, 'w') as f:
+    f.write('\n'.join(' '.join(f't{i}' for i in ids) for ids in src * repeats) + '\n')
+  pred = os.path.join(workdir, 'beam.pred')
+  # OpenNMT-py 3.5.1 pickles its options into the checkpoint, which torch >= 2.6 refuses to
+  # load by default (weights_only); the checkpoint was written by the run just before
+  env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads),
+         'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '1'}
+  proc = subprocess.run(
+      [binary, '-model', checkpoint, '-src', path, '-output', pred, '-beam_size',
+       str(beam_size), '-batch_size', str(len(src)), '-min_length', str(length),
+       '-max_length', str(length), '-report_time', '-gpu', '-1'],
+      capture_output=True, text=True, cwd=workdir, env=env, check=False)
+  log = proc.stdout + proc.stderr
+  ms = re.search(r'Average translation time \(ms\): ([\d.]+)', log)
+  if proc.returncode or not ms:
+    raise RuntimeError(f'onmt_translate failed (exit {proc.returncode}); last lines:\n'
+                       + '\n'.join(log.splitlines()[-20:]))
+  with open(pred) as f:
+    out_lens = [len(line.split()) for line in f]
+  return {'beam_size': beam_size, 'sentences_per_s': 1e3 / float(ms.group(1)),
+          'sentences': len(out_lens), 'mean_output_len': statistics.mean(out_lens)}
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -451,8 +488,13 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
         p = peer_tokens_per_s(peer_venv, shape, score, peer_steps, settings.seed,
                               os.path.join(tmp, score), peer_threads)
         p.update(score=score, config='char' if 'char' in configs else configs[0])
+        # the sentences our beam5 decodes (make_batch(shape, seed)'s sources)
+        p['beam5'] = peer_beam_sentences_per_s(
+            peer_venv, p.pop('checkpoint'), sentences(shape, settings.seed)[0], shape.padded,
+            os.path.join(tmp, score), peer_threads)
         out['peer'].append(p)
-        log(f'OpenNMT-py {score} ({p["attention"]}): {p["tokens_per_s"]:,.0f} tok/s')
+        log(f'OpenNMT-py {score} ({p["attention"]}): {p["tokens_per_s"]:,.0f} tok/s; beam-5 '
+            f'{p["beam5"]["sentences_per_s"]:.1f} sent/s')
   out['targets'] = targets(out)
   out['load_average_end'] = os.getloadavg()
   out['total_s'] = time.perf_counter() - t_start
@@ -463,6 +505,8 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
   """The issue's speed targets, each with the measured value and whether it is met."""
   peer = {p['score']: (p['tokens_per_s'], 'OpenNMT-py measured in this run')
           for p in out.get('peer', []) if p.get('config') == 'char'}
+  peer_beam = {p['score']: p['beam5']['sentences_per_s'] for p in out.get('peer', [])
+               if p.get('config') == 'char' and 'beam5' in p}
   rows = []
   for r in out['results']:
     what = f'{r["config"]}/{r["score"]}/{r["decoder"]}'
@@ -477,6 +521,12 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
       rows.append({'what': f'{what} tokens_per_s >= {TARGET_PEER_RATIO:g} x {ref:,.0f} '
                            f'({source})', 'value': r['tokens_per_s'] / ref,
                    'met': r['tokens_per_s'] >= TARGET_PEER_RATIO * ref})
+    if r['config'] == 'char' and r['score'] in peer_beam:
+      ref = peer_beam[r['score']]
+      rows.append({'what': f'{what} beam5 sentences_per_s >= {TARGET_PEER_BEAM_RATIO:g} x '
+                           f'{ref:.1f} (OpenNMT-py beam-5 measured in this run)',
+                   'value': r['beam5']['sentences_per_s'] / ref,
+                   'met': r['beam5']['sentences_per_s'] >= TARGET_PEER_BEAM_RATIO * ref})
   return rows
 
 
@@ -511,6 +561,14 @@ def format_table(out: dict[str, Any]) -> str:
                        for r in ours)
     lines.append(f'OpenNMT-py {p["score"]} ({p["attention"]}): {p["tokens_per_s"]:,.0f} '
                  f'tok/s; ours / theirs: {ratios}')
+    if 'beam5' in p:
+      b = p['beam5']
+      ratios = ', '.join(
+          f'{r["decoder"]} {r["beam5"]["sentences_per_s"] / b["sentences_per_s"]:.2f}x'
+          for r in ours)
+      lines.append(f'OpenNMT-py {p["score"]} beam-5: {b["sentences_per_s"]:.1f} sent/s '
+                   f'({b["sentences"]} sentences, {b["mean_output_len"]:.1f} output tokens '
+                   f'each); ours / theirs: {ratios}')
   lines.append('targets:')
   lines += [f'  [{"met" if t["met"] else "MISSED"}] {t["what"]}: {t["value"]:.3g}'
             for t in out['targets']]
