@@ -146,7 +146,14 @@ class Seq2Seq(nnx.Module):
     """y_prev [B] int32 -> (carry, log-probabilities [B, V] float32, weights [B, S])."""
     dec = self.decoder
     emb = dec.embed(y_prev)                                                  # [B, E]
-    carry, (feat, r) = dec.step(carry, dec.cells[0].project(emb), mem)
+    vocab = dec.embed.num_embeddings
+    if vocab <= y_prev.shape[0]:
+      # fewer symbols than rows (char models, beam search): project the V embeddings, not
+      # the B rows, and look the rows up (loop-invariant, so XLA may hoist it out entirely)
+      xp = dec.cells[0].project(dec.embed(jnp.arange(vocab)))[y_prev]       # [B, G]
+    else:
+      xp = dec.cells[0].project(emb)                                         # [B, G]
+    carry, (feat, r) = dec.step(carry, xp, mem)
     logits = dec.logits(feat[:, None], emb[:, None])[:, 0]
     return carry, jax.nn.log_softmax(logits), r.weights
 

@@ -137,6 +137,11 @@ def test_teacher_forcing_equals_step_by_step(decoder, feed, score):
   np.testing.assert_allclose(np.asarray(logp[:2]), np.asarray(jax.nn.log_softmax(logits)[:2]),
                              atol=1e-5)
   np.testing.assert_allclose(np.asarray(w_step), np.asarray(w), atol=1e-6)
+  # at least as many rows as target symbols: the step looks projected embeddings up instead
+  reps = -(-model.decoder.embed.num_embeddings // len(SRC))
+  logp_many, w_many = stepwise(model, np.tile(SRC, (reps, 1)), np.tile(TGT_IN, (reps, 1)))
+  np.testing.assert_allclose(np.asarray(logp_many[:3]), np.asarray(logp), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(w_many[:3]), np.asarray(w_step), atol=1e-6)
 
 
 @pytest.mark.parametrize('decoder', DECODERS)
