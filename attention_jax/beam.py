@@ -78,8 +78,7 @@ def _backtrack(st: _State, t_end: jax.Array, cand: jax.Array) -> jax.Array:
   """The attention weights [B, L, S] of the hypothesis that is candidate `cand` [B] of step
   `t_end` [B] (zero after t_end), following the back-pointers from t_end down to 0."""
   from_prev = jnp.concatenate([jnp.zeros_like(st.alive_from[:1]), st.alive_from[:-1]])
-  take = lambda x, i: jnp.take_along_axis(x, i.reshape(i.shape + (1,) * (x.ndim - 1)),
-                                          axis=1)[:, 0]
+  take = lambda x, i: _pick(x, i[:, None])[:, 0]                      # x[b, i[b]]
 
   def body(c, x):
     t, w_t, parent_t, from_t = x             # [], [B, K, S], [B, 2K], [B, K] (step t - 1)
@@ -99,8 +98,9 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   `model` has `start(src) -> (carry, mem)` and `step(carry, y_prev [N], mem) -> (carry,
   log-probabilities [N, V], weights [N, S])` (`Seq2Seq`). Beam search calls step with
   N = B*K hypothesis rows (a sentence's K rows adjacent) and the memory of the B sentences
-  as `start` returned it, not copied K times (`Attention.read` groups the rows). The best hypothesis per sentence
-  (EOS then PAD), its length-normalised score, and its attention weights per output step.
+  as `start` returned it, not copied K times (`Attention.read` groups the rows). The best
+  hypothesis per sentence (EOS then PAD), its length-normalised score, and its attention
+  weights per output step.
   Call it inside `jax.jit` with beam_size, max_len and alpha static.
   """
   if not isinstance(beam_size, int) or beam_size < 1:

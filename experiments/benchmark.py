@@ -339,6 +339,11 @@ ONMT_ATTENTION = {'general': 'general', 'additive': 'mlp', 'dot': 'dot'}
 PEER_CORPUS_BATCHES = 32
 
 
+def _peer_text(sentences: list[list[int]]) -> str:
+  """Token-id sentences as OpenNMT-py text lines: id i is the word `t{i}`."""
+  return '\n'.join(' '.join(f't{i}' for i in ids) for ids in sentences) + '\n'
+
+
 def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int,
                       workdir: str, threads: int = 1) -> dict[str, Any]:
   """Trains OpenNMT-py (brnn LSTM encoder, rnn LSTM decoder with input feeding, i.e. Luong,
@@ -356,10 +361,9 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
     s, t = sentences(shape, seed + k)
     src += s
     tgt += t
-  word = lambda ids: ' '.join(f't{i}' for i in ids)
   for name, side in (('src', src), ('tgt', tgt)):
     with open(os.path.join(workdir, f'train.{name}'), 'w') as f:
-      f.write('\n'.join(word(x) for x in side) + '\n')
+      f.write(_peer_text(side))
     with open(os.path.join(workdir, f'vocab.{name}'), 'w') as f:
       f.write(''.join(f't{i}\t1\n' for i in range(4, shape.vocab)))
   report = max(steps // 4, 1)
@@ -412,7 +416,7 @@ def peer_beam_sentences_per_s(venv: str, checkpoint: str, src: list[list[int]], 
   binary = os.path.join(venv, 'bin', 'onmt_translate')
   path = os.path.join(workdir, 'beam.src')
   with open(path, 'w') as f:
-    f.write('\n'.join(' '.join(f't{i}' for i in ids) for ids in src * repeats) + '\n')
+    f.write(_peer_text(src * repeats))
   pred = os.path.join(workdir, 'beam.pred')
   # OpenNMT-py 3.5.1 pickles its options into the checkpoint, which torch >= 2.6 refuses to
   # load by default (weights_only); the checkpoint was written by the run just before
