@@ -63,8 +63,20 @@ class Score(nnx.Module):
     raise NotImplementedError
 
 
+GROUP_MAX = 16  # at most this many queries per sentence count as a beam's group (match)
+
+
 def match(query: jax.Array, keys: jax.Array) -> jax.Array:
-  """query [B, T, D], keys [B, S, D] -> q_tᵀ k_s [B, T, S]."""
+  """query [B, T, D], keys [B, S, D] -> q_tᵀ k_s [B, T, S].
+
+  A few queries per sentence (1 < T <= GROUP_MAX: beam search reads a sentence's K
+  hypotheses at once) read the keys laid out [B, D, S], which XLA's CPU dot multiplies
+  faster: char general beam-5 decoding ran 1.04-1.41x faster (median 1.19x, 8 interleaved
+  pairs). The barrier keeps XLA from folding the transpose back into the dot; loop-invariant
+  code motion hoists it (the keys do not change) out of the decoding loop."""
+  if 1 < query.shape[1] <= GROUP_MAX:
+    keys_t = jax.lax.optimization_barrier(jnp.swapaxes(keys, 1, 2))       # [B, D, S]
+    return jnp.einsum('btd,bds->bts', query, keys_t)
   return jnp.einsum('btd,bsd->bts', query, keys)
 
 

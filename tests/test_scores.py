@@ -103,6 +103,21 @@ def test_score_jit_equals_no_jit(name):
   np.testing.assert_allclose(np.asarray(jitted), np.asarray(eager), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('t', [1, 5, scores_lib.GROUP_MAX + 1])
+def test_match_equals_numpy_for_every_layout(t):
+  """match reads a few queries per sentence (beam groups) through transposed keys, one or
+  many through the keys as they are: the same numbers, values and gradients."""
+  rq, rk = jax.random.split(jax.random.key(3))
+  q, keys = jax.random.normal(rq, (B, t, K)), jax.random.normal(rk, (B, S, K))
+  np.testing.assert_allclose(scores_lib.match(q, keys),
+                             np.einsum('btd,bsd->bts', np.asarray(q), np.asarray(keys)),
+                             rtol=1e-5, atol=1e-5)
+  d_keys = jax.grad(lambda k: jnp.sum(jnp.sin(scores_lib.match(q, k))))(keys)
+  e = np.einsum('btd,bsd->bts', np.asarray(q), np.asarray(keys))
+  np.testing.assert_allclose(d_keys, np.einsum('bts,btd->bsd', np.cos(e), np.asarray(q)),
+                             rtol=1e-4, atol=1e-5)
+
+
 def test_none_gives_the_summary_and_zero_weights():
   attn = Attention('none', query_dim=Q, key_dim=K, attn_dim=A, max_src_len=S_MAX,
                    rngs=nnx.Rngs(0))
