@@ -23,6 +23,8 @@ decoder) it measures
                    model stops at its EOS: these are the figures for max_len-token outputs).
   memory           the compiled train step's buffers (`memory_analysis()`: arguments + outputs
                    + temporaries - donated aliases) and the process's peak RSS so far.
+and per config `loop_matmul`: the decoder's gate matmul shape in a jitted loop, at the
+train step's rows and beam-5's, the best a recurrent step's matmuls reach on the machine.
 Results go to stdout as a table and to --out (JSON).
 
 --peer: OpenNMT-py in its own venv, trained on the same synthetic sentences (written as text
@@ -205,6 +207,36 @@ def matmul_flops_per_s(n: int = MATMUL_N, windows: int = 5) -> float:
   jax.block_until_ready(f(a))
   t, _ = median_window(lambda: f(a), windows, 1)
   return 2.0 * n ** 3 / t
+
+
+def loop_matmul_flops_per_s(m: int, k: int, n: int, reps: int = 100, windows: int = 3) -> float:
+  """FLOP/s of a recurrent step's matmul: [m, k] x [k, n] (n >= k) repeated `reps` times in
+  a jitted loop, each on the previous result (x = tanh(x W)[:, :k]). What a decoder step's
+  gate matmul can reach at best, as a yardstick next to the large matmul."""
+  x = jax.random.normal(jax.random.key(1), (m, k), jnp.float32)
+  w = jax.random.normal(jax.random.key(2), (k, n), jnp.float32) / np.sqrt(k)
+  f = jax.jit(lambda x, w: jax.lax.fori_loop(
+      0, reps, lambda _, x: jnp.tanh(x @ w)[:, :k], x))
+  jax.block_until_ready(f(x, w))
+  t, _ = median_window(lambda: f(x, w), windows, 1)
+  return 2.0 * m * k * n * reps / t
+
+
+def loop_matmuls(shape: 'Shape') -> dict[str, Any]:
+  """The decoder's gate matmul [rows, H + 2 H_enc] x [H + 2 H_enc, 4 H] (LSTM; input fed
+  back or context) in a loop, at the train step's rows (batch) and beam-5's (5 x batch)."""
+  k, n = shape.dec_hidden + 2 * shape.enc_hidden, 4 * shape.dec_hidden
+  return {'k': k, 'n': n, 'train_rows': shape.batch, 'beam_rows': 5 * shape.batch,
+          'train_flops_per_s': loop_matmul_flops_per_s(shape.batch, k, n),
+          'beam_flops_per_s': loop_matmul_flops_per_s(5 * shape.batch, k, n)}
+
+
+def format_loop_matmuls(name: str, lm: dict[str, Any], matmul: float) -> str:
+  return (f'{name}: gate matmul [rows, {lm["k"]}] x [{lm["k"]}, {lm["n"]}] in a loop: '
+          f'{lm["train_flops_per_s"] / 1e9:.1f} GFLOP/s at {lm["train_rows"]} rows '
+          f'({lm["train_flops_per_s"] / matmul:.0%} of the large matmul), '
+          f'{lm["beam_flops_per_s"] / 1e9:.1f} at {lm["beam_rows"]} '
+          f'({lm["beam_flops_per_s"] / matmul:.0%})')
 
 
 # ---- synthetic data and models ----------------------------------------------------------
@@ -473,7 +505,9 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
   log('| ' + ' | '.join(COLUMNS) + ' |')
   for name in configs:
     shape = CONFIGS[name]
-    out['configs'][name] = {**dataclasses.asdict(shape), 'padded_len': shape.padded}
+    out['configs'][name] = {**dataclasses.asdict(shape), 'padded_len': shape.padded,
+                            'loop_matmul': loop_matmuls(shape)}
+    log(format_loop_matmuls(name, out['configs'][name]['loop_matmul'], matmul[0]))
     for decoder in decoders:
       for score in scores:
         r = bench_variant(shape, score, decoder, settings)
@@ -559,6 +593,8 @@ def format_table(out: dict[str, Any]) -> str:
                f'the start, {m["flops_per_s_end"] / 1e9:.1f} at the end; load average '
                f'{out["load_average_start"][0]:.2f} -> {out["load_average_end"][0]:.2f} on '
                f'{out["machine"]["cpu_count"]} cores; {out["total_s"]:.0f} s in all')
+  lines += [format_loop_matmuls(name, c['loop_matmul'], m['flops_per_s'])
+            for name, c in out['configs'].items()]
   for p in out.get('peer', []):
     ours = [r for r in out['results'] if r['score'] == p['score'] and r['config'] == p['config']]
     ratios = ', '.join(f'{r["decoder"]} {r["tokens_per_s"] / p["tokens_per_s"]:.2f}x'

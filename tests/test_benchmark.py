@@ -57,6 +57,9 @@ def test_command_line_writes_the_json(tmp_path):
     data = json.load(f)
   assert data['matmul']['flops_per_s'] > 0
   assert data['configs']['tiny']['padded_len'] == benchmark.CONFIGS['tiny'].padded
+  lm = data['configs']['tiny']['loop_matmul']
+  assert lm['train_flops_per_s'] > 0 and lm['beam_flops_per_s'] > 0
+  assert lm['beam_rows'] == 5 * lm['train_rows'] == 5 * benchmark.CONFIGS['tiny'].batch
   (r,) = data['results']
   assert (r['config'], r['score'], r['decoder']) == ('tiny', 'general', 'luong')
   for key in ('compile_s', 'step_s', 'tokens_per_s', 'sentences_per_s', 'flops_per_step',
