@@ -222,7 +222,7 @@ def loop_matmul_flops_per_s(m: int, k: int, n: int, reps: int = 100, windows: in
   return 2.0 * m * k * n * reps / t
 
 
-def loop_matmuls(shape: 'Shape') -> dict[str, Any]:
+def loop_matmuls(shape: Shape) -> dict[str, Any]:
   """The decoder's gate matmul [rows, H + 2 H_enc] x [H + 2 H_enc, 4 H] (LSTM; input fed
   back or context) in a loop, at the train step's rows (batch) and beam-5's (5 x batch)."""
   k, n = shape.dec_hidden + 2 * shape.enc_hidden, 4 * shape.dec_hidden
