@@ -9,6 +9,9 @@
 #   bash launch.sh sweep SWEEP_FILE     run every variant of a sweep (e.g. experiments/configs/length_study.py)
 #   bash launch.sh length-study         the length experiment: none/additive/general/dot on reverse
 #   bash launch.sh evaluate --workdir=runs/X [--beam=5]   evaluate a checkpoint (by length, alignment)
+#   bash launch.sh evaluate --workdir=runs/X --src=F --ref=G [--beam=5]   ... on any text files
+#   bash launch.sh translate --workdir=runs/X [--input=F] [--output=G] [--beam=5] [--nbest=N]
+#                                       translate lines of stdin or a file (see experiments/translate.py)
 #   bash launch.sh bench [--quick]      speed benchmark: train tok/s, FLOP/s, compile time, decoding
 #                                       (writes benchmark.json; --configs --scores --decoders select)
 #   bash launch.sh train CONFIG --workdir=W --coordinator HOST:PORT --num-processes N --process-id I
@@ -91,6 +94,10 @@ case "$cmd" in
     setup
     exec python -m experiments.evaluate "$@"
     ;;
+  translate)
+    setup
+    exec python -m experiments.translate "$@"
+    ;;
   bench)
     setup
     exec python -m experiments.benchmark "$@"
@@ -102,7 +109,7 @@ case "$cmd" in
     exec python -m experiments.data_info --config="$config" "$@"
     ;;
   *)
-    echo "unknown command '$cmd'; valid: (none), test, train, sweep, length-study, evaluate, bench, data-info" >&2
+    echo "unknown command '$cmd'; valid: (none), test, train, sweep, length-study, evaluate, translate, bench, data-info" >&2
     exit 2
     ;;
 esac

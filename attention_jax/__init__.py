@@ -9,9 +9,11 @@
 
   t = aj.load('runs/dates_additive')     # a trained run, best checkpoint
   t.translate(['22. November 2026'])     # ['2026-11-22']
+  t.translate(['Nov 3, 1999'], beam=5, nbest=2)   # [[('1999-11-03', -0.01), (..., ...)]]
+  aj.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
 """
 
-from attention_jax.api import Translator, load
+from attention_jax.api import Hypotheses, Translator, evaluate_run, load
 from attention_jax.plots import plot_attention, plot_attention_grid
 from attention_jax.beam import beam_search
 from attention_jax.decode import greedy
@@ -21,6 +23,6 @@ from attention_jax.decoder import DECODERS
 from attention_jax.model import ModelConfig, Seq2Seq
 from attention_jax.scores import SCORES, Score, register
 
-__all__ = ['Attention', 'beam_search', 'greedy', 'CELLS', 'DECODERS', 'MODES', 'ModelConfig',
+__all__ = ['Attention', 'Hypotheses', 'beam_search', 'evaluate_run', 'greedy', 'CELLS', 'DECODERS', 'MODES', 'ModelConfig',
            'NORMALISERS', 'SCORES', 'Score', 'Seq2Seq', 'Translator', 'load', 'masked_softmax',
            'masked_sparsemax', 'plot_attention', 'plot_attention_grid', 'register']

@@ -1,8 +1,12 @@
-"""Reload a trained run in one call and translate, with attention weights.
+"""Reload a trained run in one call and translate, with beam search, n-best lists and attention
+weights; evaluate a run on one of its splits or on any pair of text files.
 
   t = attention_jax.load('runs/dates_additive')      # best checkpoint (or step=N)
-  t.translate(['22. November 2026'])                  # -> ['2026-11-22']
-  out, weights, src_tokens, tgt_tokens = t.attend('Nov 3, 1999')   # weights [T, S]
+  t.translate(['22. November 2026'])                  # -> ['2026-11-22'] (greedy)
+  t.translate(['Nov 3, 1999'], beam=5, alpha=0.6)     # beam search, length penalty alpha
+  t.translate(['Nov 3, 1999'], beam=5, nbest=3)       # -> [[('1999-11-03', -0.01), ...]]
+  out, weights, src_tokens, tgt_tokens = t.attend('Nov 3, 1999', beam=5)   # weights [T, S]
+  attention_jax.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
 
 Input policy (translate and attend): any str is accepted. Empty or whitespace-only strings
 give '' (nothing to translate). Unknown and control characters map to the UNK token.
@@ -12,10 +16,12 @@ quality beyond the training lengths is not what was measured); only the `locatio
 whose output layer has model.max_src_len positions, rejects longer inputs with a ValueError.
 Non-strings raise TypeError naming the argument. Large batches are decoded in chunks of
 `chunk_size` sentences (sorted by length, so each chunk pads little): memory stays bounded.
+Each (beam, alpha, nbest) and padded source length compiles once per Translator.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import warnings
@@ -28,12 +34,26 @@ import numpy as np
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
-from attention_jax import train as train_lib
+from attention_jax import evaluate as eval_lib
+from attention_jax import inference
+from attention_jax import plots
+from attention_jax import steps as steps_lib
+from attention_jax.data import textfiles
 from attention_jax.model import ModelConfig
 
 
+@dataclasses.dataclass
+class Hypotheses:
+  """The n-best outputs of one source sentence, best first."""
+  outputs: list[str]               # detokenized outputs
+  scores: list[float]              # log P (greedy) or the length-normalised beam score
+  weights: list[np.ndarray]        # [T_i, S] attention of each output (EOS rows included)
+  src_tokens: list[str]            # S source pieces, '</s>' last
+  tgt_tokens: list[list[str]]      # T_i output pieces of each output, '</s>' last if ended
+
+
 class Translator:
-  """A trained model with its tokenizers; greedy decoding, jit-compiled per length bucket."""
+  """A trained model with its tokenizers; greedy or beam decoding, jit-compiled per shape."""
 
   def __init__(self, mcfg: ModelConfig, graphdef, params, src_tok, tgt_tok, factor: float,
                step: int, max_train_len: int | None = None, chunk_size: int = 256):
@@ -41,8 +61,16 @@ class Translator:
     self.max_train_len, self.chunk_size = max_train_len, chunk_size
     self.src_tok, self.tgt_tok = src_tok, tgt_tok
     self.graphdef, self.params, self._factor = graphdef, params, factor
-    self._predict = jax.jit(lambda p, src, n: train_lib.predict_step(graphdef, p, src, n),
-                            static_argnums=2)
+    self._decoders: dict[tuple, object] = {}
+
+  def decoder(self, beam: int = 1, alpha: float = 0.6, nbest: int = 1):
+    """The jit-compiled n-best decode function (inference.make_decoder), one per setting."""
+    key = (beam, float(alpha), nbest)
+    if key not in self._decoders:
+      if not alpha >= 0:
+        raise ValueError(f'alpha must be >= 0, got {alpha!r}')
+      self._decoders[key] = inference.make_decoder(self.graphdef, beam, float(alpha), nbest)
+    return self._decoders[key]
 
   def _encode(self, texts: Sequence[str]) -> np.ndarray:
     ids = [self.src_tok.encode(t) + [data_lib.EOS] for t in texts]
@@ -51,12 +79,6 @@ class Translator:
     for i, x in enumerate(ids):
       src[i, :len(x)] = x
     return src
-
-  def _run(self, texts):
-    src = self._encode(texts)
-    tokens, weights = jax.device_get(self._predict(
-        self.params, src, decode_lib.max_output_len(src.shape[1], self._factor)))
-    return src, tokens, weights
 
   def _check_lengths(self, texts: Sequence[str]) -> None:
     lengths = [len(self.src_tok.encode(t)) for t in texts]
@@ -69,43 +91,69 @@ class Translator:
       n = sum(x > self.max_train_len for x in lengths)
       warnings.warn(f'{n} input(s) longer than the training maximum of {self.max_train_len} '
                     f'tokens (longest {longest}); translating them anyway', RuntimeWarning,
-                    stacklevel=3)
+                    stacklevel=4)
 
-  def translate(self, texts: Sequence[str]) -> list[str]:
-    """list of source strings -> list of output strings (greedy), in input order."""
+  @staticmethod
+  def _check_texts(texts, name: str = 'translate(texts)') -> None:
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
-      raise TypeError(f'translate(texts): texts must be a list of str, got '
-                      f'{type(texts).__name__}')
+      raise TypeError(f'{name}: texts must be a list of str, got {type(texts).__name__}')
     for i, t in enumerate(texts):
       if not isinstance(t, str):
-        raise TypeError(f'translate(texts): texts[{i}] is {type(t).__name__}, not str')
-    out = [''] * len(texts)
+        raise TypeError(f'{name}: texts[{i}] is {type(t).__name__}, not str')
+
+  def _hypotheses(self, text: str, tokens, scores, weights) -> Hypotheses:
+    """One sentence's decoder rows (tokens [N, L], scores [N], weights [N, L, S])."""
+    src_tokens = self.src_tok.pieces(text) + ['</s>']
+    outs, ws, tgts = [], [], []
+    for row, w in zip(tokens, weights):
+      ids = row.tolist()
+      n = ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids else len(ids)
+      outs.append(self.tgt_tok.decode(ids))
+      tgts.append([self.tgt_tok.id_to_piece(i) for i in ids[:n]])
+      ws.append(np.asarray(w[:n, :len(src_tokens)], np.float32))
+    return Hypotheses(outs, [float(x) for x in scores], ws, src_tokens, tgts)
+
+  def decode(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
+             nbest: int = 1) -> list[Hypotheses]:
+    """list of source strings -> their n-best Hypotheses (outputs, scores, attention), in
+    input order. An empty or whitespace-only text gives nbest empty outputs of score 0."""
+    self._check_texts(texts, 'decode(texts)')
+    fn = self.decoder(beam, alpha, nbest)
+    out: list[Hypotheses | None] = [None] * len(texts)
     todo = [i for i, t in enumerate(texts) if t.strip()]
+    for i in set(range(len(texts))) - set(todo):
+      out[i] = Hypotheses([''] * nbest, [0.0] * nbest, [np.zeros((0, 0), np.float32)] * nbest,
+                          [], [[] for _ in range(nbest)])
     self._check_lengths([texts[i] for i in todo])
     todo.sort(key=lambda i: len(texts[i]))          # similar lengths share a chunk
     for c in range(0, len(todo), self.chunk_size):
       rows = todo[c:c + self.chunk_size]
-      _, tokens, _ = self._run([texts[i] for i in rows])
-      for i, row in zip(rows, tokens):
-        out[i] = self.tgt_tok.decode(row.tolist())
+      src = self._encode([texts[i] for i in rows])
+      tokens, scores, weights = jax.device_get(fn(
+          self.params, src, decode_lib.max_output_len(src.shape[1], self._factor)))
+      for r, i in enumerate(rows):
+        out[i] = self._hypotheses(texts[i], tokens[r], scores[r], weights[r])
     return out
 
-  def attend(self, text: str):
+  def translate(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
+                nbest: int = 1) -> list:
+    """list of source strings -> list of output strings, in input order (greedy for beam 1,
+    else beam search with length penalty alpha). nbest > 1: a list of [(output, score)]
+    per input, best first."""
+    self._check_texts(texts)
+    hyps = self.decode(texts, beam, alpha, nbest)
+    if nbest == 1:
+      return [h.outputs[0] for h in hyps]
+    return [list(zip(h.outputs, h.scores)) for h in hyps]
+
+  def attend(self, text: str, beam: int = 1, alpha: float = 0.6):
     """text -> (output str, weights [T, S] float32, source tokens, output tokens).
 
     An empty or whitespace-only text gives ('', an empty [0, 0] array, [], [])."""
     if not isinstance(text, str):
       raise TypeError(f'attend(text): text must be a str, got {type(text).__name__}')
-    if not text.strip():
-      return '', np.zeros((0, 0), np.float32), [], []
-    self._check_lengths([text])
-    src, tokens, weights = self._run([text])
-    src_tokens = self.src_tok.pieces(text) + ['</s>']
-    ids = tokens[0].tolist()
-    n = ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids else len(ids)
-    tgt_tokens = [self.tgt_tok.id_to_piece(i) for i in ids[:n]]
-    return (self.tgt_tok.decode(ids), weights[0, :n, :len(src_tokens)], src_tokens,
-            tgt_tokens)
+    h = self.decode([text], beam, alpha)[0]
+    return h.outputs[0], h.weights[0], h.src_tokens, h.tgt_tokens[0]
 
 
 def load(workdir: str, step: int | None = None) -> Translator:
@@ -139,9 +187,103 @@ def load(workdir: str, step: int | None = None) -> Translator:
           f'{sorted(set(ckpts.best.all_steps()) | set(ckpts.latest.all_steps()))}')
   if step is None:
     raise ckpt_lib.CheckpointError(f'no checkpoint in {workdir!r}/checkpoints')
-  graphdef, template = train_lib.init_state(mcfg, train_lib.make_optimizer(train_cfg), 0)
+  graphdef, template = steps_lib.init_state(mcfg, steps_lib.make_optimizer(train_cfg), 0)
   try:
     params = ckpt_lib.restore(manager, step, template)[0]['params']
   finally:
     ckpts.close()
   return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step, max_train_len)
+
+
+def _read_pairs(src: str, ref: str) -> tuple[list[tuple[str, str]], list[list[str]] | None]:
+  """Parallel text files -> ([(source, first reference)], every reference per line or None).
+
+  A reference line may hold several acceptable references separated by tabs (e.g. every
+  pronunciation of a word, for WER / PER); then all of them are returned."""
+  sources, refs = textfiles.read_lines(src), textfiles.read_lines(ref)
+  if len(sources) != len(refs):
+    raise textfiles.CorpusError(f'{src} has {len(sources)} lines but {ref} has {len(refs)}')
+  multi = [r.split('\t') for r in refs]
+  pairs = [(s, m[0]) for s, m in zip(sources, multi)]
+  return pairs, (multi if any('\t' in r for r in refs) else None)
+
+
+def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = None,
+                 ref: str | None = None, beam: int = 5, alpha: float = 0.6,
+                 step: int | None = None, length_edges: Sequence[int] | None = None,
+                 num_heatmaps: int = 6, verbose: bool = True) -> dict:
+  """Evaluates a run's checkpoint (best, or `step`) on one of its splits, or on any parallel
+  text files `src` / `ref` (one sentence per line; see _read_pairs for several references).
+
+  Writes eval_<name>.json, a BLEU-by-length plot and heatmaps into the workdir (name: the
+  split, or the source file's name) and returns the report: loss, token accuracy, exact
+  match, BLEU and chrF (sacrebleu, with its signature), WER / PER where there are several
+  references, the same by source length (edges: `length_edges`, else the run's
+  eval.length_edges), alignment accuracy where the task has a gold alignment.
+  """
+  translator = load(workdir, step=step)
+  with open(os.path.join(workdir, 'config.json')) as f:
+    cfg = ml_collections.ConfigDict(json.load(f))
+  toks = (translator.src_tok, translator.tgt_tok)
+  if (src is None) != (ref is None):
+    raise ValueError('give both src and ref files (or neither, to evaluate a split)')
+  if src is not None:
+    pairs, refs = _read_pairs(src, ref)
+    task = data_lib.Task.from_pairs(pairs, *toks, references=refs,
+                                    max_src_len=int(cfg.data.max_src_len),
+                                    max_tgt_len=int(cfg.data.max_tgt_len),
+                                    num_buckets=int(cfg.data.num_buckets))
+    split, name = 'test', 'eval_' + os.path.basename(src).replace('.', '_')
+  else:
+    task = data_lib.load_task(cfg.data, seed=cfg.seed, tokenizers=toks)
+    name = f'eval_{split}'
+  name += '' if beam == 5 and alpha == 0.6 else f'_beam{beam}_a{alpha:g}'
+  if length_edges is None:
+    length_edges = cfg.eval.get('length_edges', eval_lib.DEFAULT_LENGTH_EDGES)
+  graphdef, params = translator.graphdef, translator.params
+  report, kept = eval_lib.evaluate(
+      params, task, split, tf_fn=eval_lib.make_teacher_forced(graphdef),
+      decode_fn=translator.decoder(beam, alpha, nbest=0), batch_size=cfg.data.batch_size,
+      factor=cfg.train.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize,
+      length_edges=length_edges, keep_outputs=num_heatmaps)
+  report.update({'split': split if src is None else None, 'src': src, 'ref': ref,
+                 'beam': beam, 'alpha': alpha, 'step': translator.step,
+                 'workdir': os.path.abspath(workdir)})
+  what = split if src is None else os.path.basename(src)
+  metric = 'wer' if 'wer' in report else 'bleu'
+  report[f'{metric}_by_length_plot'] = plots.plot_by_length(
+      {f'{translator.config.score}/{translator.config.decoder}': report['by_length']},
+      os.path.join(workdir, f'{name}_{metric}_by_length.png'), metric=metric,
+      title=f'{os.path.basename(os.path.abspath(workdir))}: {metric.upper()} by source length '
+            f'({what})')
+  report['heatmaps'] = eval_lib.heatmaps(task, kept, os.path.join(workdir, f'{name}_heatmaps'),
+                                         'test' if src is None else 'file')
+  tmp = os.path.join(workdir, f'{name}.json.tmp')
+  with open(tmp, 'w') as f:
+    json.dump(report, f, indent=2)
+  os.replace(tmp, os.path.join(workdir, f'{name}.json'))
+  if verbose:
+    print(format_report(report, workdir, name))
+  return report
+
+
+def format_report(report: dict, workdir: str, name: str) -> str:
+  """The metrics table, the by-length table and the files written, as printed by evaluate."""
+  dec = 'greedy' if report['beam'] == 1 else f'beam {report["beam"]}, alpha {report["alpha"]}'
+  what = report['split'] or f'{report["src"]} -> {report["ref"]}'
+  keys = ['loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf']
+  keys += [k for k in eval_lib.EXTRA_METRICS if k in report]
+  cols = ['sentences', 'exact_match', 'bleu', 'chrf'] + [
+      k for k in eval_lib.EXTRA_METRICS if k in report]
+  lines = [f'{workdir} step {report["step"]}, {what} ({report["sentences"]} sentences, {dec})',
+           f'sacrebleu signature: {report["bleu_signature"]}',
+           '| ' + ' | '.join(keys) + ' |', '|' + '---|' * len(keys),
+           '| ' + ' | '.join(f'{report[k]:.4g}' for k in keys) + ' |', '',
+           '| source length | ' + ' | '.join(cols) + ' |', '|---|' + '---|' * len(cols)]
+  for r in report['by_length']:
+    lines.append(f'| {r["bucket"]} | ' + ' | '.join(
+        f'{r[c]:.4g}' if isinstance(r[c], float) else str(r[c]) for c in cols) + ' |')
+  plot = next(v for k, v in report.items() if k.endswith('_by_length_plot'))
+  lines.append(f'\nwrote {os.path.join(workdir, name + ".json")}, {plot}, '
+               f'{len(report["heatmaps"])} heatmaps in {os.path.join(workdir, name + "_heatmaps")}/')
+  return '\n'.join(lines)

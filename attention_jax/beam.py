@@ -23,6 +23,8 @@ Filler rows (all-PAD source) return all PAD tokens, zero weights and score 0.
 
   tokens, scores, weights = beam_search(model, src, beam_size=4, max_len=20)
   # [B, L] int32 (EOS then PAD), [B] float32, [B, L, S] float32
+  tokens, scores, weights = beam_search(model, src, beam_size=4, max_len=20, nbest=3)
+  # [B, 3, L], [B, 3], [B, 3, L, S]: the 3 best, best first
 """
 
 from __future__ import annotations
@@ -92,7 +94,8 @@ def _backtrack(st: _State, t_end: jax.Array, cand: jax.Array) -> jax.Array:
   return jnp.swapaxes(w, 0, 1)
 
 
-def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: float = 0.6):
+def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: float = 0.6,
+                nbest: int = 0):
   """src [B, S] -> (tokens [B, L] int32, scores [B] float32, weights [B, L, S] float32).
 
   `model` has `start(src) -> (carry, mem)` and `step(carry, y_prev [N], mem) -> (carry,
@@ -101,7 +104,13 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   as `start` returned it, not copied K times (`Attention.read` groups the rows). The best
   hypothesis per sentence (EOS then PAD), its length-normalised score, and its attention
   weights per output step.
-  Call it inside `jax.jit` with beam_size, max_len and alpha static.
+
+  nbest = N (1 <= N <= beam_size): the N best hypotheses, (tokens [B, N, L], scores [B, N],
+  weights [B, N, L, S]): the finished ones by score, then, where fewer than N finished by
+  max_len, unfinished ones (no EOS, scored with |Y| = max_len) by score; the first is the
+  answer without nbest. With N > 1 a sentence stops only once K hypotheses have finished
+  (the early stop that keeps the best answer can drop the runners-up).
+  Call it inside `jax.jit` with beam_size, max_len, alpha and nbest static.
   """
   if not isinstance(beam_size, int) or beam_size < 1:
     raise ValueError(f'beam_size must be a positive integer, got {beam_size!r}')
@@ -109,6 +118,9 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     raise ValueError(f'max_len must be a positive integer, got {max_len!r}')
   if not alpha >= 0:  # the early stop bound assumes lp grows with |Y|
     raise ValueError(f'alpha must be >= 0, got {alpha!r}')
+  if not isinstance(nbest, int) or not 0 <= nbest <= beam_size:
+    raise ValueError(f'nbest must be an integer in [1, beam_size={beam_size}] (or 0), '
+                     f'got {nbest!r}')
   b, s = src.shape
   k, n = beam_size, max_len
   carry, mem = model.start(src)
@@ -148,7 +160,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     carry = _rows(carry, (row0 + _pick(parent, i)).reshape(b * k))    # leaves [B*K, ...]
 
     full = fin_score[:, k - 1] > NEG_INF
-    beaten = fin_score[:, 0] > alive_logp[:, 0] / lp_max
+    beaten = (fin_score[:, 0] > alive_logp[:, 0] / lp_max) & (nbest <= 1)
     return _State(t + 1, carry, _pick(seq, i), alive_logp, fin_tok, fin_score, fin_at,
                   fin_cand, st.done | full | beaten,
                   st.w_hist.at[t].set(w.reshape(b, k, s).astype(jnp.float32)),
@@ -164,16 +176,22 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
               jnp.zeros((n, b, k, s), jnp.float32), zeros(n, b, 2 * k), zeros(n, b, k))
   st = jax.lax.while_loop(cond, body, st)
 
-  has_fin = st.fin_score[:, 0] > NEG_INF                               # [B]
-  tokens = jnp.where(has_fin[:, None], st.fin_tok[:, 0], st.alive_tok[:, 0])        # [B, L]
-  scores = jnp.where(has_fin, st.fin_score[:, 0], st.alive_logp[:, 0] / lp_max)      # [B]
-  # the answer's last step and candidate: its EOS step, or (none finished) the best alive
-  # beam after the last step, i.e. the candidate that became alive beam 0 then
+  # the pool of answers: the K finished hypotheses (sorted), then the K alive ones after the
+  # last step (sorted; for each, the candidate that became that alive beam then); empty
+  # slots (-inf) go last
   last = st.t - 1
-  t_end = jnp.where(has_fin, st.fin_at[:, 0], last)                                  # [B]
-  cand = jnp.where(has_fin, st.fin_cand[:, 0], st.alive_from[jnp.maximum(last, 0), :, 0])
-  weights = _backtrack(st, t_end, cand)                                              # [B,L,S]
-  tokens = jnp.where(filler[:, None], PAD, tokens)
-  scores = jnp.where(filler, 0.0, scores)
-  weights = jnp.where(filler[:, None, None], 0.0, weights)
+  pool_score = jnp.concatenate([st.fin_score, st.alive_logp / lp_max], 1)           # [B, 2K]
+  pool_tok = jnp.concatenate([st.fin_tok, st.alive_tok], 1)                          # [B,2K,L]
+  pool_end = jnp.concatenate([st.fin_at, jnp.broadcast_to(last, (b, k))], 1)         # [B, 2K]
+  pool_cand = jnp.concatenate([st.fin_cand, st.alive_from[jnp.maximum(last, 0)]], 1)
+  rank = jnp.arange(2 * k) + jnp.where(pool_score > NEG_INF, 0, 2 * k)               # [B, 2K]
+  order = jnp.argsort(rank, axis=1)[:, :max(nbest, 1)]                                # [B, N]
+  tokens = jnp.where(filler[:, None, None], PAD, _pick(pool_tok, order))            # [B,N,L]
+  scores = jnp.where(filler[:, None], 0.0, _pick(pool_score, order))                # [B, N]
+  weights = jnp.stack([_backtrack(st, _pick(pool_end, order[:, j:j + 1])[:, 0],
+                                  _pick(pool_cand, order[:, j:j + 1])[:, 0])
+                       for j in range(order.shape[1])], 1)                           # [B,N,L,S]
+  weights = jnp.where(filler[:, None, None, None], 0.0, weights)
+  if not nbest:
+    return tokens[:, 0], scores[:, 0], weights[:, 0]
   return tokens, scores, weights

@@ -32,7 +32,8 @@ from flax import nnx
 
 from attention_jax import cells, registry
 from attention_jax.attention import Attention, Memory, Read, Tap
-from attention_jax.encoder import Encoded, dropout
+from attention_jax.encoder import Encoded
+from attention_jax.layers import dropout
 
 DECODERS: dict[str, type['Decoder']] = {}
 

@@ -16,15 +16,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax import cells
+from attention_jax.layers import dropout
 from attention_jax.self_attention import SelfAttentionLayer
-
-
-def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
-  """Inverted dropout; identity when key is None (evaluation) or rate == 0."""
-  if key is None or rate == 0.0:
-    return x
-  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-  return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
 
 
 class Encoded(NamedTuple):

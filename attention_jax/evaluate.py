@@ -1,24 +1,21 @@
 """Evaluation of a split: teacher-forced loss / perplexity / token accuracy, decoded outputs
 (greedy or beam) scored by exact match, sacrebleu BLEU and chrF, the same by source-length
-bucket (the figure of Cho et al. 2014 and Bahdanau et al. 2015), and, where the gold
-alignment is known (copy / reverse / sort), alignment accuracy: the share of target steps
-whose argmax (teacher-forced) attention falls on the gold source position."""
+bucket (the figure of Cho et al. 2014 and Bahdanau et al. 2015), where a source has several
+acceptable targets (cmudict's pronunciations) word and phone error rates against all of them,
+and, where the gold alignment is known (copy / reverse / sort), alignment accuracy: the share
+of target steps whose argmax (teacher-forced) attention falls on the gold source position."""
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from flax import nnx
 
-from attention_jax import beam as beam_lib
-from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
 from attention_jax import metrics as metrics_lib
 from attention_jax import plots
@@ -26,6 +23,7 @@ from attention_jax.data.tokenizers import EOS
 
 
 DEFAULT_LENGTH_EDGES = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
+EXTRA_METRICS = ('wer', 'per', 'alignment_accuracy')   # reported where the task has them
 
 
 def teacher_forced(graphdef, params, batch):
@@ -64,9 +62,9 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
   `keep_outputs` (src, hyp, ref, ids, weights) for heatmaps.
   """
   texts = task.texts(split)
+  all_refs = task.references(split)   # several references per source (G2P), or None
   total, rows, kept = None, [], []
   align_hits = align_total = 0
-  align_by_len: dict[int, list[int]] = {}
   for batch in task.eval_batches(split, batch_size):
     sums, argmax = tf_fn(params, batch)
     total = metrics_lib.add(total, sums)
@@ -85,12 +83,15 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
         hits, total_steps = int((argmax[r][valid] == gold[r][valid]).sum()), int(valid.sum())
         align_hits += hits
         align_total += total_steps
-      rows.append((src_len, hyp, ref, hits, total_steps))
+      rows.append((src_len, hyp, ref, hits, total_steps,
+                   all_refs[idx] if all_refs is not None else None))
       if len(kept) < keep_outputs:
         kept.append((src_text, hyp, ref, tokens[r], weights[r]))
   report = metrics_lib.summarise(total)
   hyps, refs = [x[1] for x in rows], [x[2] for x in rows]
   report.update(metrics_lib.text_metrics(hyps, refs, bleu_tokenize))
+  if all_refs is not None:
+    report.update(metrics_lib.g2p_metrics(hyps, [x[5] for x in rows]))
   report['sentences'] = len(rows)
   if align_total:
     report['alignment_accuracy'] = 100.0 * align_hits / align_total
@@ -103,12 +104,20 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
       m = metrics_lib.text_metrics([x[1] for x in sel], [x[2] for x in sel], bleu_tokenize)
       entry = {'bucket': bucket_label(lo, hi), 'lo': lo, 'hi': hi, 'sentences': len(sel),
                'exact_match': m['exact_match'], 'bleu': m['bleu'], 'chrf': m['chrf']}
+      if all_refs is not None:
+        entry.update(metrics_lib.g2p_metrics([x[1] for x in sel], [x[5] for x in sel]))
       steps = sum(x[4] for x in sel)
       if steps:
         entry['alignment_accuracy'] = 100.0 * sum(x[3] for x in sel) / steps
       by_len.append(entry)
     report['by_length'] = by_len
   return report, kept
+
+
+def selection_score(report: dict) -> float:
+  """What picks the best checkpoint on validation (higher is better): 100 - WER where the task
+  has several references per source (G2P), else corpus BLEU."""
+  return 100.0 - report['wer'] if 'wer' in report else report['bleu']
 
 
 def by_length_markdown(curves: dict[str, list[dict]], metric: str = 'bleu') -> str:
@@ -143,64 +152,3 @@ def heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
   if items:
     paths.append(plots.plot_attention_grid(items, os.path.join(directory, f'{prefix}_grid.png')))
   return paths
-
-
-def make_decoder(graphdef, beam: int, alpha: float) -> Callable:
-  """-> jit-compiled decode_fn(params, src, max_len) -> (tokens [B, L], weights [B, L, S]):
-  greedy for beam == 1, else beam search with length penalty alpha."""
-  def decode(params, src, max_len):
-    model = nnx.merge(graphdef, params)
-    if beam == 1:
-      return decode_lib.greedy(model, src, max_len)
-    tokens, _, weights = beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len,
-                                              alpha=alpha)
-    return tokens, weights
-  return jax.jit(decode, static_argnums=2)
-
-
-def evaluate_workdir(workdir: str, *, split: str = 'test', beam: int = 5, alpha: float = 0.6,
-                     step: int | None = None, num_heatmaps: int = 6, verbose: bool = True):
-  """Loads a run's checkpoint (best, or `step`) and writes eval_<split>.json, a BLEU-by-
-  length plot and heatmaps into the workdir. Returns the report."""
-  from attention_jax import api  # imported here: api -> train -> this module
-
-  translator = api.load(workdir, step=step)
-  with open(os.path.join(workdir, 'config.json')) as f:
-    cfg = ml_collections.ConfigDict(json.load(f))
-  task = data_lib.load_task(cfg.data, seed=cfg.seed,
-                            tokenizers=(translator.src_tok, translator.tgt_tok))
-  graphdef, params = translator.graphdef, translator.params
-  report, kept = evaluate(
-      params, task, split, tf_fn=make_teacher_forced(graphdef),
-      decode_fn=make_decoder(graphdef, beam, alpha), batch_size=cfg.data.batch_size,
-      factor=cfg.train.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize,
-      length_edges=cfg.eval.get('length_edges', DEFAULT_LENGTH_EDGES), keep_outputs=num_heatmaps)
-  report.update({'split': split, 'beam': beam, 'alpha': alpha, 'step': translator.step,
-                 'workdir': os.path.abspath(workdir)})
-  name = f'eval_{split}' + ('' if beam == 5 and alpha == 0.6 else f'_beam{beam}_a{alpha:g}')
-  report['bleu_by_length_plot'] = plots.plot_by_length(
-      {f'{translator.config.score}/{translator.config.decoder}': report['by_length']},
-      os.path.join(workdir, f'{name}_bleu_by_length.png'),
-      title=f'{os.path.basename(os.path.abspath(workdir))}: BLEU by source length ({split})')
-  report['heatmaps'] = heatmaps(task, kept, os.path.join(workdir, f'{name}_heatmaps'),
-                                          split)
-  with open(os.path.join(workdir, f'{name}.json'), 'w') as f:
-    json.dump(report, f, indent=2)
-  if verbose:
-    dec = 'greedy' if beam == 1 else f'beam {beam}, alpha {alpha}'
-    print(f'{workdir} step {translator.step}, {split} ({report["sentences"]} sentences, {dec})')
-    print(f'sacrebleu signature: {report["bleu_signature"]}')
-    keys = ['loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf']
-    if 'alignment_accuracy' in report:
-      keys.append('alignment_accuracy')
-    print('| ' + ' | '.join(keys) + ' |\n|' + '---|' * len(keys))
-    print('| ' + ' | '.join(f'{report[k]:.4g}' for k in keys) + ' |\n')
-    cols = ['sentences', 'exact_match', 'bleu', 'chrf'] + (
-        ['alignment_accuracy'] if 'alignment_accuracy' in report else [])
-    print('| source length | ' + ' | '.join(cols) + ' |\n|---|' + '---|' * len(cols))
-    for r in report['by_length']:
-      print(f'| {r["bucket"]} | ' + ' | '.join(
-          f'{r[c]:.4g}' if isinstance(r[c], float) else str(r[c]) for c in cols) + ' |')
-    print(f'\nwrote {os.path.join(workdir, name + ".json")}, {report["bleu_by_length_plot"]}, '
-          f'{len(report["heatmaps"])} heatmaps in {os.path.join(workdir, name + "_heatmaps")}/')
-  return report

@@ -66,3 +66,41 @@ def text_metrics(hyps: Sequence[str], refs: Sequence[str], bleu_tokenize: str = 
   exact = 100.0 * float(np.mean([h == r for h, r in zip(hyps, refs)])) if refs else 0.0
   return {'exact_match': exact, 'bleu': bleu.score, 'chrf': chrf.score,
           'bleu_signature': str(bleu_metric.get_signature())}
+
+
+def edit_distance(a: Sequence, b: Sequence) -> int:
+  """Levenshtein distance between two token sequences (unit insert/delete/substitute)."""
+  prev = list(range(len(b) + 1))
+  for i, x in enumerate(a, 1):
+    cur = [i]
+    for j, y in enumerate(b, 1):
+      cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+    prev = cur
+  return prev[-1]
+
+
+def g2p_sums(hyp: str, refs: Sequence[str]) -> tuple[int, int, int]:
+  """One word -> (wrong 0/1, phone edits to the closest reference, that reference's length).
+
+  Phones are whitespace-separated tokens. The word is right when the output equals any
+  reference; the closest reference is the first (in dictionary order) of least edit distance.
+  """
+  if not refs:
+    raise ValueError('a word needs at least one reference pronunciation')
+  h = hyp.split()
+  dists = [(edit_distance(h, r.split()), len(r.split())) for r in refs]
+  best = min(range(len(refs)), key=lambda i: dists[i][0])
+  return int(dists[best][0] != 0), dists[best][0], dists[best][1]
+
+
+def g2p_metrics(hyps: Sequence[str], refs: Sequence[Sequence[str]]) -> dict[str, float]:
+  """Word and phone error rates (%) with several references per word (Yao & Zweig 2015):
+  WER = words whose output equals none of their references / words; PER = phone edits to each
+  word's closest reference, summed, / the summed lengths of those references."""
+  if len(hyps) != len(refs):
+    raise ValueError(f'{len(hyps)} outputs for {len(refs)} reference lists')
+  wrong = edits = length = 0
+  for h, r in zip(hyps, refs):
+    w, e, n = g2p_sums(h, r)
+    wrong, edits, length = wrong + w, edits + e, length + n
+  return {'wer': 100.0 * wrong / max(len(hyps), 1), 'per': 100.0 * edits / max(length, 1)}

@@ -11,7 +11,8 @@ from flax import nnx
 
 from attention_jax import attention, cells, scores, self_attention
 from attention_jax.decoder import DECODERS
-from attention_jax.encoder import Encoder, dropout
+from attention_jax.encoder import Encoder
+from attention_jax.layers import dropout
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 

@@ -1,4 +1,4 @@
-"""Data parallelism: one per-device train step (train.train_step with axis_name='data'),
+"""Data parallelism: one per-device train step (steps.train_step with axis_name='data'),
 run either under `jax.jit` + `jax.shard_map` over a device mesh (the default with more than
 one device) or under the classic `jax.pmap`. Parameters are replicated, the batch is split
 along its first axis; both give the same parameters as one device on the same global batch.
@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from attention_jax import train as train_lib
+from attention_jax import steps as steps_lib
 
 AXIS = 'data'
 MODES = ('auto', 'single', 'shard_map', 'pmap')
@@ -44,7 +44,7 @@ def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None):
   """-> jit(shard_map(train_step)): (state, batch [B, ...]) -> (state, metrics), state
   replicated, batch split over the mesh's 'data' axis, buffers donated."""
   mesh = mesh or make_mesh()
-  step = functools.partial(train_lib.train_step, graphdef, tx, obj, seed,
+  step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
                            axis_name=AXIS)
   # check_vma=False: the RNN scans start from replicated zero carries that become per-device
   f = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()),
@@ -68,7 +68,7 @@ def pmap_train_step(graphdef, tx, obj, seed: int):
   """-> pmap(train_step): (state, batch [B, ...]) -> (state, metrics) on host-shaped trees;
   the state is broadcast to every device (in_axes None) and device 0's copy comes back."""
   n = jax.device_count()
-  step = functools.partial(train_lib.train_step, graphdef, tx, obj, seed,
+  step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
                            axis_name=AXIS)
   pmapped = jax.pmap(step, axis_name=AXIS, in_axes=(None, 0))
 

@@ -1,6 +1,7 @@
 """Reports over a sweep directory (runs/<sweep>/<variant>/results.json): a table of every
 variant (markdown and CSV), mean and std over seeds, a bar chart, and the BLEU-by-length
-curves of all variants in one figure with their markdown table."""
+curves of all variants in one figure with their markdown table. Tasks with several references
+per source (G2P) are charted by word error rate (WER) instead of BLEU."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from attention_jax import plots
 from attention_jax.evaluate import by_length_markdown
 
-COLUMNS = ('bleu', 'chrf', 'exact_match', 'token_accuracy', 'alignment_accuracy')
+COLUMNS = ('wer', 'per', 'bleu', 'chrf', 'exact_match', 'token_accuracy', 'alignment_accuracy')
 
 
 def collect(sweep_dir: str) -> dict[str, dict]:
@@ -53,7 +54,8 @@ def _group(name: str) -> str:
 
 
 def write(sweep_dir: str, split: str = 'test') -> dict[str, str]:
-  """Writes summary.md, summary.csv, bars.png and bleu_by_length.png into sweep_dir."""
+  """Writes summary.md, summary.csv, bars.png and bleu_by_length.png (wer_by_length.png for
+  G2P) into sweep_dir."""
   runs = collect(sweep_dir)
   if not runs:
     raise FileNotFoundError(f'no finished variant (results.json) under {sweep_dir}')
@@ -82,22 +84,24 @@ def write(sweep_dir: str, split: str = 'test') -> dict[str, str]:
       return f'{v.mean():.2f}' + (f' ± {v.std():.2f}' if len(v) > 1 else '')
     md.append(f'| {g} | {len(rs)} | ' + ' | '.join(stat(c) for c in cols) +
               f' | {stat("steps_per_s")} | {stat("wall_s")} |')
+  metric = 'wer' if all(np.isfinite(r['wer']) for r in rows) else 'bleu'
+  label = {'wer': 'WER (%)', 'bleu': 'BLEU'}[metric]
   curves = {n: r['results'][split].get('by_length', []) for n, r in runs.items()}
   curves = {n: c for n, c in curves.items() if c}
   md_text = (f'Test split, {len(runs)} variants ({os.path.basename(sweep_dir)}).\n\n'
              + '\n'.join(md) + '\n')
   if curves:
-    md_text += '\n' + by_length_markdown(curves, 'bleu') + '\n'
+    md_text += '\n' + by_length_markdown(curves, metric) + '\n'
   md_path = os.path.join(sweep_dir, 'summary.md')
   with open(md_path, 'w') as f:
     f.write(md_text)
   paths = {'markdown': md_path, 'csv': csv_path}
-  paths['bars'] = plots.plot_bars({g: [r['bleu'] for r in rs] for g, rs in groups.items()},
-                                  os.path.join(sweep_dir, 'bars.png'), ylabel=f'{split} BLEU')
+  paths['bars'] = plots.plot_bars({g: [r[metric] for r in rs] for g, rs in groups.items()},
+                                  os.path.join(sweep_dir, 'bars.png'), ylabel=f'{split} {label}')
   if curves:
     paths['by_length'] = plots.plot_by_length(
-        curves, os.path.join(sweep_dir, 'bleu_by_length.png'),
-        title=f'{os.path.basename(sweep_dir)}: {split} BLEU by source length',
+        curves, os.path.join(sweep_dir, f'{metric}_by_length.png'), metric=metric,
+        title=f'{os.path.basename(sweep_dir)}: {split} {label} by source length',
         train_max_len=_train_max_len(os.path.join(sweep_dir, next(iter(curves)))))
   print(md_text)
   print('wrote ' + ', '.join(paths.values()))

@@ -21,6 +21,7 @@ from flax import nnx
 from attention_jax import registry
 from attention_jax import scores as scores_lib
 from attention_jax.attention import masked_softmax
+from attention_jax.layers import dropout
 
 
 def check(score: str, heads: int, key_dim: int) -> None:
@@ -53,7 +54,6 @@ class SelfAttentionLayer(nnx.Module):
 
   def __call__(self, x: jax.Array, mask: jax.Array, dropout_key=None):
     """x [B, S, K], mask [B, S] -> (y [B, S, K] zero on padding, weights [B, H, S, S])."""
-    from attention_jax.encoder import dropout  # encoder imports this module
     b, s, k = x.shape
     q, kk, v = jnp.split(self.qkv(x).reshape(b, s, 3, self.heads, self.d), 3, axis=2)
     outs, weights = [], []

@@ -1,43 +1,34 @@
-"""Training: the train state, pure jit-compiled train/eval/predict steps, and the loop
-(evaluation, checkpoints, resume, TensorBoard, results table, heatmaps).
-
-The train state is a plain pytree {'step', 'params', 'opt'}; the model is rebuilt inside the
-step with `nnx.merge(graphdef, params)`, so the steps are pure functions of their inputs.
-Dropout key = fold_in(key(seed), step): a resumed run draws the same masks.
+"""Training: the jit-compiled steps of a model, and the loop (evaluation, checkpoints, resume,
+TensorBoard, results table, heatmaps). The train state and the pure train step are in
+steps.py, data parallelism in parallel.py, decoding in inference.py.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import shutil
 import time
-from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
-import optax
-from flax import nnx
 
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import data as data_lib
-from attention_jax import decode as decode_lib
 from attention_jax import evaluate as eval_lib
-from attention_jax import metrics as metrics_lib
+from attention_jax import inference
 from attention_jax import objective
+from attention_jax import parallel
 from attention_jax import preemption
-from attention_jax.model import ModelConfig, Seq2Seq
+from attention_jax.steps import (SCHEDULES, init_state, make_optimizer, model_config,
+                                 train_step)
+
+__all__ = ['SCHEDULES', 'Steps', 'init_state', 'make_optimizer', 'model_config', 'train_step',
+           'train_and_evaluate', 'validate']
 
 
 # ---- set-up ------------------------------------------------------------------
-def model_config(cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int) -> ModelConfig:
-  return ModelConfig.from_dict(cfg.model.to_dict(), src_vocab=src_vocab, tgt_vocab=tgt_vocab)
-
-
 def validate(cfg: ml_collections.ConfigDict) -> None:
   """Fails before any compile, naming the field and the valid range."""
   t, d = cfg.train, cfg.data
@@ -56,86 +47,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
-  from attention_jax import parallel
   parallel.resolve(cfg.parallel)
   n = jax.device_count()
   if d.batch_size % n:
     raise ValueError(f'data.batch_size={d.batch_size} is not divisible by the device count {n}')
-
-
-SCHEDULES = {
-    'constant': lambda lr, total: optax.constant_schedule(lr),
-    'cosine': lambda lr, total: optax.cosine_decay_schedule(lr, max(total, 1), alpha=0.05),
-    'rsqrt': lambda lr, total: lambda s: lr * jax.lax.rsqrt(jnp.maximum(s, 1.0) / 100.0 + 1.0),
-}
-
-
-def make_optimizer(t: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """AdamW, linear warmup then `t.decay`, gradient clipping by global norm."""
-  decay = SCHEDULES[t.decay](t.lr, t.steps - t.warmup_steps)
-  schedule = optax.join_schedules(
-      [optax.linear_schedule(0.0, t.lr, max(t.warmup_steps, 1)), decay], [t.warmup_steps])
-  chain = [optax.clip_by_global_norm(t.clip_norm)] if t.clip_norm > 0 else []
-  return optax.chain(*chain, optax.adamw(schedule, weight_decay=t.weight_decay))
-
-
-def init_state(mcfg: ModelConfig, tx, seed: int):
-  """-> (graphdef, state {'step', 'params', 'opt'})."""
-  model = Seq2Seq(mcfg, rngs=nnx.Rngs(seed))
-  graphdef, params = nnx.split(model)
-  params = nnx.to_pure_dict(params)
-  state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
-  if mcfg.stochastic:   # the REINFORCE baseline of the hard attention modes
-    state['baseline'] = jnp.zeros((), jnp.float32)
-  return graphdef, state
-
-
-# ---- pure steps ----------------------------------------------------------------
-def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
-               axis_name: str | None = None):
-  """One optimiser step. A non-finite loss or gradient leaves params and opt unchanged
-  (metrics['finite'] = 0), so the caller can stop with the last good state intact.
-
-  Data parallel (axis_name set, run under shard_map or pmap): each device holds a shard of
-  the batch; its loss is normalised by the *global* token count, so the psum of the
-  per-device gradients is exactly the gradient of the global mean loss (the pmean of
-  per-device gradients when shards hold equal token counts), and the result equals one
-  device on the whole batch up to float rounding. Dropout masks differ per device.
-  """
-  key = jax.random.fold_in(jax.random.key(seed), state['step'])
-  if axis_name:
-    key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
-  dropout_key, sample_key = jax.random.split(key)
-  psum = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
-
-  def loss_fn(params):
-    model = nnx.merge(graphdef, params)
-    logits, read = model.forward(batch['src'], batch['tgt_in'], dropout_key=dropout_key,
-                                 sample_key=sample_key)
-    loss, s, baseline = objective.loss(obj, logits, read, batch, state.get('baseline'), psum)
-    return loss, (s, baseline)
-
-  (loss, (sums, baseline)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
-  loss, sums, grads = psum(loss), psum(sums), psum(grads)
-  grad_norm = optax.tree.norm(grads)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  updates, opt = tx.update(grads, state['opt'], state['params'])
-  params = optax.apply_updates(state['params'], updates)
-  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-  new_state = {'step': state['step'] + 1, 'params': keep(params, state['params']),
-               'opt': keep(opt, state['opt'])}
-  if baseline is not None:
-    new_state['baseline'] = keep(baseline, state['baseline'])
-  # 'loss': the (label-smoothed) cross-entropy per token; 'objective': what the gradient is
-  # of (differs with coverage loss or REINFORCE terms, whose surrogate is no loss value)
-  ce = sums['train_loss_sum'] / jnp.maximum(sums['tokens'], 1.0)
-  return new_state, {**sums, 'loss': ce, 'objective': loss, 'grad_norm': grad_norm,
-                     'finite': finite}
-
-
-def predict_step(graphdef, params, src, max_len: int):
-  """Greedy outputs [B, L] and their attention weights [B, L, S]."""
-  return decode_lib.greedy(nnx.merge(graphdef, params), src, max_len)
 
 
 class Steps:
@@ -158,7 +73,6 @@ class Steps:
     return cls._cache[key]
 
   def __init__(self, graphdef, tx, cfg):
-    from attention_jax import parallel  # parallel -> train
     self.mode = parallel.resolve(cfg.parallel)
     args = (graphdef, tx, objective.Objective.of(cfg.train), cfg.seed)
     if self.mode == 'shard_map':
@@ -168,7 +82,7 @@ class Steps:
     else:
       self.train = jax.jit(functools.partial(train_step, *args), donate_argnums=0)
     eval_step = eval_lib.make_teacher_forced(graphdef)
-    predict = jax.jit(functools.partial(predict_step, graphdef), static_argnums=2)
+    predict = inference.make_decoder(graphdef, beam=1)
     # evaluation and decoding: the batch is split over the devices too (XLA partitions the
     # batch-parallel computation; metric sums are global). Several processes each evaluate
     # on their own devices.
@@ -179,7 +93,9 @@ class Steps:
 
 # ---- evaluation -------------------------------------------------------------------
 def format_table(results: dict[str, dict]) -> str:
-  cols = ['loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf', 'sentences']
+  cols = ['loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf']
+  cols += [k for k in eval_lib.EXTRA_METRICS if all(k in m for m in results.values())]
+  cols.append('sentences')
   lines = ['| split | ' + ' | '.join(cols) + ' |', '|' + '---|' * (len(cols) + 1)]
   for split, m in results.items():
     lines.append(f'| {split} | ' + ' | '.join(
@@ -309,6 +225,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   steps = Steps.of(graphdef, cfg)
   ckpts = ckpt_lib.Checkpoints(workdir, keep=t.keep_checkpoints)
   it = task.train_iterator(d.batch_size, seed=cfg.seed)
+  # best_bleu: the best validation eval_lib.selection_score (BLEU; 100 - WER for G2P tasks)
   best_bleu, train_time = -1.0, 0.0   # train_time: seconds in train steps, over all sessions
   restored = ckpt_lib.restore_newest(ckpts.latest, state, log) if resuming else None
   skips = 0   # non-finite batches skipped (train.skip_nonfinite)
@@ -367,12 +284,16 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
         val, _ = evaluate_(local(state['params']), task, 'validation')
         progress.t0 += time.time() - t_eval  # rates and ETA count training time only
         log(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
-            f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}')
-        for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf'):
-          writer.add_scalar(f'validation/{k}', val[k], step)
-        if val['bleu'] > best_bleu:
-          best_bleu = val['bleu']
-          ckpts.save_best(step, state, meta_now(step, {'validation': val}), val['bleu'])
+            f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}'
+            + (f'  WER {val["wer"]:.2f}%  PER {val["per"]:.2f}%' if 'wer' in val else ''))
+        for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf',
+                  *eval_lib.EXTRA_METRICS):
+          if k in val:
+            writer.add_scalar(f'validation/{k}', val[k], step)
+        score = eval_lib.selection_score(val)
+        if score > best_bleu:
+          best_bleu = score
+          ckpts.save_best(step, state, meta_now(step, {'validation': val}), score)
       if step % t.checkpoint_every == 0 or step == t.steps:
         ckpts.save_latest(step, state, meta_now(step))
   writer.flush()

@@ -25,6 +25,32 @@ def _lengths(stats: dict) -> str:
           .format(**stats)) if stats else '-'
 
 
+def _words_and_symbols(task) -> list[str]:
+  """Distinct sources (words) and pairs per split, the symbol inventories, one example per
+  split with all its references (tasks with several references per source, e.g. cmudict)."""
+  lines = []
+  for split in data.SPLITS:
+    pairs = task.texts(split)
+    refs = task.references(split)
+    extra = ''
+    if refs is not None:
+      multi = len({s for (s, _), r in zip(pairs, refs) if len(r) > 1})
+      extra = f'; {multi} sources with several references'
+    lines.append(f'{split:>10}: {len({s for s, _ in pairs})} distinct sources in {len(pairs)} '
+                 f'pairs{extra}')
+  for side, tok in (('source', task.src_tok), ('target', task.tgt_tok)):
+    symbols = getattr(tok, 'symbols', None)
+    if symbols is not None and len(symbols) <= 200:
+      lines.append(f'{side} symbols ({tok.kind}, {len(symbols)}): {" ".join(symbols)}')
+  for split in data.SPLITS:
+    refs = task.references(split)
+    i = next((i for i, r in enumerate(refs) if len(r) > 1), 0) if refs is not None else 0
+    src, tgt = task.texts(split)[i]
+    lines.append(f'  {split} example: {src!r} -> {tgt!r}'
+                 + (f'  (references: {" | ".join(refs[i])})' if refs is not None else ''))
+  return lines
+
+
 def describe(cfg, *, num_examples: int = 3) -> str:
   """The report printed by this script, for the config's data section."""
   start = time.time()
@@ -43,6 +69,7 @@ def describe(cfg, *, num_examples: int = 3) -> str:
               f'padding {100 * info["padding_share"]:.1f}%',
               f'{"":>12}source tokens: {_lengths(info["src_len"])}',
               f'{"":>12}target tokens: {_lengths(info["tgt_len"])}']
+  lines += _words_and_symbols(task)
   batch = next(iter(task.train_iterator(d.batch_size, seed=cfg.get('seed', 0))))
   lines.append(f'first training batch: src {batch["src"].shape}, tgt_in '
                f'{batch["tgt_in"].shape}; examples decoded from its ids:')

@@ -1,32 +1,50 @@
-"""Evaluate a trained run's checkpoint on a split, with greedy or beam decoding.
+"""Evaluate a trained run's checkpoint on one of its splits or on any parallel text files.
 
   python -m experiments.evaluate --workdir=runs/reverse_additive --split=test --beam=5 --alpha=0.6
+  bash launch.sh evaluate --workdir=runs/dates_additive --src=my.src --ref=my.ref --beam=5 \
+      --length_edges=0,10,20,30
 
-Prints loss, perplexity, exact match, BLEU and chrF (with the sacrebleu signature), the same
-by source-length bucket (edges: eval.length_edges of the run's config) and, for tasks with a
-gold alignment (copy, reverse, sort), alignment accuracy. Writes <workdir>/eval_<split>.json,
-<workdir>/eval_<split>_bleu_by_length.png and heatmaps under <workdir>/eval_<split>_heatmaps/.
+Prints loss, perplexity, exact match, BLEU and chrF (with the sacrebleu signature), WER and PER
+where a source has several references (cmudict, or --ref lines with tab-separated
+alternatives), the same by source-length bucket (edges: --length_edges, else the run's
+eval.length_edges) and, for tasks with a gold alignment (copy, reverse, sort), alignment
+accuracy. Writes <workdir>/eval_<split or src file>.json, its by-length plot and heatmaps.
 """
 
 from absl import app, flags, logging
 
-from attention_jax import evaluate
+from attention_jax import api
 
 flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
-flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Which split.')
+flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'],
+                  'Which split (ignored with --src/--ref).')
+flags.DEFINE_string('src', None, 'Source text file, one sentence per line (with --ref).')
+flags.DEFINE_string('ref', None, 'Reference file, line-aligned with --src; tab-separated '
+                    'alternatives on a line count as several references.')
 flags.DEFINE_integer('beam', 5, 'Beam size (1 = greedy).', lower_bound=1)
 flags.DEFINE_float('alpha', 0.6, 'Length penalty exponent ((5+|Y|)/6)^alpha.', lower_bound=0)
 flags.DEFINE_integer('step', None, 'Checkpoint step (default: the best).')
-flags.DEFINE_integer('heatmaps', 6, 'How many test sentences to draw.', lower_bound=0)
+flags.DEFINE_list('length_edges', None, 'Source-length bucket edges, e.g. 0,10,20 (default: '
+                  'the run\'s eval.length_edges).')
+flags.DEFINE_integer('heatmaps', 6, 'How many sentences to draw.', lower_bound=0)
 FLAGS = flags.FLAGS
 
 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if (FLAGS.src is None) != (FLAGS.ref is None):
+    raise app.UsageError('--src and --ref go together')
+  edges = None
+  if FLAGS.length_edges:
+    try:
+      edges = [int(e) for e in FLAGS.length_edges]
+    except ValueError:
+      raise app.UsageError(f'--length_edges must be integers, got {FLAGS.length_edges}')
   logging.set_verbosity(logging.WARNING)
-  evaluate.evaluate_workdir(FLAGS.workdir, split=FLAGS.split, beam=FLAGS.beam,
-                            alpha=FLAGS.alpha, step=FLAGS.step, num_heatmaps=FLAGS.heatmaps)
+  api.evaluate_run(FLAGS.workdir, split=FLAGS.split, src=FLAGS.src, ref=FLAGS.ref,
+                   beam=FLAGS.beam, alpha=FLAGS.alpha, step=FLAGS.step, length_edges=edges,
+                   num_heatmaps=FLAGS.heatmaps)
 
 
 if __name__ == '__main__':

@@ -144,10 +144,8 @@ def test_bad_flags_are_named(flag, needle, tmp_path):
 
 
 def test_evaluate_workdir_writes_report_plot_and_heatmaps(dates_run):
-  from attention_jax import evaluate
   workdir, summary = dates_run
-  report = evaluate.evaluate_workdir(workdir, split='test', beam=1, num_heatmaps=2,
-                                     verbose=False)
+  report = aj.evaluate_run(workdir, split='test', beam=1, num_heatmaps=2, verbose=False)
   assert report['sentences'] == 32
   assert report['exact_match'] == summary['results']['test']['exact_match']  # same greedy
   assert sum(r['sentences'] for r in report['by_length']) == 32

@@ -120,7 +120,7 @@ class _NoCustomConfigWarning(logging.Filter):
 
 
 @contextlib.contextmanager
-def _quiet_tfds():
+def quiet_tfds():
   """No tqdm progress bars, no custom-config warning (restores the previous setting)."""
   from tensorflow_datasets.core.utils import tqdm_utils  # pylint: disable=g-import-not-at-top
   active = getattr(tqdm_utils, '_active', True)
@@ -134,7 +134,7 @@ def _quiet_tfds():
     tfds.display_progress_bar(active)
 
 
-class _TaskBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class TaskBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Shared plumbing: features src/tgt, three splits generated together."""
   VERSION = tfds.core.Version('1.0.0')
   RELEASE_NOTES = {'1.0.0': 'Initial release.'}
@@ -224,7 +224,7 @@ def date_formats() -> tuple[tuple[str, str, bool, Callable[[datetime.date], str]
   return tuple(out)
 
 
-class AjDates(_TaskBuilder, skip_registration=True):
+class AjDates(TaskBuilder, skip_registration=True):
   """Human-readable dates in many formats and locales -> ISO 8601 (YYYY-MM-DD)."""
   name = 'aj_dates'
   DESCRIPTION = ('Dates 1900-2099 written in CLDR full/long/medium/short formats (Babel) in '
@@ -246,7 +246,7 @@ class AjDates(_TaskBuilder, skip_registration=True):
 SYMBOLS = string.ascii_lowercase + string.ascii_uppercase
 
 
-class _SymbolBuilder(_TaskBuilder, skip_registration=True):
+class _SymbolBuilder(TaskBuilder, skip_registration=True):
   """A string over num_symbols letters (one character per symbol), its length uniform in
   [min_len, max_len] ([min_len, test_max_len] for test)."""
 
@@ -286,7 +286,7 @@ class AjSort(_SymbolBuilder, skip_registration=True):
 # ---- addition ----------------------------------------------------------------------------
 
 
-class AjAddition(_TaskBuilder, skip_registration=True):
+class AjAddition(TaskBuilder, skip_registration=True):
   """'123+4567' -> '4690', as in the Flax seq2seq example (examples/seq2seq).
 
   Unlike Flax (operands uniform in [1, 10^3]), each operand first draws its number of digits
@@ -316,7 +316,7 @@ def prepare(task: str, data_cfg: Any) -> tfds.core.DatasetBuilder:
   """
   if task not in BUILDERS:
     raise ValueError(f'no offline builder for task {task!r}; valid: {", ".join(BUILDERS)}')
-  with _quiet_tfds():
+  with quiet_tfds():
     builder = BUILDERS[task](config=make_config(task, data_cfg),
                              data_dir=data_cfg.data_dir or None, file_format='array_record')
     builder.download_and_prepare()

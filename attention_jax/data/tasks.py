@@ -7,8 +7,9 @@
   save_tokenizers(task, workdir)                 # what a checkpoint needs to decode
 
 Tasks (data.name): dates, copy, reverse, sort, addition (our TFDS builders, see builders.py),
-textfiles (a user's corpus, see textfiles.py) and tfds (any TFDS translation data set by name,
-see tfds_translation.py).
+cmudict (English G2P from the CMU Pronouncing Dictionary, see cmudict.py), textfiles (a
+user's corpus, see textfiles.py) and tfds (any TFDS translation data set by name, see
+tfds_translation.py).
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from attention_jax.data import batching, builders, textfiles, tfds_translation
+from attention_jax.data import batching, builders, cmudict, textfiles, tfds_translation
 from attention_jax.data import tokenizers as tok_lib
 
 SPLITS = ('train', 'validation', 'test')
-TASKS = (*builders.BUILDERS, 'textfiles', 'tfds')
+TASKS = (*builders.BUILDERS, 'cmudict', 'textfiles', 'tfds')
 
 
 def _text(x: Any) -> str:
@@ -70,6 +71,24 @@ class Task:
                         num_buckets=num_buckets)
     self._src_tok, self._tgt_tok = src_tok, tgt_tok
     self._tokenize()
+
+  @classmethod
+  def from_pairs(cls, pairs: Sequence[tuple[str, str]], src_tok, tgt_tok, *,
+                 references: Sequence[Sequence[str]] | None = None, max_src_len: int,
+                 max_tgt_len: int, num_buckets: int, name: str = 'files') -> 'Task':
+    """A task over given (source, reference) pairs, e.g. a user's test files, with the
+    tokenizers of a trained run; every split holds the pairs (evaluate any of them).
+    `references`: every acceptable target per pair, for WER / PER."""
+    if not pairs:
+      raise ValueError(f'{name}: no sentence pairs')
+    texts = {split: list(pairs) for split in SPLITS}
+    extras = None
+    if references is not None:
+      refs = [cmudict.REF_SEP.join(r) for r in references]
+      extras = {split: {'refs': refs} for split in SPLITS}
+    return cls(name, texts, src_tok, tgt_tok, max_src_len=max_src_len,
+               max_tgt_len=max_tgt_len, num_buckets=num_buckets, extras=extras,
+               location='text files')
 
   def _tokenize(self) -> None:
     """(Re)encodes with the current tokenizers: drops too-long examples, sets the buckets."""
@@ -120,6 +139,12 @@ class Task:
     """Extra per-example fields (dates: 'locale', 'style'), in index order; may be empty."""
     self._check_split(split)
     return self._extras.get(split, {})
+
+  def references(self, split: str) -> list[list[str]] | None:
+    """Every acceptable target of each example (cmudict: all pronunciations of the word),
+    in index order; None for tasks with one reference per source."""
+    refs = self.features(split).get('refs')
+    return None if refs is None else [r.split(cmudict.REF_SEP) for r in refs]
 
   def encoded(self, split: str) -> batching.Encoded:
     """The split's token ids (cached), without BOS/EOS."""
@@ -192,6 +217,10 @@ def _load_texts(d) -> tuple[dict, dict, str]:
     builder = builders.prepare(name, d)
     texts, extras = _read_builder(builder)
     return texts, extras, str(builder.data_dir)
+  if name == 'cmudict':
+    builder = cmudict.prepare(d)
+    texts, extras = _read_builder(builder)
+    return texts, extras, str(builder.data_dir)
   if name == 'textfiles':
     return textfiles.read_corpus(d.textfiles_dir), {}, d.textfiles_dir
   if name == 'tfds':
@@ -204,8 +233,9 @@ def _load_texts(d) -> tuple[dict, dict, str]:
 def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Task:
   """Prepares (offline) and opens the data set of `data_cfg` (cfg.data) as a Task.
 
-  Tokenizers (data.tokenizer, data.vocab_size) are trained on the training split with `seed`
-  (deterministically), unless `tokenizers=(src_tok, tgt_tok)` are given, e.g. those saved
+  Tokenizers (data.tokenizer for the source, data.tgt_tokenizer or else data.tokenizer for the
+  target; data.vocab_size) are trained on the training split with `seed` (deterministically),
+  unless `tokenizers=(src_tok, tgt_tok)` are given, e.g. those saved
   with a checkpoint (`load_tokenizers(workdir)`).
   """
   d = data_cfg
@@ -216,7 +246,8 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
     train = texts['train']
     src_tok = tok_lib.train_tokenizer(d.tokenizer, [s for s, _ in train],
                                       vocab_size=d.vocab_size, seed=seed)
-    tgt_tok = tok_lib.train_tokenizer(d.tokenizer, [t for _, t in train],
+    tgt_tok = tok_lib.train_tokenizer(d.get('tgt_tokenizer') or d.tokenizer,
+                                      [t for _, t in train],
                                       vocab_size=d.vocab_size, seed=seed)
   else:
     src_tok, tgt_tok = tokenizers

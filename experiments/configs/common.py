@@ -18,7 +18,7 @@ def base_config() -> ml_collections.ConfigDict:
 
   # ---- data: see attention_jax/data --------------------------------------
   d = c.data = ml_collections.ConfigDict()
-  d.name = 'dates'          # dates | copy | reverse | sort | addition | textfiles | tfds
+  d.name = 'dates'          # dates | copy | reverse | sort | addition | cmudict | textfiles | tfds
   d.data_dir = ''           # TFDS data dir; '' = ~/tensorflow_datasets
   d.seed = 0                # generation seed of the offline tasks
   d.num_train = 20_000      # examples per split for the offline tasks
@@ -29,11 +29,15 @@ def base_config() -> ml_collections.ConfigDict:
   d.test_max_len = 100      # symbol tasks: test lengths go up to here
   d.num_symbols = 20        # symbol tasks: alphabet size
   d.max_digits = 4          # addition: digits per operand
+  d.stress = False          # cmudict: keep the stress digits of the vowels (AH0 EH1 OW2)
+  d.variants = True         # cmudict: every pronunciation of a train word is a training pair
+  d.valid_fraction = 0.05   # cmudict: share of the non-test words held out for validation
   d.textfiles_dir = ''      # textfiles: dir with train.src/train.tgt, valid.*, test.*
   d.tfds_name = 'ted_hrlr_translate/pt_to_en'  # tfds: any translation builder
   d.src_lang = 'pt'         # tfds: language keys of the pair
   d.tgt_lang = 'en'
   d.tokenizer = 'char'      # char | word | sentencepiece
+  d.tgt_tokenizer = ''      # the target's, if another ('' = data.tokenizer); cmudict: word
   d.vocab_size = 8000       # sentencepiece vocabulary size
   d.max_src_len = 128       # training examples longer than this (in tokens) are dropped
   d.max_tgt_len = 128

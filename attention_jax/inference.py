@@ -1,0 +1,45 @@
+"""Decoding a batch with a model's parameters, jit-compiled: greedy (decode.py) or beam search
+(beam.py), with n-best lists. Shared by training (validation), evaluation and the Python API,
+so that all three decode alike.
+
+  decode = make_decoder(graphdef, beam=5, alpha=0.6)
+  tokens, weights = decode(params, src, max_len)          # [B, L] int32, [B, L, S]
+  decode = make_decoder(graphdef, beam=5, alpha=0.6, nbest=3)
+  tokens, scores, weights = decode(params, src, max_len)  # [B, N, L], [B, N], [B, N, L, S]
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+from flax import nnx
+
+from attention_jax import beam as beam_lib
+from attention_jax import decode as decode_lib
+
+
+def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) -> Callable:
+  """-> jit-compiled decode(params, src [B, S], max_len) (max_len static).
+
+  nbest = 0: (tokens [B, L], weights [B, L, S]) of the best output: greedy for beam == 1,
+  else beam search with length penalty alpha. nbest = N (1 <= N <= beam): (tokens [B, N, L],
+  scores [B, N], weights [B, N, L, S]), the N best hypotheses of the beam, best first (with
+  beam == 1 and N == 1: the greedy output and its log-probability).
+  """
+  if not isinstance(beam, int) or beam < 1:
+    raise ValueError(f'beam must be a positive integer, got {beam!r}')
+  if not isinstance(nbest, int) or not 0 <= nbest <= beam:
+    raise ValueError(f'nbest must be an integer in [1, beam={beam}] (or 0), got {nbest!r}')
+
+  def decode(params, src, max_len):
+    model = nnx.merge(graphdef, params)
+    if not nbest:
+      if beam == 1:
+        return decode_lib.greedy(model, src, max_len)
+      tokens, _, weights = beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len,
+                                                alpha=alpha)
+      return tokens, weights
+    return beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len, alpha=alpha,
+                                nbest=nbest)
+  return jax.jit(decode, static_argnums=2)

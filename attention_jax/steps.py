@@ -1,0 +1,93 @@
+"""The train state and the pure train step.
+
+The train state is a plain pytree {'step', 'params', 'opt'} (plus 'baseline' for the hard
+attention modes); the model is rebuilt inside the step with `nnx.merge(graphdef, params)`, so
+the step is a pure function of its inputs, run as is under `jax.jit` or per device under
+`jax.shard_map` / `jax.pmap` (parallel.py). Dropout key = fold_in(key(seed), step): a resumed
+run draws the same masks. Used by train.py (the loop), parallel.py and api.py (the template
+a checkpoint is restored into).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from flax import nnx
+
+from attention_jax import objective
+from attention_jax.model import ModelConfig, Seq2Seq
+
+
+def model_config(cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+  return ModelConfig.from_dict(cfg.model.to_dict(), src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+
+
+SCHEDULES = {
+    'constant': lambda lr, total: optax.constant_schedule(lr),
+    'cosine': lambda lr, total: optax.cosine_decay_schedule(lr, max(total, 1), alpha=0.05),
+    'rsqrt': lambda lr, total: lambda s: lr * jax.lax.rsqrt(jnp.maximum(s, 1.0) / 100.0 + 1.0),
+}
+
+
+def make_optimizer(t: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """AdamW, linear warmup then `t.decay`, gradient clipping by global norm."""
+  decay = SCHEDULES[t.decay](t.lr, t.steps - t.warmup_steps)
+  schedule = optax.join_schedules(
+      [optax.linear_schedule(0.0, t.lr, max(t.warmup_steps, 1)), decay], [t.warmup_steps])
+  chain = [optax.clip_by_global_norm(t.clip_norm)] if t.clip_norm > 0 else []
+  return optax.chain(*chain, optax.adamw(schedule, weight_decay=t.weight_decay))
+
+
+def init_state(mcfg: ModelConfig, tx, seed: int):
+  """-> (graphdef, state {'step', 'params', 'opt'})."""
+  model = Seq2Seq(mcfg, rngs=nnx.Rngs(seed))
+  graphdef, params = nnx.split(model)
+  params = nnx.to_pure_dict(params)
+  state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
+  if mcfg.stochastic:   # the REINFORCE baseline of the hard attention modes
+    state['baseline'] = jnp.zeros((), jnp.float32)
+  return graphdef, state
+
+
+def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
+               axis_name: str | None = None):
+  """One optimiser step. A non-finite loss or gradient leaves params and opt unchanged
+  (metrics['finite'] = 0), so the caller can stop with the last good state intact.
+
+  Data parallel (axis_name set, run under shard_map or pmap): each device holds a shard of
+  the batch; its loss is normalised by the *global* token count, so the psum of the
+  per-device gradients is exactly the gradient of the global mean loss (the pmean of
+  per-device gradients when shards hold equal token counts), and the result equals one
+  device on the whole batch up to float rounding. Dropout masks differ per device.
+  """
+  key = jax.random.fold_in(jax.random.key(seed), state['step'])
+  if axis_name:
+    key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+  dropout_key, sample_key = jax.random.split(key)
+  psum = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
+
+  def loss_fn(params):
+    model = nnx.merge(graphdef, params)
+    logits, read = model.forward(batch['src'], batch['tgt_in'], dropout_key=dropout_key,
+                                 sample_key=sample_key)
+    loss, s, baseline = objective.loss(obj, logits, read, batch, state.get('baseline'), psum)
+    return loss, (s, baseline)
+
+  (loss, (sums, baseline)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+  loss, sums, grads = psum(loss), psum(sums), psum(grads)
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  updates, opt = tx.update(grads, state['opt'], state['params'])
+  params = optax.apply_updates(state['params'], updates)
+  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+  new_state = {'step': state['step'] + 1, 'params': keep(params, state['params']),
+               'opt': keep(opt, state['opt'])}
+  if baseline is not None:
+    new_state['baseline'] = keep(baseline, state['baseline'])
+  # 'loss': the (label-smoothed) cross-entropy per token; 'objective': what the gradient is
+  # of (differs with coverage loss or REINFORCE terms, whose surrogate is no loss value)
+  ce = sums['train_loss_sum'] / jnp.maximum(sums['tokens'], 1.0)
+  return new_state, {**sums, 'loss': ce, 'objective': loss, 'grad_norm': grad_norm,
+                     'finite': finite}

@@ -1,0 +1,117 @@
+"""The package's layering: no import cycle among its modules, no import hidden inside a
+function to dodge one, and every module importable on its own in a fresh interpreter."""
+
+import ast
+import os
+import pkgutil
+import subprocess
+import sys
+
+import attention_jax
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = 'attention_jax'
+
+
+def modules() -> dict[str, str]:
+  """{dotted module name: file path} of every module of the package (packages included)."""
+  out = {PACKAGE: attention_jax.__file__}
+  for info in pkgutil.walk_packages(attention_jax.__path__, PACKAGE + '.'):
+    spec = info.module_finder.find_spec(info.name)
+    out[info.name] = spec.origin
+  return out
+
+
+def imports(name: str, path: str, known) -> tuple[set[str], list[str]]:
+  """(package modules `name` imports, 'line: module' of those imported inside a function)."""
+  tree = ast.parse(open(path, encoding='utf-8').read())
+  is_pkg = path.endswith('__init__.py')
+  found, local = set(), []
+
+  def targets(node) -> list[str]:
+    if isinstance(node, ast.Import):
+      return [a.name for a in node.names]
+    base = node.module or ''
+    if node.level:   # relative: resolve against this module's package
+      parts = name.split('.')[:len(name.split('.')) - node.level + (1 if is_pkg else 0)]
+      base = '.'.join(parts + ([base] if base else []))
+    subs = [f'{base}.{a.name}' for a in node.names]
+    return [s for s in subs if s in known] or [base]
+
+  def visit(node, in_function: bool):
+    for child in ast.iter_child_nodes(node):
+      if isinstance(child, (ast.Import, ast.ImportFrom)):
+        for t in targets(child):
+          if t in known and t != name:
+            found.add(t)
+            if in_function:
+              local.append(f'{child.lineno}: {t}')
+      visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+  visit(tree, False)
+  return found, local
+
+
+def graph():
+  mods = modules()
+  edges, local = {}, {}
+  for name, path in mods.items():
+    edges[name], loc = imports(name, path, mods)
+    if loc:
+      local[name] = loc
+  return edges, local
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+  """A cycle as [a, b, ..., a], or None (depth-first search)."""
+  state, stack = {}, []
+
+  def dfs(u):
+    state[u] = 'open'
+    stack.append(u)
+    for v in sorted(edges.get(u, ())):
+      if state.get(v) == 'open':
+        return stack[stack.index(v):] + [v]
+      if v not in state:
+        found = dfs(v)
+        if found:
+          return found
+    stack.pop()
+    state[u] = 'done'
+    return None
+
+  for u in sorted(edges):
+    if u not in state:
+      found = dfs(u)
+      if found:
+        return found
+  return None
+
+
+def test_find_cycle_finds_cycles():
+  assert find_cycle({'a': {'b'}, 'b': {'c'}, 'c': set()}) is None
+  assert find_cycle({'a': {'b'}, 'b': {'c'}, 'c': {'a'}}) == ['a', 'b', 'c', 'a']
+
+
+def test_no_import_cycle_among_the_package_modules():
+  edges, _ = graph()
+  assert len(edges) > 30
+  assert 'attention_jax.inference' in edges['attention_jax.api']
+  assert find_cycle(edges) is None, f'import cycle: {" -> ".join(find_cycle(edges))}'
+
+
+def test_no_function_local_imports_of_package_modules():
+  _, local = graph()
+  assert not local, f'function-local imports of package modules: {local}'
+
+
+def test_every_module_imports_on_its_own_in_a_fresh_interpreter():
+  names = sorted(modules())
+  procs = {n: subprocess.Popen([sys.executable, '-c', f'import {n}'], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+           for n in names}
+  failed = {}
+  for n, p in procs.items():
+    _, err = p.communicate(timeout=300)
+    if p.returncode:
+      failed[n] = err.decode()[-500:]
+  assert not failed, failed

@@ -1,0 +1,151 @@
+"""Using a trained run as NMT toolkits are used: the translate command (file and stdin, n-best,
+attention files, bad input), beam search and n-best from Python, evaluation of any text files.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import ml_collections
+import numpy as np
+import pytest
+
+import attention_jax as aj
+from attention_jax import data, inference, train
+from experiments import translate as translate_cmd
+from experiments.configs import dates
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXTS = ['22. November 2026', '', 'Nov 3, 1999', 'Sunday, 1 March 1987', '   ', '5/3/26',
+         'mardi 3 novembre 2026']
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory):
+  c = dates.get_config('smoke')
+  c.data.data_dir = str(tmp_path_factory.mktemp('tfds'))
+  c.train.steps = 30   # a little past random, so beams and greedy paths differ in places
+  workdir = str(tmp_path_factory.mktemp('dates_translate'))
+  train.train_and_evaluate(c, workdir)
+  return workdir
+
+
+@pytest.fixture(scope='module')
+def translator(run):
+  return aj.load(run)
+
+
+def command(workdir, *flags, stdin=b''):
+  return subprocess.run([sys.executable, '-m', 'experiments.translate', f'--workdir={workdir}',
+                         *flags], cwd=ROOT, input=stdin, capture_output=True, timeout=300)
+
+
+def test_command_on_a_file_and_on_stdin_equals_translate(run, translator, tmp_path):
+  src = tmp_path / 'in.txt'
+  src.write_text('\n'.join(TEXTS) + '\n', encoding='utf-8')
+  out = tmp_path / 'out.txt'
+  by_file = command(run, f'--input={src}', f'--output={out}', '--beam=3', '--batch=2')
+  assert by_file.returncode == 0, by_file.stderr.decode()
+  assert b'sentences/s' in by_file.stderr
+  by_stdin = command(run, '--beam=3', stdin=src.read_bytes())
+  assert by_stdin.returncode == 0, by_stdin.stderr.decode()
+  expected = translator.translate(TEXTS, beam=3)
+  assert out.read_text(encoding='utf-8').split('\n')[:-1] == expected
+  assert by_stdin.stdout.decode('utf-8').split('\n')[:-1] == expected
+  assert expected[1] == '' and expected[4] == ''          # empty lines kept, in place
+
+
+def test_nbest_lines_are_distinct_sorted_and_led_by_the_beam_output(run, translator):
+  proc = command(run, '--beam=4', '--nbest=3', stdin='\n'.join(TEXTS).encode())
+  assert proc.returncode == 0, proc.stderr.decode()
+  lines = proc.stdout.decode('utf-8').split('\n')[:-1]
+  assert len(lines) == 3 * len(TEXTS)
+  best = translator.translate(TEXTS, beam=4)
+  for i, text in enumerate(TEXTS):
+    rows = [line.split('\t') for line in lines[3 * i:3 * i + 3]]
+    outs, scores = [r[0] for r in rows], [float(r[1]) for r in rows]
+    if not text.strip():
+      assert outs == ['', '', ''] and scores == [0, 0, 0]
+      continue
+    assert len(set(outs)) == 3
+    assert scores == sorted(scores, reverse=True)
+    assert outs[0] == best[i]
+  py = translator.translate(TEXTS[:1], beam=4, nbest=3)[0]
+  assert [o for o, _ in py] == [line.split('\t')[0] for line in lines[:3]]
+
+
+def test_beam_1_equals_greedy(run, translator):
+  greedy = inference.make_decoder(translator.graphdef, beam=1)   # decode.greedy
+  texts = [t for t in TEXTS if t.strip()]
+  src = translator._encode(texts)
+  tokens, _ = greedy(translator.params, src, 40)
+  expected = [translator.tgt_tok.decode(row.tolist()) for row in np.asarray(tokens)]
+  assert translator.translate(texts, beam=1) == expected
+  assert translator.translate(texts) == expected
+  out, weights, src_tokens, tgt_tokens = translator.attend(texts[0], beam=1)
+  assert out == expected[0] and weights.shape == (len(tgt_tokens), len(src_tokens))
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_attention_files(run, tmp_path):
+  jsonl, npz = tmp_path / 'a.jsonl', tmp_path / 'a.npz'
+  data = '\n'.join(TEXTS[:3]).encode()
+  assert command(run, f'--attention={jsonl}', stdin=data).returncode == 0
+  assert command(run, f'--attention={npz}', '--beam=2', stdin=data).returncode == 0
+  rows = [json.loads(line) for line in jsonl.read_text(encoding='utf-8').splitlines()]
+  assert [r['line'] for r in rows] == [1, 2, 3] and rows[1]['weights'] == []
+  w = np.array(rows[0]['weights'])
+  assert w.shape == (len(rows[0]['tgt_tokens']), len(rows[0]['src_tokens']))
+  np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-4)
+  with np.load(npz) as z:
+    assert z['weights_1'].shape == (len(z['tgt_tokens_1']), len(z['src_tokens_1']))
+    assert list(z['src_tokens_1'])[-1] == '</s>'
+
+
+def test_bad_bytes_give_one_error_line_naming_the_line(run, tmp_path):
+  out = tmp_path / 'out.txt'
+  proc = command(run, f'--output={out}', stdin=b'Nov 3, 1999\nok\nbad \xff byte\n')
+  assert proc.returncode == 2
+  err = proc.stderr.decode().strip().splitlines()
+  assert err[-1] == 'error: stdin line 3 is not valid UTF-8: byte 0xff at column 5', err
+  assert not out.exists()                           # nothing translated or written
+  assert translate_cmd.read_lines(b'\xef\xbb\xbfa\r\nb\n', 'x') == ['a', 'b']
+  missing = command(run, f'--input={tmp_path / "nope.txt"}')
+  assert missing.returncode == 2 and b'error: ' in missing.stderr and b'nope.txt' in missing.stderr
+
+
+def test_evaluate_files_equals_evaluating_the_split(run, tmp_path):
+  with open(os.path.join(run, 'config.json')) as f:
+    cfg = json.load(f)
+  task = data.load_task(ml_collections.ConfigDict(cfg['data']), seed=cfg['seed'])
+  pairs = task.texts('test')
+  (tmp_path / 'test.src').write_text(''.join(s + '\n' for s, _ in pairs), encoding='utf-8')
+  (tmp_path / 'test.ref').write_text(''.join(t + '\n' for _, t in pairs), encoding='utf-8')
+  by_split = aj.evaluate_run(run, split='test', beam=3, num_heatmaps=1, verbose=False)
+  by_files = aj.evaluate_run(run, src=str(tmp_path / 'test.src'),
+                             ref=str(tmp_path / 'test.ref'), beam=3, num_heatmaps=1,
+                             verbose=False)
+  for k in ('loss', 'token_accuracy', 'exact_match', 'bleu', 'chrf', 'sentences'):
+    assert by_files[k] == pytest.approx(by_split[k]), k
+  assert by_files['by_length'] == by_split['by_length']
+  assert os.path.exists(by_files['bleu_by_length_plot'])
+  assert os.path.exists(os.path.join(run, 'eval_test_src_beam3_a0.6.json'))
+  proc = subprocess.run(
+      [sys.executable, '-m', 'experiments.evaluate', f'--workdir={run}',
+       f'--src={tmp_path / "test.src"}', f'--ref={tmp_path / "test.ref"}', '--beam=3',
+       '--length_edges=0,5,10'], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr
+  labels = re.findall(r'^\| (\d+)-(\d+) \|', proc.stdout, re.M)   # buckets of 5 tokens
+  assert labels and all(int(hi) - int(lo) == 4 for lo, hi in labels), proc.stdout
+  assert 'exact_match' in proc.stdout and 'sacrebleu signature' in proc.stdout
+
+
+def test_evaluate_files_with_several_references_reports_wer_per(run, tmp_path):
+  (tmp_path / 's.txt').write_text('Nov 3, 1999\n3 Nov 1999\n', encoding='utf-8')
+  (tmp_path / 'r.txt').write_text('1999-11-03\tx\n1999-11-03\n', encoding='utf-8')
+  report = aj.evaluate_run(run, src=str(tmp_path / 's.txt'), ref=str(tmp_path / 'r.txt'),
+                           beam=1, num_heatmaps=0, verbose=False)
+  assert 0 <= report['wer'] <= 100 and report['per'] >= 0
+  assert os.path.exists(report['wer_by_length_plot'])
