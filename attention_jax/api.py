@@ -14,8 +14,10 @@ Inputs longer than the run's training maximum (data.max_src_len tokens) are tran
 with a RuntimeWarning naming how many and how long (attention has no length limit, but
 quality beyond the training lengths is not what was measured); only the `location` score,
 whose output layer has model.max_src_len positions, rejects longer inputs with a ValueError.
-Non-strings raise TypeError naming the argument. Large batches are decoded in chunks of
-`chunk_size` sentences (sorted by length, so each chunk pads little): memory stays bounded.
+Inputs longer than `t.max_input_len` tokens (4x the training maximum, at least 512) raise a
+ValueError before anything is allocated. Non-strings raise TypeError naming the argument.
+Large batches are decoded in chunks of at most `chunk_size` sentences (sorted by length, so
+each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays bounded.
 Each (beam, alpha, nbest) and padded source length compiles once per Translator.
 """
 
@@ -55,10 +57,14 @@ class Hypotheses:
 class Translator:
   """A trained model with its tokenizers; greedy or beam decoding, jit-compiled per shape."""
 
+  MEMORY_BUDGET = 256 * 2 ** 20   # bytes of attention weights [rows, L, S] per chunk
+
   def __init__(self, mcfg: ModelConfig, graphdef, params, src_tok, tgt_tok, factor: float,
                step: int, max_train_len: int | None = None, chunk_size: int = 256):
     self.config, self.step = mcfg, step
     self.max_train_len, self.chunk_size = max_train_len, chunk_size
+    # the longest input accepted, in source tokens: 4x the training maximum, at least 512
+    self.max_input_len = max(512, 4 * (max_train_len or 128))
     self.src_tok, self.tgt_tok = src_tok, tgt_tok
     self.graphdef, self.params, self._factor = graphdef, params, factor
     self._decoders: dict[tuple, object] = {}
@@ -81,8 +87,18 @@ class Translator:
     return src
 
   def _check_lengths(self, texts: Sequence[str]) -> None:
+    for i, t in enumerate(texts):   # a cheap bound first: a token is at least one character
+      if len(t) > 64 * self.max_input_len:
+        raise ValueError(f'input {i} has {len(t):,} characters, far beyond the limit of '
+                         f'{self.max_input_len} tokens (t.max_input_len); split it or raise '
+                         't.max_input_len')
     lengths = [len(self.src_tok.encode(t)) for t in texts]
     longest = max(lengths, default=0)
+    if longest > self.max_input_len:
+      i = lengths.index(longest)
+      raise ValueError(f'input {i} has {longest:,} tokens; the limit is {self.max_input_len} '
+                       f'(t.max_input_len, 4x the training maximum, at least 512): split it or '
+                       'raise t.max_input_len')
     if self.config.score == 'location' and longest + 1 > self.config.max_src_len:
       raise ValueError(f"score 'location' scores at most model.max_src_len="
                        f'{self.config.max_src_len} source positions; an input has {longest} '
@@ -126,14 +142,28 @@ class Translator:
                           [], [[] for _ in range(nbest)])
     self._check_lengths([texts[i] for i in todo])
     todo.sort(key=lambda i: len(texts[i]))          # similar lengths share a chunk
-    for c in range(0, len(todo), self.chunk_size):
-      rows = todo[c:c + self.chunk_size]
+    for rows in self._chunks(todo, [len(texts[i]) for i in todo], beam * nbest):
       src = self._encode([texts[i] for i in rows])
       tokens, scores, weights = jax.device_get(fn(
           self.params, src, decode_lib.max_output_len(src.shape[1], self._factor)))
       for r, i in enumerate(rows):
         out[i] = self._hypotheses(texts[i], tokens[r], scores[r], weights[r])
     return out
+
+  def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
+    """Consecutive slices of `todo` (sorted by length) of at most chunk_size rows whose
+    attention weights [rows x hyps, L, S] fit MEMORY_BUDGET (at least one row each)."""
+    start = 0
+    while start < len(todo):
+      end = start + 1
+      while end < min(len(todo), start + self.chunk_size):
+        s = lengths[end] + 1
+        if (end + 1 - start) * hyps * s * decode_lib.max_output_len(s, self._factor) * 4 \
+            > self.MEMORY_BUDGET:
+          break
+        end += 1
+      yield todo[start:end]
+      start = end
 
   def translate(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
                 nbest: int = 1) -> list:
@@ -168,6 +198,8 @@ def load(workdir: str, step: int | None = None) -> Translator:
     with open(os.path.join(workdir, 'config.json')) as f:
       train_cfg = ml_collections.ConfigDict(json.load(f)['train'])
     factor = float(train_cfg.max_decode_factor)
+    if not 0 < factor < float('inf'):
+      raise ValueError(f'train.max_decode_factor must be a finite number > 0, got {factor!r}')
     with open(os.path.join(workdir, 'config.json')) as f:
       max_train_len = json.load(f).get('data', {}).get('max_src_len')
     src_tok, tgt_tok = data_lib.load_tokenizers(os.path.join(workdir, 'tokenizers'))
@@ -209,11 +241,13 @@ def _read_pairs(src: str, ref: str) -> tuple[list[tuple[str, str]], list[list[st
 
 
 def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = None,
-                 ref: str | None = None, beam: int = 5, alpha: float = 0.6,
+                 ref: str | None = None, beam: int | None = None, alpha: float | None = None,
                  step: int | None = None, length_edges: Sequence[int] | None = None,
                  num_heatmaps: int = 6, verbose: bool = True) -> dict:
   """Evaluates a run's checkpoint (best, or `step`) on one of its splits, or on any parallel
-  text files `src` / `ref` (one sentence per line; see _read_pairs for several references).
+  text files `src` / `ref` (one sentence per line; see _read_pairs for several references),
+  with beam size `beam` and length penalty `alpha` (default: the run's eval.beam_size and
+  eval.alpha).
 
   Writes eval_<name>.json, a BLEU-by-length plot and heatmaps into the workdir (name: the
   split, or the source file's name) and returns the report: loss, token accuracy, exact
@@ -224,6 +258,8 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
   translator = load(workdir, step=step)
   with open(os.path.join(workdir, 'config.json')) as f:
     cfg = ml_collections.ConfigDict(json.load(f))
+  beam = int(cfg.eval.get('beam_size', 5)) if beam is None else beam
+  alpha = float(cfg.eval.get('alpha', 0.6)) if alpha is None else alpha
   toks = (translator.src_tok, translator.tgt_tok)
   if (src is None) != (ref is None):
     raise ValueError('give both src and ref files (or neither, to evaluate a split)')

@@ -18,11 +18,17 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from typing import Sequence
+
+from attention_jax import workdir as workdir_lib
+
+
+SAFE_NAME = re.compile(r'[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}')   # a variant's workdir name
 
 
 @dataclasses.dataclass
@@ -45,6 +51,9 @@ def load_sweep(path_arg: str, root: str = 'runs') -> tuple[str, list[Variant]]:
   name = os.path.splitext(os.path.basename(path))[0] + (f'_{arg}' if arg else '')
   variants, seen = [], set()
   for vname, overrides in module.get_sweep(arg or None):
+    if not isinstance(vname, str) or not SAFE_NAME.fullmatch(vname):
+      raise ValueError(f'variant name {vname!r} in {path} is not a plain directory name: use '
+                       "letters, digits, '.', '_' and '-' (not starting with '.')")
     if vname in seen:
       raise ValueError(f'variant name {vname!r} appears twice in {path}')
     seen.add(vname)
@@ -79,7 +88,11 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
   """Runs every unfinished variant; returns (sweep dir, {variant: finished|skipped|failed})."""
   name, variants = load_sweep(config_arg, root)
   sweep_dir = os.path.join(root, name)
-  os.makedirs(sweep_dir, exist_ok=True)
+  with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
+    return _run(config_arg, name, variants, sweep_dir, parallel, extra_flags)
+
+
+def _run(config_arg, name, variants, sweep_dir, parallel, extra_flags):
   devices = accelerators()
   slots = devices or [None] * max(1, parallel or 1)
   print(f'sweep {name}: {len(variants)} variants -> {sweep_dir}/ '

@@ -21,6 +21,7 @@ from attention_jax import inference
 from attention_jax import objective
 from attention_jax import parallel
 from attention_jax import preemption
+from attention_jax import workdir as workdir_lib
 from attention_jax.steps import (SCHEDULES, init_state, make_optimizer, model_config,
                                  train_step)
 
@@ -39,9 +40,19 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
                       ('data.batch_size', d.batch_size)):
     if not isinstance(value, int) or value < 1:
       raise ValueError(f'{name} must be a positive integer, got {value!r}')
-  if not (t.lr > 0 and t.warmup_steps >= 0 and t.clip_norm >= 0):
-    raise ValueError(f'train.lr must be > 0, train.warmup_steps and train.clip_norm >= 0; got '
-                     f'{t.lr}, {t.warmup_steps}, {t.clip_norm}')
+  for name, value in (('data.max_src_len', d.max_src_len), ('data.max_tgt_len', d.max_tgt_len),
+                      ('data.num_buckets', d.num_buckets), ('eval.beam_size', cfg.eval.beam_size)):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError(f'{name} must be a positive integer, got {value!r}')
+  for name, value, lo in (('train.lr', t.lr, 0.0), ('train.max_decode_factor',
+                                                     t.max_decode_factor, 0.0)):
+    if not isinstance(value, (int, float)) or not lo < value < float('inf'):
+      raise ValueError(f'{name} must be a finite number > {lo:g}, got {value!r}')
+  for name, value in (('train.warmup_steps', t.warmup_steps), ('train.clip_norm', t.clip_norm),
+                      ('train.weight_decay', t.weight_decay), ('eval.alpha', cfg.eval.alpha),
+                      ('train.coverage_weight', t.coverage_weight)):
+    if not isinstance(value, (int, float)) or not 0 <= value < float('inf'):
+      raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
   if not 0.0 <= t.label_smoothing < 1.0:
     raise ValueError(f'train.label_smoothing must be in [0, 1), got {t.label_smoothing}')
   if t.decay not in SCHEDULES:
@@ -164,7 +175,7 @@ class Progress:
 
 
 def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
-  if os.path.isdir(workdir) and os.listdir(workdir) and not resume:
+  if os.path.isdir(workdir) and set(os.listdir(workdir)) - {workdir_lib.LOCK_FILE} and not resume:
     if not overwrite:
       raise FileExistsError(
           f'workdir {workdir!r} is not empty and train.resume=False: pass --overwrite to '
@@ -172,9 +183,21 @@ def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
     if not os.path.exists(os.path.join(workdir, 'config.json')):
       raise FileExistsError(f'refusing to delete {workdir!r}: it is not an attention_jax '
                             f'workdir (no config.json)')
-    if lead():
-      shutil.rmtree(workdir)
+    if lead():   # everything but the lock file, which this process holds
+      for name in os.listdir(workdir):
+        path = os.path.join(workdir, name)
+        if name != workdir_lib.LOCK_FILE:
+          shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
+              else os.remove(path)
   os.makedirs(workdir, exist_ok=True)
+
+
+def write_atomic(path: str, text: str) -> None:
+  """Writes text to path through a temp file and a rename (atomic on POSIX)."""
+  tmp = f'{path}.tmp{os.getpid()}'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(tmp, path)
 
 
 def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str) -> None:
@@ -191,8 +214,19 @@ def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str)
 
 def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
                        overwrite: bool = False) -> dict:
-  """Trains cfg in workdir (resuming if it holds a checkpoint); returns the results."""
+  """Trains cfg in workdir (resuming if it holds a checkpoint); returns the results.
+
+  Holds the workdir's lock (workdir.WorkdirLock) throughout: a second run on the same
+  workdir fails at once with WorkdirInUse and changes nothing in it.
+  """
   validate(cfg)
+  if not lead():   # with several processes, process 0 holds the lock for the run
+    return _train_and_evaluate(cfg, workdir, overwrite)
+  with workdir_lib.WorkdirLock(workdir):
+    return _train_and_evaluate(cfg, workdir, overwrite)
+
+
+def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> dict:
   prepare_workdir(workdir, cfg.train.resume, overwrite)
   t, d = cfg.train, cfg.data
   latest_dir = os.path.join(workdir, 'checkpoints', 'latest')
@@ -214,11 +248,9 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   if jax.process_count() > 1 and lead():
     _barrier('data prepared')
   mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
-  if lead():
-    with open(os.path.join(workdir, 'config.json'), 'w') as f:
-      f.write(cfg.to_json(indent=2))
-    with open(os.path.join(workdir, 'model_config.json'), 'w') as f:
-      json.dump(mcfg.to_dict(), f, indent=2)
+  if lead():   # written whole, then renamed: a reader never sees half a file
+    write_atomic(os.path.join(workdir, 'config.json'), cfg.to_json(indent=2))
+    write_atomic(os.path.join(workdir, 'model_config.json'), json.dumps(mcfg.to_dict(), indent=2))
 
   tx = make_optimizer(t)
   graphdef, state = init_state(mcfg, tx, cfg.seed)
@@ -314,10 +346,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
              'train_steps_per_s': step / train_time if train_time else None,
              'model_config': mcfg.to_dict(), 'heatmaps': paths}
   if lead():
-    tmp = os.path.join(workdir, 'results.json.tmp')
-    with open(tmp, 'w') as f:   # written whole, then renamed: results.json marks a finished run
-      json.dump(summary, f, indent=2)
-    os.replace(tmp, os.path.join(workdir, 'results.json'))
+    # written whole, then renamed: results.json marks a finished run
+    write_atomic(os.path.join(workdir, 'results.json'), json.dumps(summary, indent=2))
   for split, m in results.items():
     for k in ('exact_match', 'bleu', 'chrf'):
       writer.add_scalar(f'final_{split}/{k}', m[k], step)

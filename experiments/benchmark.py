@@ -66,6 +66,7 @@ from attention_jax.data import batching
 from attention_jax.data.tokenizers import EOS
 from attention_jax.decoder import DECODERS
 from attention_jax.scores import SCORES
+from experiments import cli
 from experiments.configs import common
 
 
@@ -662,4 +663,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -15,6 +15,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from attention_jax import data
+from experiments import cli
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
                                           lock_config=True)
@@ -91,4 +92,4 @@ def main(argv):
 
 if __name__ == '__main__':
   flags.mark_flags_as_required(['config'])
-  app.run(main)
+  cli.run(main)

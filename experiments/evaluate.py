@@ -14,6 +14,7 @@ accuracy. Writes <workdir>/eval_<split or src file>.json, its by-length plot and
 from absl import app, flags, logging
 
 from attention_jax import api
+from experiments import cli
 
 flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
 flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'],
@@ -21,8 +22,10 @@ flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'],
 flags.DEFINE_string('src', None, 'Source text file, one sentence per line (with --ref).')
 flags.DEFINE_string('ref', None, 'Reference file, line-aligned with --src; tab-separated '
                     'alternatives on a line count as several references.')
-flags.DEFINE_integer('beam', 5, 'Beam size (1 = greedy).', lower_bound=1)
-flags.DEFINE_float('alpha', 0.6, 'Length penalty exponent ((5+|Y|)/6)^alpha.', lower_bound=0)
+flags.DEFINE_integer('beam', None, 'Beam size (1 = greedy; default: the run\'s '
+                     'eval.beam_size).', lower_bound=1)
+flags.DEFINE_float('alpha', None, 'Length penalty exponent ((5+|Y|)/6)^alpha (default: the '
+                   'run\'s eval.alpha).', lower_bound=0)
 flags.DEFINE_integer('step', None, 'Checkpoint step (default: the best).')
 flags.DEFINE_list('length_edges', None, 'Source-length bucket edges, e.g. 0,10,20 (default: '
                   'the run\'s eval.length_edges).')
@@ -48,4 +51,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -15,6 +15,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from attention_jax import parallel, preemption, train
+from experiments import cli
 
 config_flags.DEFINE_config_file('config', 'experiments/configs/dates.py',
                                 'Experiment config file (path[:arg]).', lock_config=True)
@@ -40,4 +41,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -6,9 +6,10 @@
 Re-running skips finished variants and resumes interrupted ones. See attention_jax/sweep.py.
 """
 
-from absl import app, flags
+from absl import flags
 
 from attention_jax import report, sweep
+from experiments import cli
 
 flags.DEFINE_string('sweep', None, 'Sweep file (path[:arg]).', required=True)
 flags.DEFINE_string('root', 'runs', 'Variants go to <root>/<sweep>/<variant>.')
@@ -25,4 +26,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

@@ -33,7 +33,7 @@ import tqdm
 from absl import app, flags, logging
 
 from attention_jax import api
-from attention_jax import checkpoint as ckpt_lib
+from experiments import cli
 
 flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
 flags.DEFINE_integer('step', None, 'Checkpoint step (default: the best).')
@@ -132,13 +132,7 @@ def translate(translator: api.Translator, lines: list[str], out, *, beam: int, a
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  try:
-    run()
-  except (InputError, ckpt_lib.CheckpointError, OSError, ValueError) as e:
-    if os.environ.get('ATTENTION_JAX_TRACEBACK'):
-      raise
-    print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
+  run()
 
 
 def run():
@@ -174,4 +168,4 @@ def run():
 
 
 if __name__ == '__main__':
-  app.run(main)
+  cli.run(main)

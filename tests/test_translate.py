@@ -149,3 +149,13 @@ def test_evaluate_files_with_several_references_reports_wer_per(run, tmp_path):
                            beam=1, num_heatmaps=0, verbose=False)
   assert 0 <= report['wer'] <= 100 and report['per'] >= 0
   assert os.path.exists(report['wer_by_length_plot'])
+
+
+def test_huge_inputs_fail_fast_before_anything_is_allocated(translator, monkeypatch):
+  def no_encoding(texts):
+    raise AssertionError('a batch was built for an input beyond the limit')
+  monkeypatch.setattr(translator, '_encode', no_encoding)
+  with pytest.raises(ValueError, match='t.max_input_len'):
+    translator.translate(['x' * 1_000_000])
+  with pytest.raises(ValueError, match=f'has 600 tokens; the limit is {translator.max_input_len}'):
+    translator.translate(['ok', '1' * 600])
