@@ -202,10 +202,16 @@ def load(workdir: str, step: int | None = None) -> Translator:
       raise ValueError(f'train.max_decode_factor must be a finite number > 0, got {factor!r}')
     with open(os.path.join(workdir, 'config.json')) as f:
       max_train_len = json.load(f).get('data', {}).get('max_src_len')
-    src_tok, tgt_tok = data_lib.load_tokenizers(os.path.join(workdir, 'tokenizers'))
+    tok_dir = os.path.join(workdir, 'tokenizers')
+    src_tok, tgt_tok = data_lib.load_tokenizers(tok_dir)
   except (OSError, ValueError, KeyError) as e:
     raise ckpt_lib.CheckpointError(f'{workdir!r} is not a usable attention_jax workdir: '
                                    f'{type(e).__name__}: {e}') from e
+  sizes = (src_tok.vocab_size, tgt_tok.vocab_size)
+  if sizes != (mcfg.src_vocab, mcfg.tgt_vocab):
+    raise ckpt_lib.CheckpointMismatch(
+        f'the tokenizers in {tok_dir} have vocabularies of {sizes[0]} / {sizes[1]} symbols, '
+        f'the model {mcfg.src_vocab} / {mcfg.tgt_vocab}: they belong to another run')
   ckpts = ckpt_lib.Checkpoints(workdir, create=False)
   if step is None:
     manager, step = ckpts.best, ckpts.best.best_step()
@@ -221,7 +227,8 @@ def load(workdir: str, step: int | None = None) -> Translator:
     raise ckpt_lib.CheckpointError(f'no checkpoint in {workdir!r}/checkpoints')
   graphdef, template = steps_lib.init_state(mcfg, steps_lib.make_optimizer(train_cfg), 0)
   try:
-    params = ckpt_lib.restore(manager, step, template)[0]['params']
+    params = ckpt_lib.restore(manager, step, template, model_config=mcfg.to_dict(),
+                              tokenizers=ckpt_lib.fingerprint(tok_dir))[0]['params']
   finally:
     ckpts.close()
   return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step, max_train_len)

@@ -12,6 +12,7 @@ No pickle anywhere: arrays are written by Orbax (tensorstore), metadata as JSON.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import time
@@ -19,11 +20,40 @@ import warnings
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 
 class CheckpointError(RuntimeError):
   """A checkpoint is missing, corrupt, or does not match the model."""
+
+
+class CheckpointMismatch(CheckpointError):
+  """A readable checkpoint of another model (config or tokenizers): not corrupt, never moved."""
+
+
+def checksums(state) -> dict[str, str]:
+  """{array path: SHA-256 of its bytes (first 16 hex digits)} of a state pytree; arrays not
+  fully addressable from this process (multi-host shards) are left out."""
+  out = {}
+  for key, x in _flat(state).items():
+    if getattr(x, 'is_fully_addressable', True):
+      out[key] = hashlib.sha256(np.ascontiguousarray(jax.device_get(x)).tobytes()).hexdigest()[:16]
+  return out
+
+
+def fingerprint(directory: str) -> str:
+  """SHA-256 (16 hex digits) of the files under `directory` (names and bytes), e.g. a run's
+  tokenizers, so that a checkpoint can tell whether they are the ones it was trained with."""
+  h = hashlib.sha256()
+  for root, dirs, files in os.walk(directory):
+    dirs.sort()
+    for name in sorted(files):
+      path = os.path.join(root, name)
+      h.update(os.path.relpath(path, directory).encode() + b'\0')
+      with open(path, 'rb') as f:
+        h.update(f.read())
+  return h.hexdigest()[:16]
 
 
 def _flat(tree) -> dict[str, Any]:
@@ -36,7 +66,7 @@ def _unflat(flat: dict[str, Any], template):
   missing = sorted(set(keys) - set(flat))
   extra = sorted(set(flat) - set(keys))
   if missing or extra:
-    raise CheckpointError(
+    raise CheckpointMismatch(
         f'the checkpoint does not match this model: {len(missing)} arrays missing '
         f'(e.g. {missing[:3]}), {len(extra)} unexpected (e.g. {extra[:3]})')
   return jax.tree_util.tree_unflatten(treedef, [flat[k] for k in keys])
@@ -66,6 +96,8 @@ class Checkpoints:
   def _save(manager, step, state, meta, metrics=None):
     if step in manager.all_steps():
       return   # written before an interruption; a resumed run recomputes the same state
+    # the arrays' checksums are saved with them (one atomic step), checked on restore
+    meta = {**meta, 'checksums': checksums(state)}
     manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_flat(state)),
                                                meta=ocp.args.JsonSave(meta)),
                  metrics=metrics, force=True)
@@ -82,31 +114,68 @@ class Checkpoints:
     self.best.close()
 
 
-def restore(manager: ocp.CheckpointManager, step: int, template) -> tuple[Any, dict]:
-  """Restores (state shaped like `template`, meta dict) of `step` from `manager`."""
+def _differences(saved: dict, expected: dict) -> list[str]:
+  return [f'{k}: checkpoint {saved.get(k)!r}, expected {v!r}' for k, v in expected.items()
+          if saved.get(k) != v]
+
+
+def restore(manager: ocp.CheckpointManager, step: int, template, *,
+            model_config: dict | None = None,
+            tokenizers: str | None = None) -> tuple[Any, dict]:
+  """Restores (state shaped like `template`, meta dict) of `step` from `manager`.
+
+  Raises CheckpointMismatch (the checkpoint is fine, the model is another) when its saved
+  model config differs from `model_config`, its tokenizer fingerprint from `tokenizers`, or
+  its arrays from the template's; CheckpointError when it cannot be read or an array's
+  checksum differs from the one saved with it (flipped bits).
+  """
+  where = f'checkpoint step {step} in {manager.directory}'
+  try:
+    meta = dict(manager.restore(step, args=ocp.args.Composite(
+        meta=ocp.args.JsonRestore()))['meta'])
+  except Exception as e:  # Orbax errors: say which checkpoint, keep the cause
+    raise CheckpointError(f'could not read {where}: {type(e).__name__}: {e}') from e
+  if model_config is not None and 'model_config' in meta:
+    diffs = _differences(meta['model_config'], model_config)
+    if diffs:
+      raise CheckpointMismatch(f'{where} belongs to another model: ' + '; '.join(diffs))
+  if tokenizers is not None and meta.get('tokenizers', tokenizers) != tokenizers:
+    raise CheckpointMismatch(f'{where} was trained with other tokenizers (fingerprint '
+                             f'{meta["tokenizers"]}, the workdir\'s are {tokenizers})')
   try:
     out = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(_abstract(_flat(template))),
         meta=ocp.args.JsonRestore()))
-  except CheckpointError:
-    raise
   except Exception as e:  # Orbax/tensorstore errors: say which checkpoint, keep the cause
-    raise CheckpointError(f'could not read checkpoint step {step} in {manager.directory}: '
-                          f'{type(e).__name__}: {e}') from e
-  return _unflat(dict(out['state']), template), dict(out['meta'])
+    raise CheckpointError(f'could not read {where}: {type(e).__name__}: {e}') from e
+  flat = dict(out['state'])
+  state = _unflat(flat, template)
+  saved = meta.get('checksums')
+  if saved:
+    now = checksums(state)
+    bad = sorted(k for k in saved if k in now and now[k] != saved[k])
+    if bad:
+      raise CheckpointError(f'{where} is corrupt: {len(bad)} array(s) differ from the checksums '
+                            f'saved with them (e.g. {bad[0]} in {manager.directory}/{step}/'
+                            'state)')
+  return state, meta
 
 
 
-def restore_newest(manager: ocp.CheckpointManager, template,
-                   log=print) -> tuple[Any, dict, int] | None:
+def restore_newest(manager: ocp.CheckpointManager, template, log=print,
+                   **expect) -> tuple[Any, dict, int] | None:
   """Restores the newest readable step of `manager` -> (state, meta, step), or None if it
-  holds no step. A step that cannot be read (truncated, corrupt, half-written) is moved to
-  <checkpoints>/corrupt/ with a warning naming it and the reason, and the next older step
-  is tried; CheckpointError if none can be read."""
+  holds no step. A step that cannot be read (truncated, corrupt, half-written, a checksum
+  mismatch) is moved to <checkpoints>/corrupt/ with a warning naming it and the reason, and
+  the next older step is tried; CheckpointError if none can be read. A readable step of
+  another model (`expect`: model_config, tokenizers; see restore) raises CheckpointMismatch
+  and nothing is moved."""
   skipped = []
   for step in sorted(manager.all_steps(read=True), reverse=True):
     try:
-      state, meta = restore(manager, step, template)
+      state, meta = restore(manager, step, template, **expect)
+    except CheckpointMismatch:
+      raise
     except CheckpointError as e:
       src = os.path.join(str(manager.directory), str(step))
       dst = os.path.join(os.path.dirname(str(manager.directory)), 'corrupt',

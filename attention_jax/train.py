@@ -259,7 +259,9 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   it = task.train_iterator(d.batch_size, seed=cfg.seed)
   # best_bleu: the best validation eval_lib.selection_score (BLEU; 100 - WER for G2P tasks)
   best_bleu, train_time = -1.0, 0.0   # train_time: seconds in train steps, over all sessions
-  restored = ckpt_lib.restore_newest(ckpts.latest, state, log) if resuming else None
+  tok_fingerprint = ckpt_lib.fingerprint(tok_dir) if os.path.isdir(tok_dir) else None
+  restored = ckpt_lib.restore_newest(ckpts.latest, state, log, model_config=mcfg.to_dict(),
+                                     tokenizers=tok_fingerprint) if resuming else None
   skips = 0   # non-finite batches skipped (train.skip_nonfinite)
   if restored is not None:
     state, meta, step0 = restored
@@ -284,7 +286,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   def meta_now(step, extra=None):
     return {'step': step, 'data_state': it.get_state(), 'config': json.loads(cfg.to_json()),
             'model_config': mcfg.to_dict(), 'best_bleu': best_bleu, 'train_seconds': train_time,
-            'nonfinite_skipped': skips, **(extra or {})}
+            'nonfinite_skipped': skips, 'tokenizers': tok_fingerprint, **(extra or {})}
 
   stop = preemption.StopRequest()
   with stop.installed():

@@ -1,0 +1,130 @@
+"""Checkpoint integrity: flipped bits are caught by the checksums saved with each step, and a
+readable checkpoint of another model (config or tokenizers) is a clear mismatch that moves
+nothing."""
+
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import attention_jax as aj
+from attention_jax import checkpoint as ckpt_lib
+from attention_jax import train
+from experiments.configs import dates
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp('tfds'))
+
+
+def smoke(data_dir, **overrides):
+  c = dates.get_config('smoke')
+  c.data.data_dir = data_dir
+  for key, value in overrides.items():
+    section, field = key.split('.')
+    c[section][field] = value
+  return c
+
+
+@pytest.fixture(scope='module')
+def run(tmp_path_factory, data_dir):
+  workdir = str(tmp_path_factory.mktemp('run'))
+  return workdir, train.train_and_evaluate(smoke(data_dir), workdir)
+
+
+def copy(run, tmp_path):
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(run[0], workdir)
+  return workdir
+
+
+def flip(step_dir, nbytes=64):
+  """Inverts `nbytes` bytes in the middle of the largest array data file of a step."""
+  files = [f for f in glob.glob(os.path.join(step_dir, 'state', '**', '*'), recursive=True)
+           if os.path.isfile(f) and '/d/' in f]
+  path = max(files, key=os.path.getsize)
+  with open(path, 'r+b') as f:
+    f.seek(os.path.getsize(path) // 2)
+    data = f.read(nbytes)
+    f.seek(os.path.getsize(path) // 2)
+    f.write(bytes(b ^ 0xff for b in data))
+  return path
+
+
+def listing(directory):
+  return sorted(os.path.relpath(os.path.join(r, f), directory)
+                for r, _, fs in os.walk(directory) for f in fs)
+
+
+def test_checksums_are_saved_with_each_step_and_detect_a_changed_array(run):
+  workdir, _ = run
+  ckpts = ckpt_lib.Checkpoints(workdir)
+  try:
+    _, meta = ckpt_lib.restore(ckpts.latest, 8, train.init_state(
+        aj.ModelConfig.from_dict(json.load(open(os.path.join(workdir, 'model_config.json')))),
+        train.make_optimizer(smoke('').train), 0)[1])
+  finally:
+    ckpts.close()
+  assert meta['checksums'] and all(len(v) == 16 for v in meta['checksums'].values())
+  state = {'a': np.arange(4.0), 'b': np.ones(3)}
+  before = ckpt_lib.checksums(state)
+  state['a'][2] = np.nextafter(2.0, 3.0)     # one bit
+  after = ckpt_lib.checksums(state)
+  assert [k for k in before if before[k] != after[k]] == ["['a']"]
+
+
+def test_flipped_bytes_make_resume_fall_back_and_load_fail(run, data_dir, tmp_path):
+  workdir = copy(run, tmp_path)
+  flip(os.path.join(workdir, 'checkpoints', 'latest', '8'))
+  os.remove(os.path.join(workdir, 'results.json'))
+  with pytest.warns(RuntimeWarning, match=r'skipped unreadable checkpoint step 8 in .*latest'):
+    again = train.train_and_evaluate(smoke(data_dir), workdir)     # resumes from step 4
+  assert again['results'] == run[1]['results']
+  assert glob.glob(os.path.join(workdir, 'checkpoints', 'corrupt', 'latest_8_*'))
+  best = str(run[1]['best_step'])
+  flip(os.path.join(workdir, 'checkpoints', 'best', best))
+  with pytest.raises(ckpt_lib.CheckpointError, match=rf'step {best} in .*best'):
+    aj.load(workdir)
+
+
+def test_resuming_another_models_checkpoints_is_a_mismatch_and_moves_nothing(
+    run, data_dir, tmp_path):
+  workdir = copy(run, tmp_path)
+  other = str(tmp_path / 'other')
+  general = smoke(data_dir, **{'model.score': 'general', 'train.steps': 4})
+  train.train_and_evaluate(general, other)
+  for name in ('config.json', 'model_config.json'):   # the config of another run, as if two
+    shutil.copy(os.path.join(other, name), os.path.join(workdir, name))  # runs shared it
+  before = listing(os.path.join(workdir, 'checkpoints'))
+  general.train.steps = 8
+  with pytest.raises(ckpt_lib.CheckpointMismatch,
+                     match="belongs to another model: score: checkpoint 'additive', expected "
+                           "'general'"):
+    train.train_and_evaluate(general, workdir)
+  assert listing(os.path.join(workdir, 'checkpoints')) == before
+  assert not os.path.exists(os.path.join(workdir, 'checkpoints', 'corrupt'))
+
+
+def test_tokenizers_of_another_run_are_refused(run, data_dir, tmp_path):
+  workdir = copy(run, tmp_path)
+  other = str(tmp_path / 'other')
+  train.train_and_evaluate(smoke(data_dir, **{'data.name': 'reverse', 'train.steps': 4}), other)
+  shutil.rmtree(os.path.join(workdir, 'tokenizers', 'src'))
+  shutil.copytree(os.path.join(other, 'tokenizers', 'src'),
+                  os.path.join(workdir, 'tokenizers', 'src'))
+  with pytest.raises(ckpt_lib.CheckpointMismatch, match='belong to another run'):
+    aj.load(workdir)
+  # same vocabulary size, other symbols: the fingerprint tells
+  path = os.path.join(workdir, 'tokenizers', 'src', 'tokenizer.json')
+  shutil.rmtree(os.path.join(workdir, 'tokenizers', 'src'))
+  shutil.copytree(os.path.join(run[0], 'tokenizers', 'src'),
+                  os.path.join(workdir, 'tokenizers', 'src'))
+  tok = json.load(open(path, encoding='utf-8'))
+  tok['symbols'][0], tok['symbols'][1] = tok['symbols'][1], tok['symbols'][0]
+  json.dump(tok, open(path, 'w', encoding='utf-8'))
+  with pytest.raises(ckpt_lib.CheckpointMismatch, match='trained with other tokenizers'):
+    aj.load(workdir)
