@@ -12,6 +12,7 @@ No pickle anywhere: arrays are written by Orbax (tensorstore), metadata as JSON.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -30,6 +31,17 @@ class CheckpointError(RuntimeError):
 
 class CheckpointMismatch(CheckpointError):
   """A readable checkpoint of another model (config or tokenizers): not corrupt, never moved."""
+
+
+def _disk_full(e: BaseException | None) -> bool:
+  """True if ENOSPC is anywhere in the exception's chain (Orbax wraps the OSError)."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if (isinstance(e, OSError) and e.errno == errno.ENOSPC) or 'No space left' in str(e):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
 
 
 def checksums(state) -> dict[str, str]:
@@ -98,10 +110,16 @@ class Checkpoints:
       return   # written before an interruption; a resumed run recomputes the same state
     # the arrays' checksums are saved with them (one atomic step), checked on restore
     meta = {**meta, 'checksums': checksums(state)}
-    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_flat(state)),
-                                               meta=ocp.args.JsonSave(meta)),
-                 metrics=metrics, force=True)
-    manager.wait_until_finished()
+    try:
+      manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_flat(state)),
+                                                 meta=ocp.args.JsonSave(meta)),
+                   metrics=metrics, force=True)
+      manager.wait_until_finished()
+    except Exception as e:
+      if not _disk_full(e):
+        raise
+      raise OSError(errno.ENOSPC, f'disk full while saving step {step} in {manager.directory}; '
+                    f'last good checkpoint: step {manager.latest_step()}') from e
 
   def save_latest(self, step: int, state, meta: dict) -> None:
     self._save(self.latest, step, state, meta)

@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 from flax import nnx
 
 from attention_jax import decode as decode_lib
@@ -93,6 +94,11 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
   if all_refs is not None:
     report.update(metrics_lib.g2p_metrics(hyps, [x[5] for x in rows]))
   report['sentences'] = len(rows)
+  skipped = task.too_long(split)
+  if skipped:   # beyond task.eval_limits: not decoded, not scored, counted
+    report['skipped_too_long'] = skipped
+    logging.warning('%s: skipped %d example(s) longer than %s tokens (source, target)',
+                    split, skipped, task.eval_limits)
   if align_total:
     report['alignment_accuracy'] = 100.0 * align_hits / align_total
   if length_edges:

@@ -35,8 +35,11 @@ class WorkdirLock:
     self._fd: int | None = None
 
   def acquire(self) -> 'WorkdirLock':
-    os.makedirs(self.workdir, exist_ok=True)
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:   # an unusable workdir (a file, read-only, no permission) fails before any work
+      os.makedirs(self.workdir, exist_ok=True)
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+      raise OSError(e.errno, f'cannot use {self.workdir} as a workdir: {e.strerror}') from e
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:

@@ -24,7 +24,9 @@ EXPECTED = (ValueError, OSError, checkpoint.CheckpointError, workdir.WorkdirInUs
 def message(e: BaseException) -> str:
   """The one line printed for an expected failure."""
   text = str(e).strip() or type(e).__name__
-  if isinstance(e, OSError) and e.errno == 28:   # ENOSPC
+  if isinstance(e, OSError) and e.strerror:   # 'PATH: reason', not '[Errno N] reason: PATH'
+    text = f'{e.filename}: {e.strerror}' if e.filename else e.strerror
+  if isinstance(e, OSError) and e.errno == 28 and 'disk full' not in text:   # ENOSPC
     text = f'disk full: {text}'
   return 'error: ' + ' '.join(text.split('\n'))
 

@@ -70,3 +70,51 @@ def test_sweep_variant_names_are_plain_directory_names(name, tmp_path):
                f'def get_sweep(arg=None):\n  return [({name!r}, {{}})]\n')
   with pytest.raises(ValueError, match='not a plain directory name'):
     sweep.load_sweep(str(f), str(tmp_path / 'runs'))
+
+
+def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, monkeypatch):
+  import numpy as np
+  from attention_jax import checkpoint as ckpt_lib
+  ckpts = ckpt_lib.Checkpoints(str(tmp_path))
+  state = {'w': np.ones(3, np.float32)}
+  ckpts.save_latest(20, state, {'step': 20})
+  def full(*args, **kwargs):
+    raise RuntimeError('tensorstore write failed') from OSError(28, 'No space left on device')
+  monkeypatch.setattr(ckpts.latest, 'save', full)
+  with pytest.raises(OSError, match=r'disk full while saving step 25 in .*latest; last good '
+                                    r'checkpoint: step 20') as e:
+    ckpts.save_latest(25, state, {'step': 25})
+  assert cli.message(e.value).startswith('error: disk full while saving step 25')
+  ckpts.close()
+
+
+def test_evaluation_skips_and_counts_examples_beyond_its_limits(tmp_path):
+  from attention_jax import train
+  from experiments.configs import textfiles
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  words = [f'w{i % 7} x{i % 5}' for i in range(64)]
+  for split, n in (('train', 64), ('valid', 8), ('test', 8)):
+    (corpus / f'{split}.src').write_text('\n'.join(words[:n]) + '\n')
+    (corpus / f'{split}.tgt').write_text('\n'.join(w.upper() for w in words[:n]) + '\n')
+  with open(corpus / 'test.src', 'a') as f:
+    f.write('a' * 250_000 + '\n')            # one line of 250k tokens
+  with open(corpus / 'test.tgt', 'a') as f:
+    f.write('A\n')
+  c = textfiles.get_config('smoke')
+  c.data.textfiles_dir, c.data.tokenizer = str(corpus), 'char'
+  summary = train.train_and_evaluate(c, str(tmp_path / 'run'))
+  test = summary['results']['test']
+  assert test['sentences'] == 8 and test['skipped_too_long'] == 1
+
+
+def test_an_unusable_workdir_fails_before_any_work(tmp_path):
+  a_file = tmp_path / 'file'
+  a_file.write_text('x')
+  proc = subprocess.run([sys.executable, '-m', 'experiments.main',
+                         '--config=experiments/configs/dates.py:smoke', f'--workdir={a_file}'],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f'error: cannot use {a_file} as a workdir: File exists')
+  assert 'Traceback' not in proc.stderr

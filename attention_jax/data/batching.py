@@ -253,14 +253,16 @@ class TrainIterator:
     self._plan = self._epoch_plan(self._epoch)
 
 
-def eval_batches(enc: Encoded, buckets: Buckets,
-                 batch_size: int) -> Iterator[dict[str, np.ndarray]]:
-  """Every example once, in a fixed order (by bucket, then index); a longer example than
-  the largest bucket gets one extra shape (see Buckets.with_overflow), never truncated."""
-  buckets = buckets.with_overflow(enc.src_len, enc.tgt_len)
-  assigned = buckets.assign(enc.src_len, enc.tgt_len)
+def eval_batches(enc: Encoded, buckets: Buckets, batch_size: int,
+                 rows: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """Every example (of `rows`, default all) once, in a fixed order (by bucket, then index); a
+  longer example than the largest bucket gets one extra shape (see Buckets.with_overflow),
+  never truncated."""
+  rows = np.arange(len(enc)) if rows is None else np.asarray(rows)
+  buckets = buckets.with_overflow(enc.src_len[rows], enc.tgt_len[rows])
+  assigned = buckets.assign(enc.src_len[rows], enc.tgt_len[rows])
   for b, shape in enumerate(buckets.shapes):
-    members = np.flatnonzero(assigned == b)
+    members = rows[assigned == b]
     for i in range(0, len(members), batch_size):
       yield make_batch(enc, members[i:i + batch_size], shape, batch_size)
 

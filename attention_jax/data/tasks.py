@@ -162,16 +162,35 @@ class Task:
     return batching.TrainIterator(self.encoded('train'), self.kept, self.buckets, batch_size,
                                   seed)
 
+  @property
+  def eval_limits(self) -> tuple[int, int]:
+    """The longest (source, target) an evaluation decodes, in tokens: 4x the training maxima,
+    at least 512. Longer examples are skipped and counted (too_long), so one huge line
+    cannot make evaluation ask for terabytes or run for days."""
+    return (max(512, 4 * self._limits['max_src_len']), max(512, 4 * self._limits['max_tgt_len']))
+
+  def eval_rows(self, split: str) -> np.ndarray:
+    """Indices of the split's examples within eval_limits."""
+    enc = self.encoded(split)
+    s, t = self.eval_limits
+    return np.flatnonzero((enc.src_len <= s) & (enc.tgt_len <= t))
+
+  def too_long(self, split: str) -> int:
+    """How many examples of the split evaluation skips (beyond eval_limits)."""
+    return len(self.encoded(split)) - len(self.eval_rows(split))
+
   def eval_batches(self, split: str, batch_size: int,
                    num_devices: int = 1) -> Iterator[dict[str, np.ndarray]]:
-    """Every example of the split exactly once, fixed order, filler rows with weight 0."""
+    """Every example of the split within eval_limits exactly once, fixed order, filler rows
+    with weight 0."""
     batching.check_batch_size(batch_size, num_devices)
-    return batching.eval_batches(self.encoded(split), self.buckets, batch_size)
+    return batching.eval_batches(self.encoded(split), self.buckets, batch_size,
+                                 self.eval_rows(split))
 
   def eval_shapes(self, split: str) -> tuple[tuple[int, int], ...]:
     """The (S, T) shapes eval_batches(split) uses (the buckets plus any overflow shape)."""
-    enc = self.encoded(split)
-    return self.buckets.with_overflow(enc.src_len, enc.tgt_len).shapes
+    enc, rows = self.encoded(split), self.eval_rows(split)
+    return self.buckets.with_overflow(enc.src_len[rows], enc.tgt_len[rows]).shapes
 
   def gold_alignment(self, src_ids, tgt_ids) -> np.ndarray | None:
     """src_ids [S'], tgt_ids [T'] (no BOS/EOS) -> int32 [T' + 1] gold source positions for
