@@ -9,10 +9,11 @@ a non-finite loss: each names what is wrong and where. Set ATTENTION_JAX_TRACEBA
 the traceback instead. Anything else (a bug) keeps its traceback.
 """
 
+import importlib.util
 import os
 import sys
 
-from absl import app
+from absl import app, flags
 
 from attention_jax import checkpoint, workdir
 from attention_jax.data import textfiles
@@ -31,6 +32,56 @@ def message(e: BaseException) -> str:
   return 'error: ' + ' '.join(text.split('\n'))
 
 
+def _config_override_error(argv) -> str | None:
+  """Names the first --config.a.b=... override whose field does not exist, with the valid
+  fields of its section (absl's config flags fail on it with a bare KeyError)."""
+  try:
+    cfg = flags.FLAGS['config'].value
+  except (KeyError, AttributeError):
+    return None
+  if cfg is None:   # the config flag failed while applying overrides: load the file again
+    spec = next((a.split('=', 1)[1] for a in argv[1:] if a.startswith('--config=')),
+                flags.FLAGS['config'].default)
+    path, _, arg = (spec or '').partition(':')
+    try:
+      loader = importlib.util.spec_from_file_location('config_file', path)
+      module = importlib.util.module_from_spec(loader)
+      loader.loader.exec_module(module)
+      cfg = module.get_config(arg or None)
+    except Exception:  # pylint: disable=broad-except  (the override error is what we report)
+      return None
+  for arg in argv[1:]:
+    if not arg.startswith('--config.'):
+      continue
+    path = arg[len('--config.'):].split('=', 1)[0].split('.')
+    node = cfg
+    for i, key in enumerate(path):
+      if not hasattr(node, 'keys') or key not in node:
+        where = '.'.join(path[:i]) or 'the config'
+        valid = ', '.join(sorted(node.keys())) if hasattr(node, 'keys') else '(none)'
+        return f'unknown config field {".".join(path[:i + 1])!r} in {arg}; fields of {where}: {valid}'
+      node = node[key]
+  return None
+
+
+def _parse_flags(argv):
+  """absl's flag parsing, with bad flags and unknown config fields reported in one line."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    _exit(f'error: {e}')
+  except (AttributeError, KeyError, ValueError, TypeError, OSError) as e:
+    if os.environ.get('ATTENTION_JAX_TRACEBACK'):
+      raise
+    _exit('error: ' + (_config_override_error(argv) or f'bad flags: {e}'))
+
+
+def _exit(line: str) -> None:
+  sys.stdout.flush()
+  print(line, file=sys.stderr, flush=True)
+  os._exit(2)   # skips interpreter teardown (no asyncio "Event loop is closed" noise)
+
+
 def run(main) -> None:
   """absl's app.run(main), with expected failures reported as one line and exit status 2."""
   def wrapped(argv):
@@ -39,7 +90,10 @@ def run(main) -> None:
     except EXPECTED as e:
       if os.environ.get('ATTENTION_JAX_TRACEBACK'):
         raise
-      sys.stdout.flush()
-      print(message(e), file=sys.stderr, flush=True)
-      os._exit(2)   # skips interpreter teardown (no asyncio "Event loop is closed" noise)
-  app.run(wrapped)
+      _exit(message(e))
+    except (AttributeError, KeyError):   # a config file loaded lazily, with a bad override
+      line = _config_override_error(sys.argv)
+      if line is None or os.environ.get('ATTENTION_JAX_TRACEBACK'):
+        raise
+      _exit(f'error: {line}')
+  app.run(wrapped, flags_parser=_parse_flags)

@@ -17,8 +17,8 @@ from ml_collections import config_flags
 from attention_jax import parallel, preemption, train
 from experiments import cli
 
-config_flags.DEFINE_config_file('config', 'experiments/configs/dates.py',
-                                'Experiment config file (path[:arg]).', lock_config=True)
+config_flags.DEFINE_config_file('config', None, 'Experiment config file (path[:arg]), e.g. '
+                                'experiments/configs/dates.py.', lock_config=True)
 flags.DEFINE_string('workdir', None, 'Where checkpoints, logs and results go.', required=True)
 flags.DEFINE_bool('overwrite', False,
                   'With --config.train.resume=False: delete a non-empty workdir first.')
@@ -31,6 +31,8 @@ FLAGS = flags.FLAGS
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  if FLAGS.config is None:
+    raise app.UsageError('--config=FILE is required, e.g. --config=experiments/configs/dates.py')
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   parallel.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
   try:

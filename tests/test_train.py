@@ -138,6 +138,8 @@ def test_resume_with_another_model_config_is_refused(dates_run, data_dir):
      'error: train.max_decode_factor must be a finite number > 0, got -1.0'),
     ('--config.train.lr=inf', 'error: train.lr must be a finite number > 0, got inf'),
     ('--config.eval.beam_size=0', 'error: eval.beam_size must be a positive integer, got 0'),
+    ('--config.train.bogus=1', "error: unknown config field 'train.bogus' in "
+                               "--config.train.bogus=1; fields of train: baseline_decay,"),
 ])
 def test_bad_flags_are_named(flag, needle, tmp_path):
   args = [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
