@@ -29,3 +29,9 @@ def data_cfg(tfds_dir):
     d.update(overrides)
     return d
   return make
+
+
+@pytest.fixture(scope='module')
+def data_dir(tmp_path_factory):
+  """A TFDS data dir per test module (for the smoke runs of tests/helpers.smoke)."""
+  return str(tmp_path_factory.mktemp('tfds'))

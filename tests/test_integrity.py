@@ -2,6 +2,7 @@
 readable checkpoint of another model (config or tokenizers) is a clear mismatch that moves
 nothing."""
 
+import functools
 import glob
 import json
 import os
@@ -15,19 +16,13 @@ from attention_jax import checkpoint as ckpt_lib
 from attention_jax import train
 from experiments.configs import dates
 
+import helpers
 
-@pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp('tfds'))
+smoke = functools.partial(helpers.smoke, dates)
 
 
-def smoke(data_dir, **overrides):
-  c = dates.get_config('smoke')
-  c.data.data_dir = data_dir
-  for key, value in overrides.items():
-    section, field = key.split('.')
-    c[section][field] = value
-  return c
+
+
 
 
 @pytest.fixture(scope='module')

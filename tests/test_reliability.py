@@ -1,6 +1,7 @@
 """Nothing lost, nothing crashes without saying why: signals, corrupt checkpoints, non-finite
 training, bad input to translate/attend, bad configs, determinism."""
 
+import functools
 import glob
 import json
 import os
@@ -20,21 +21,15 @@ from attention_jax import checkpoint as ckpt_lib
 from attention_jax import train
 from experiments.configs import dates
 
+import helpers
+
+smoke = functools.partial(helpers.smoke, dates)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp('tfds'))
 
 
-def smoke(data_dir, **overrides):
-  c = dates.get_config('smoke')
-  c.data.data_dir = data_dir
-  for key, value in overrides.items():
-    section, field = key.split('.')
-    c[section][field] = value
-  return c
 
 
 def params_of(workdir, step, cfg):

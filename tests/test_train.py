@@ -15,21 +15,13 @@ from attention_jax import checkpoint as ckpt_lib
 from attention_jax import train
 from experiments.configs import addition, dates, reverse, textfiles
 
+from helpers import smoke
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope='module')
-def data_dir(tmp_path_factory):
-  return str(tmp_path_factory.mktemp('tfds'))
 
 
-def smoke(module, data_dir, **overrides):
-  c = module.get_config('smoke')
-  c.data.data_dir = data_dir
-  for key, value in overrides.items():
-    section, field = key.split('.')
-    c[section][field] = value
-  return c
 
 
 @pytest.fixture(scope='module')
