@@ -123,3 +123,23 @@ def test_tokenizers_of_another_run_are_refused(run, data_dir, tmp_path):
   json.dump(tok, open(path, 'w', encoding='utf-8'))
   with pytest.raises(ckpt_lib.CheckpointMismatch, match='trained with other tokenizers'):
     aj.load(workdir)
+
+
+@pytest.mark.parametrize('file,path,value,needle', [
+    ('config.json', ('train', 'max_decode_factor'), -1, 'max_decode_factor must be a finite'),
+    ('config.json', ('train', 'max_decode_factor'), 'abc', "could not convert string"),
+    ('model_config.json', ('emb_dim',), -3, 'model.emb_dim must be a positive integer'),
+    ('model_config.json', ('score',), 'bogus', "unknown model.score 'bogus'"),
+])
+def test_an_edited_config_is_refused_by_load(run, tmp_path, file, path, value, needle):
+  workdir = copy(run, tmp_path)
+  with open(os.path.join(workdir, file)) as f:
+    cfg = json.load(f)
+  node = cfg
+  for key in path[:-1]:
+    node = node[key]
+  node[path[-1]] = value
+  with open(os.path.join(workdir, file), 'w') as f:
+    json.dump(cfg, f)
+  with pytest.raises(ckpt_lib.CheckpointError, match=needle):
+    aj.load(workdir)
