@@ -87,6 +87,8 @@ def run(main) -> None:
   def wrapped(argv):
     try:
       return main(argv)
+    except app.UsageError as e:   # bad or conflicting flags: one line, like the rest
+      _exit(f'error: {e}')
     except EXPECTED as e:
       if os.environ.get('ATTENTION_JAX_TRACEBACK'):
         raise

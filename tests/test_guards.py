@@ -118,3 +118,11 @@ def test_an_unusable_workdir_fails_before_any_work(tmp_path):
   assert proc.stderr.strip().splitlines()[-1] == (
       f'error: cannot use {a_file} as a workdir: File exists')
   assert 'Traceback' not in proc.stderr
+
+
+def test_conflicting_flags_are_one_line_with_status_2(tmp_path):
+  proc = subprocess.run([sys.executable, '-m', 'experiments.translate', f'--workdir={tmp_path}',
+                         '--beam=2', '--nbest=3'], cwd=ROOT, capture_output=True, text=True,
+                        input='', timeout=300)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == ['error: --nbest=3 needs --beam >= 3, got --beam=2']
