@@ -159,3 +159,17 @@ def test_huge_inputs_fail_fast_before_anything_is_allocated(translator, monkeypa
     translator.translate(['x' * 1_000_000])
   with pytest.raises(ValueError, match=f'has 600 tokens; the limit is {translator.max_input_len}'):
     translator.translate(['ok', '1' * 600])
+
+
+def test_evaluate_defaults_to_the_runs_eval_beam_size_and_alpha(run, tmp_path):
+  import shutil
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(run, workdir)
+  path = os.path.join(workdir, 'config.json')
+  cfg = json.load(open(path))
+  cfg['eval']['beam_size'], cfg['eval']['alpha'] = 2, 0.3
+  json.dump(cfg, open(path, 'w'))
+  report = aj.evaluate_run(workdir, split='test', num_heatmaps=0, verbose=False)
+  assert (report['beam'], report['alpha']) == (2, 0.3)
+  assert aj.evaluate_run(workdir, split='test', beam=1, num_heatmaps=0,
+                         verbose=False)['beam'] == 1
