@@ -40,6 +40,7 @@ from attention_jax import evaluate as eval_lib
 from attention_jax import inference
 from attention_jax import plots
 from attention_jax import steps as steps_lib
+from attention_jax import workdir as workdir_lib
 from attention_jax.data import textfiles
 from attention_jax.model import ModelConfig
 
@@ -64,7 +65,7 @@ class Translator:
     self.config, self.step = mcfg, step
     self.max_train_len, self.chunk_size = max_train_len, chunk_size
     # the longest input accepted, in source tokens: 4x the training maximum, at least 512
-    self.max_input_len = max(512, 4 * (max_train_len or 128))
+    self.max_input_len = data_lib.decode_limit(max_train_len or 128)
     self.src_tok, self.tgt_tok = src_tok, tgt_tok
     self.graphdef, self.params, self._factor = graphdef, params, factor
     self._decoders: dict[tuple, object] = {}
@@ -262,14 +263,14 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
   references, the same by source length (edges: `length_edges`, else the run's
   eval.length_edges), alignment accuracy where the task has a gold alignment.
   """
+  if (src is None) != (ref is None):
+    raise ValueError('give both src and ref files (or neither, to evaluate a split)')
   translator = load(workdir, step=step)
   with open(os.path.join(workdir, 'config.json')) as f:
     cfg = ml_collections.ConfigDict(json.load(f))
   beam = int(cfg.eval.get('beam_size', 5)) if beam is None else beam
   alpha = float(cfg.eval.get('alpha', 0.6)) if alpha is None else alpha
   toks = (translator.src_tok, translator.tgt_tok)
-  if (src is None) != (ref is None):
-    raise ValueError('give both src and ref files (or neither, to evaluate a split)')
   if src is not None:
     pairs, refs = _read_pairs(src, ref)
     task = data_lib.Task.from_pairs(pairs, *toks, references=refs,
@@ -301,10 +302,7 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
             f'({what})')
   report['heatmaps'] = eval_lib.heatmaps(task, kept, os.path.join(workdir, f'{name}_heatmaps'),
                                          'test' if src is None else 'file')
-  tmp = os.path.join(workdir, f'{name}.json.tmp')
-  with open(tmp, 'w') as f:
-    json.dump(report, f, indent=2)
-  os.replace(tmp, os.path.join(workdir, f'{name}.json'))
+  workdir_lib.write_atomic(os.path.join(workdir, f'{name}.json'), json.dumps(report, indent=2))
   if verbose:
     print(format_report(report, workdir, name))
   return report

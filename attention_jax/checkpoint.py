@@ -160,14 +160,12 @@ def restore(manager: ocp.CheckpointManager, step: int, template, *,
   if tokenizers is not None and meta.get('tokenizers', tokenizers) != tokenizers:
     raise CheckpointMismatch(f'{where} was trained with other tokenizers (fingerprint '
                              f'{meta["tokenizers"]}, the workdir\'s are {tokenizers})')
-  try:
+  try:   # the arrays (meta was read above)
     out = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(_abstract(_flat(template))),
-        meta=ocp.args.JsonRestore()))
+        state=ocp.args.StandardRestore(_abstract(_flat(template)))))
   except Exception as e:  # Orbax/tensorstore errors: say which checkpoint, keep the cause
     raise CheckpointError(f'could not read {where}: {type(e).__name__}: {e}') from e
-  flat = dict(out['state'])
-  state = _unflat(flat, template)
+  state = _unflat(dict(out['state']), template)
   saved = meta.get('checksums')
   if saved:
     now = checksums(state)

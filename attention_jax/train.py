@@ -192,14 +192,6 @@ def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
   os.makedirs(workdir, exist_ok=True)
 
 
-def write_atomic(path: str, text: str) -> None:
-  """Writes text to path through a temp file and a rename (atomic on POSIX)."""
-  tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(text)
-  os.replace(tmp, path)
-
-
 def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str) -> None:
   """Resuming with a different model/data config would silently mix two runs: refuse."""
   now = json.loads(cfg.to_json())
@@ -249,8 +241,9 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
     _barrier('data prepared')
   mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
   if lead():   # written whole, then renamed: a reader never sees half a file
-    write_atomic(os.path.join(workdir, 'config.json'), cfg.to_json(indent=2))
-    write_atomic(os.path.join(workdir, 'model_config.json'), json.dumps(mcfg.to_dict(), indent=2))
+    workdir_lib.write_atomic(os.path.join(workdir, 'config.json'), cfg.to_json(indent=2))
+    workdir_lib.write_atomic(os.path.join(workdir, 'model_config.json'),
+                             json.dumps(mcfg.to_dict(), indent=2))
 
   tx = make_optimizer(t)
   graphdef, state = init_state(mcfg, tx, cfg.seed)
@@ -349,7 +342,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
              'model_config': mcfg.to_dict(), 'heatmaps': paths}
   if lead():
     # written whole, then renamed: results.json marks a finished run
-    write_atomic(os.path.join(workdir, 'results.json'), json.dumps(summary, indent=2))
+    workdir_lib.write_atomic(os.path.join(workdir, 'results.json'), json.dumps(summary, indent=2))
   for split, m in results.items():
     for k in ('exact_match', 'bleu', 'chrf'):
       writer.add_scalar(f'final_{split}/{k}', m[k], step)

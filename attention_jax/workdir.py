@@ -1,4 +1,5 @@
-"""One run per workdir: an advisory lock held for the life of the training process.
+"""One run per workdir: an advisory lock held for the life of the training process; files
+in it written atomically.
 
   with WorkdirLock(workdir):      # raises WorkdirInUse at once if another process holds it
     ...train...
@@ -64,3 +65,12 @@ class WorkdirLock:
 
   def __exit__(self, *exc) -> None:
     self.release()
+
+
+def write_atomic(path: str, text: str) -> None:
+  """Writes text to path through a temp file and a rename (atomic on POSIX): a reader sees
+  the old file or the new one, never half of one."""
+  tmp = f'{path}.tmp{os.getpid()}'
+  with open(tmp, 'w', encoding='utf-8') as f:
+    f.write(text)
+  os.replace(tmp, path)

@@ -48,6 +48,12 @@ def _encode(tok, texts: Sequence[str]) -> batching.Ragged:
   return batching.Ragged.from_lists([tok.encode(t) for t in texts])
 
 
+def decode_limit(max_train_len: int) -> int:
+  """The longest input (tokens) that evaluation or translation decodes for a run trained up to
+  max_train_len tokens: 4x that, at least 512; beyond it the work or memory would be unbounded."""
+  return max(512, 4 * max_train_len)
+
+
 def length_stats(lengths: np.ndarray) -> dict[str, float]:
   """min / mean / max and the 50th, 90th, 99th percentiles of token counts."""
   if len(lengths) == 0:
@@ -167,7 +173,7 @@ class Task:
     """The longest (source, target) an evaluation decodes, in tokens: 4x the training maxima,
     at least 512. Longer examples are skipped and counted (too_long), so one huge line
     cannot make evaluation ask for terabytes or run for days."""
-    return (max(512, 4 * self._limits['max_src_len']), max(512, 4 * self._limits['max_tgt_len']))
+    return (decode_limit(self._limits['max_src_len']), decode_limit(self._limits['max_tgt_len']))
 
   def eval_rows(self, split: str) -> np.ndarray:
     """Indices of the split's examples within eval_limits."""
