@@ -20,9 +20,11 @@ from attention_jax.decode import greedy
 from attention_jax.attention import MODES, NORMALISERS, Attention, masked_softmax, masked_sparsemax
 from attention_jax.cells import CELLS
 from attention_jax.decoder import DECODERS
-from attention_jax.model import ModelConfig, Seq2Seq
+from attention_jax.model import ARCHS, ModelConfig, Seq2Seq, build
+from attention_jax.multihead import MultiHeadAttention
+from attention_jax.transformer import Transformer
 from attention_jax.scores import SCORES, Score, register
 
-__all__ = ['Attention', 'Hypotheses', 'beam_search', 'evaluate_run', 'greedy', 'CELLS', 'DECODERS', 'MODES', 'ModelConfig',
+__all__ = ['ARCHS', 'MultiHeadAttention', 'Transformer', 'build', 'Attention', 'Hypotheses', 'beam_search', 'evaluate_run', 'greedy', 'CELLS', 'DECODERS', 'MODES', 'ModelConfig',
            'NORMALISERS', 'SCORES', 'Score', 'Seq2Seq', 'Translator', 'load', 'masked_softmax',
            'masked_sparsemax', 'plot_attention', 'plot_attention_grid', 'register']

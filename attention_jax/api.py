@@ -53,12 +53,13 @@ class Hypotheses:
   weights: list[np.ndarray]        # [T_i, S] attention of each output (EOS rows included)
   src_tokens: list[str]            # S source pieces, '</s>' last
   tgt_tokens: list[list[str]]      # T_i output pieces of each output, '</s>' last if ended
+  ids: list[np.ndarray] = dataclasses.field(default_factory=list)  # [T_i] their token ids
 
 
 class Translator:
   """A trained model with its tokenizers; greedy or beam decoding, jit-compiled per shape."""
 
-  MEMORY_BUDGET = 256 * 2 ** 20   # bytes of attention weights [rows, L, S] per chunk
+  MEMORY_BUDGET = 256 * 2 ** 20   # bytes of attention weights and KV caches per chunk
 
   def __init__(self, mcfg: ModelConfig, graphdef, params, src_tok, tgt_tok, factor: float,
                step: int, max_train_len: int | None = None, chunk_size: int = 256):
@@ -100,7 +101,8 @@ class Translator:
       raise ValueError(f'input {i} has {longest:,} tokens; the limit is {self.max_input_len} '
                        f'(t.max_input_len, 4x the training maximum, at least 512): split it or '
                        'raise t.max_input_len')
-    if self.config.score == 'location' and longest + 1 > self.config.max_src_len:
+    if (self.config.arch == 'rnn' and self.config.score == 'location'
+        and longest + 1 > self.config.max_src_len):
       raise ValueError(f"score 'location' scores at most model.max_src_len="
                        f'{self.config.max_src_len} source positions; an input has {longest} '
                        f'tokens (+ EOS)')
@@ -121,14 +123,15 @@ class Translator:
   def _hypotheses(self, text: str, tokens, scores, weights) -> Hypotheses:
     """One sentence's decoder rows (tokens [N, L], scores [N], weights [N, L, S])."""
     src_tokens = self.src_tok.pieces(text) + ['</s>']
-    outs, ws, tgts = [], [], []
+    outs, ws, tgts, id_rows = [], [], [], []
     for row, w in zip(tokens, weights):
       ids = row.tolist()
       n = ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids else len(ids)
       outs.append(self.tgt_tok.decode(ids))
       tgts.append([self.tgt_tok.id_to_piece(i) for i in ids[:n]])
       ws.append(np.asarray(w[:n, :len(src_tokens)], np.float32))
-    return Hypotheses(outs, [float(x) for x in scores], ws, src_tokens, tgts)
+      id_rows.append(np.asarray(ids[:n], np.int32))
+    return Hypotheses(outs, [float(x) for x in scores], ws, src_tokens, tgts, id_rows)
 
   def decode(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
              nbest: int = 1) -> list[Hypotheses]:
@@ -140,7 +143,7 @@ class Translator:
     todo = [i for i, t in enumerate(texts) if t.strip()]
     for i in set(range(len(texts))) - set(todo):
       out[i] = Hypotheses([''] * nbest, [0.0] * nbest, [np.zeros((0, 0), np.float32)] * nbest,
-                          [], [[] for _ in range(nbest)])
+                          [], [[] for _ in range(nbest)], [np.zeros(0, np.int32)] * nbest)
     self._check_lengths([texts[i] for i in todo])
     todo.sort(key=lambda i: len(texts[i]))          # similar lengths share a chunk
     for rows in self._chunks(todo, [len(texts[i]) for i in todo], beam * nbest):
@@ -153,14 +156,15 @@ class Translator:
 
   def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
     """Consecutive slices of `todo` (sorted by length) of at most chunk_size rows whose
-    attention weights [rows x hyps, L, S] fit MEMORY_BUDGET (at least one row each)."""
+    attention weights [rows x hyps, L, S] and decoder caches [rows x hyps, L, cache_width]
+    fit MEMORY_BUDGET (at least one row each)."""
     start = 0
     while start < len(todo):
       end = start + 1
       while end < min(len(todo), start + self.chunk_size):
         s = lengths[end] + 1
-        if (end + 1 - start) * hyps * s * decode_lib.max_output_len(s, self._factor) * 4 \
-            > self.MEMORY_BUDGET:
+        if (end + 1 - start) * hyps * (s + self.config.cache_width) * \
+            decode_lib.max_output_len(s, self._factor) * 4 > self.MEMORY_BUDGET:
           break
         end += 1
       yield todo[start:end]
@@ -185,6 +189,19 @@ class Translator:
       raise TypeError(f'attend(text): text must be a str, got {type(text).__name__}')
     h = self.decode([text], beam, alpha)[0]
     return h.outputs[0], h.weights[0], h.src_tokens, h.tgt_tokens[0]
+
+  def attend_heads(self, text: str, beam: int = 1, alpha: float = 0.6):
+    """text -> (output str, weights [N, H, T, S] float32, source tokens, output tokens): the
+    cross-attention of each of a Transformer's N decoder layers and H heads over its output
+    (an RNN's single attention as [1, 1, T, S]); `attend` gives the last layer's mean."""
+    if not isinstance(text, str):
+      raise TypeError(f'attend_heads(text): text must be a str, got {type(text).__name__}')
+    h = self.decode([text], beam, alpha)[0]
+    if not h.tgt_tokens[0]:
+      return h.outputs[0], np.zeros((0, 0, 0, 0), np.float32), h.src_tokens, h.tgt_tokens[0]
+    src = self._encode([text])[0][:len(h.src_tokens)]
+    return (h.outputs[0], inference.layer_weights(self.graphdef, self.params, src, h.ids[0]),
+            h.src_tokens, h.tgt_tokens[0])
 
 
 def load(workdir: str, step: int | None = None) -> Translator:
@@ -229,6 +246,7 @@ def load(workdir: str, step: int | None = None) -> Translator:
   graphdef, template = steps_lib.init_state(mcfg, steps_lib.make_optimizer(train_cfg), 0)
   try:
     params = ckpt_lib.restore(manager, step, template, model_config=mcfg.to_dict(),
+                              model_defaults=ModelConfig.defaults(),
                               tokenizers=ckpt_lib.fingerprint(tok_dir))[0]['params']
   finally:
     ckpts.close()
@@ -296,12 +314,14 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
   what = split if src is None else os.path.basename(src)
   metric = 'wer' if 'wer' in report else 'bleu'
   report[f'{metric}_by_length_plot'] = plots.plot_by_length(
-      {f'{translator.config.score}/{translator.config.decoder}': report['by_length']},
+      {translator.config.variant: report['by_length']},
       os.path.join(workdir, f'{name}_{metric}_by_length.png'), metric=metric,
       title=f'{os.path.basename(os.path.abspath(workdir))}: {metric.upper()} by source length '
             f'({what})')
+  heads = (lambda s, o: inference.layer_weights(graphdef, params, s, o)) \
+      if translator.config.arch == 'transformer' else None
   report['heatmaps'] = eval_lib.heatmaps(task, kept, os.path.join(workdir, f'{name}_heatmaps'),
-                                         'test' if src is None else 'file')
+                                         'test' if src is None else 'file', heads)
   workdir_lib.write_atomic(os.path.join(workdir, f'{name}.json'), json.dumps(report, indent=2))
   if verbose:
     print(format_report(report, workdir, name))

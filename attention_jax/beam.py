@@ -98,7 +98,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
                 nbest: int = 0):
   """src [B, S] -> (tokens [B, L] int32, scores [B] float32, weights [B, L, S] float32).
 
-  `model` has `start(src) -> (carry, mem)` and `step(carry, y_prev [N], mem) -> (carry,
+  `model` has `start(src, max_len) -> (carry, mem)` and `step(carry, y_prev [N], mem) -> (carry,
   log-probabilities [N, V], weights [N, S])` (`Seq2Seq`). Beam search calls step with
   N = B*K hypothesis rows (a sentence's K rows adjacent) and the memory of the B sentences
   as `start` returned it, not copied K times (`Attention.read` groups the rows). The best
@@ -123,7 +123,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
                      f'got {nbest!r}')
   b, s = src.shape
   k, n = beam_size, max_len
-  carry, mem = model.start(src)
+  carry, mem = model.start(src, max_len)
   # the carry per hypothesis (leaves [B*K, ...]); the memory stays [B, ...]: the attention
   # reads a sentence's K hypotheses as K queries of it (Attention._grouped_read)
   carry = _tile(carry, k)

@@ -132,19 +132,22 @@ class Checkpoints:
     self.best.close()
 
 
-def _differences(saved: dict, expected: dict) -> list[str]:
+def _differences(saved: dict, expected: dict, defaults: dict) -> list[str]:
+  """Fields whose saved value differs; a field the checkpoint predates counts as its default."""
+  saved = {**defaults, **saved}
   return [f'{k}: checkpoint {saved.get(k)!r}, expected {v!r}' for k, v in expected.items()
           if saved.get(k) != v]
 
 
 def restore(manager: ocp.CheckpointManager, step: int, template, *,
-            model_config: dict | None = None,
+            model_config: dict | None = None, model_defaults: dict | None = None,
             tokenizers: str | None = None) -> tuple[Any, dict]:
   """Restores (state shaped like `template`, meta dict) of `step` from `manager`.
 
   Raises CheckpointMismatch (the checkpoint is fine, the model is another) when its saved
   model config differs from `model_config`, its tokenizer fingerprint from `tokenizers`, or
-  its arrays from the template's; CheckpointError when it cannot be read or an array's
+  its arrays from the template's (fields missing from an older checkpoint's config count
+  as their `model_defaults`); CheckpointError when it cannot be read or an array's
   checksum differs from the one saved with it (flipped bits).
   """
   where = f'checkpoint step {step} in {manager.directory}'
@@ -154,7 +157,7 @@ def restore(manager: ocp.CheckpointManager, step: int, template, *,
   except Exception as e:  # Orbax errors: say which checkpoint, keep the cause
     raise CheckpointError(f'could not read {where}: {type(e).__name__}: {e}') from e
   if model_config is not None and 'model_config' in meta:
-    diffs = _differences(meta['model_config'], model_config)
+    diffs = _differences(meta['model_config'], model_config, model_defaults or {})
     if diffs:
       raise CheckpointMismatch(f'{where} belongs to another model: ' + '; '.join(diffs))
   if tokenizers is not None and meta.get('tokenizers', tokenizers) != tokenizers:

@@ -21,7 +21,7 @@ def greedy(model, src: jax.Array, max_len: int):
   Stops early when every sentence has produced EOS; shapes never depend on that.
   """
   b, s = src.shape
-  carry, mem = model.start(src)
+  carry, mem = model.start(src, max_len)
   tokens = jnp.full((b, max_len), PAD, jnp.int32)
   weights = jnp.zeros((b, max_len, s), jnp.float32)
   done = jnp.all(src == PAD, axis=1)          # filler rows produce nothing

@@ -142,8 +142,11 @@ def by_length_markdown(curves: dict[str, list[dict]], metric: str = 'bleu') -> s
   return '\n'.join(lines)
 
 
-def heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
-  """One labelled PNG per kept sentence, plus a grid of all of them."""
+def heatmaps(task, kept, directory: str, prefix: str,
+             heads: Callable | None = None) -> list[str]:
+  """One labelled PNG per kept sentence, plus a grid of all of them; with `heads`
+  (inference.layer_weights(graphdef, params, ...) of a Transformer) also a grid of the first
+  sentence's cross-attention per decoder layer (rows) and head (columns)."""
   os.makedirs(directory, exist_ok=True)
   paths, items = [], []
   for i, (src, hyp, ref, ids, weights) in enumerate(kept):
@@ -157,4 +160,13 @@ def heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
                                       os.path.join(directory, f'{prefix}_{i}.png'), title))
   if items:
     paths.append(plots.plot_attention_grid(items, os.path.join(directory, f'{prefix}_grid.png')))
+  if items and heads is not None:
+    src, _, _, ids, _ = kept[0]
+    w, src_tokens, tgt_tokens, title = items[0]
+    src_ids = np.asarray(task.src_tok.encode(src) + [EOS], np.int32)
+    per_head = heads(src_ids, np.asarray(ids[:len(tgt_tokens)], np.int32))      # [N, H, T, S]
+    grid = [(per_head[n, h], src_tokens, tgt_tokens, f'layer {n + 1}, head {h + 1}')
+            for n in range(per_head.shape[0]) for h in range(per_head.shape[1])]
+    paths.append(plots.plot_attention_grid(
+        grid, os.path.join(directory, f'{prefix}_heads.png'), cols=per_head.shape[1]))
   return paths

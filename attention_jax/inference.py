@@ -13,10 +13,13 @@ from __future__ import annotations
 from typing import Callable
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from attention_jax import beam as beam_lib
 from attention_jax import decode as decode_lib
+from attention_jax.data.tokenizers import BOS
 
 
 def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) -> Callable:
@@ -43,3 +46,19 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) ->
     return beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len, alpha=alpha,
                                 nbest=nbest)
   return jax.jit(decode, static_argnums=2)
+
+
+def layer_weights(graphdef, params, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
+  """The attention of every layer and head over one decoded output, teacher-forced on it
+  (equal to what decoding computed: tests/test_transformer.py checks cache == no cache).
+
+  src_ids [S] (EOS last), out_ids [T] (EOS last if it ended) -> weights [N, H, T, S]
+  float32: a Transformer's N decoder layers' cross-attention per head; an RNN's one
+  attention as [1, 1, T, S]."""
+  model = nnx.merge(graphdef, params)
+  tgt_in = np.concatenate([[BOS], out_ids[:-1]]).astype(np.int32)[None]       # [1, T]
+  _, read = model.forward(jnp.asarray(src_ids, jnp.int32)[None], jnp.asarray(tgt_in))
+  layers = getattr(read, 'layers', None)
+  if layers is None:
+    layers = read.weights[:, None, None]                                        # [1, 1, 1, T, S]
+  return np.asarray(layers[0], np.float32)

@@ -1,4 +1,5 @@
-"""The frozen model config and the Seq2Seq model (encoder + attention decoder)."""
+"""The frozen model config, the recurrent Seq2Seq model (encoder + attention decoder), and
+`build`, which makes the model a config names (model.arch: rnn | transformer)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import attention, cells, scores, self_attention
+from attention_jax import attention, cells, scores, self_attention, transformer
 from attention_jax.decoder import DECODERS
 from attention_jax.encoder import Encoder
 from attention_jax.layers import dropout
@@ -22,9 +23,12 @@ class ModelConfig:
   """Everything that fixes the model's architecture and parameter shapes.
 
   Validated on construction: a bad value fails here, before anything is compiled.
+  arch 'rnn' reads the fields from emb_dim to self_attention_score; arch 'transformer' reads
+  d_model .. tie_output, self_attention_score, normaliser, dropout (transformer.py).
   """
   src_vocab: int
   tgt_vocab: int
+  arch: str = 'rnn'                  # ARCHS: rnn | transformer
   emb_dim: int = 64
   enc_hidden: int = 64
   enc_layers: int = 1
@@ -47,31 +51,56 @@ class ModelConfig:
   dropout: float = 0.0
   max_src_len: int = 128
   dtype: str = 'float32'
+  # ---- transformer (arch='transformer') ----
+  d_model: int = 128
+  heads: int = 4
+  ff_dim: int = 512
+  transformer_layers: int = 3        # encoder layers, and as many decoder layers
+  positions: str = 'sinusoidal'      # sinusoidal | learned | none
+  max_positions: int = 512           # learned positions: the table's size
+  norm_first: bool = True            # pre-norm (False: post-norm, as Vaswani et al. 2017)
+  attention_dropout: float = 0.0
+  cross_attention_score: str = 'scaled_dot'
+  share_embeddings: bool = False     # one embedding table for source and target
+  tie_output: bool = False           # output projection = target embeddings transposed
 
   def __post_init__(self):
     for name in ('src_vocab', 'tgt_vocab', 'emb_dim', 'enc_hidden', 'enc_layers',
                  'dec_hidden', 'dec_layers', 'attn_dim', 'max_src_len', 'window',
-                 'self_attention_heads'):
+                 'self_attention_heads', 'd_model', 'heads', 'ff_dim', 'transformer_layers',
+                 'max_positions'):
       value = getattr(self, name)
       if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f'model.{name} must be a positive integer, got {value!r}')
-    if not 0.0 <= self.dropout < 1.0:
-      raise ValueError(f'model.dropout must be in [0, 1), got {self.dropout!r}')
+    for name in ('dropout', 'attention_dropout'):
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise ValueError(f'model.{name} must be in [0, 1), got {getattr(self, name)!r}')
     if not isinstance(self.self_attention_layers, int) or self.self_attention_layers < 0:
       raise ValueError(f'model.self_attention_layers must be an integer >= 0, got '
                        f'{self.self_attention_layers!r}')
     if not self.hard_temperature > 0:
       raise ValueError(f'model.hard_temperature must be > 0, got {self.hard_temperature!r}')
-    for name, valid in (('cell', cells.CELLS), ('decoder', DECODERS), ('score', scores.SCORES),
-                        ('dtype', DTYPES)):
+    for name, valid in (('arch', ARCHS), ('cell', cells.CELLS), ('decoder', DECODERS),
+                        ('score', scores.SCORES), ('dtype', DTYPES)):
       if getattr(self, name) not in valid:
         raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
                          f'valid: {", ".join(sorted(valid))}')
     scores.SCORES[self.score].check_sizes(self.dec_hidden, self.key_dim)
     attention.check_combination(self.score, self.attention_mode, self.normaliser,
                                 self.coverage)
-    if self.self_attention_layers:
+    if self.self_attention_layers and self.arch == 'rnn':
       self_attention.check(self.self_attention_score, self.self_attention_heads, self.key_dim)
+    if self.arch == 'transformer':
+      transformer.check(self)
+
+  def describe(self) -> str:
+    """One line naming the architecture, for logs."""
+    if self.arch == 'transformer':
+      return (f'transformer ({self.transformer_layers}+{self.transformer_layers} layers, '
+              f'd_model {self.d_model}, {self.heads} heads, {self.positions} positions), '
+              f'{self.self_attention_score} self- / {self.cross_attention_score} '
+              f'cross-attention')
+    return f'{self.decoder} decoder, {self.score} score, {self.cell} cells'
 
   @property
   def stochastic(self) -> bool:
@@ -84,8 +113,23 @@ class ModelConfig:
     return self.enc_hidden * (2 if self.bidirectional else 1)
 
   @property
+  def cache_width(self) -> int:
+    """Numbers a decoder keeps per output position and hypothesis: a Transformer's keys
+    (d_model per layer, after each head's precompute) and values; 0 for the RNN."""
+    if self.arch != 'transformer':
+      return 0
+    return 2 * self.transformer_layers * self.d_model
+
+  @property
   def compute_dtype(self) -> Any:
     return DTYPES[self.dtype]
+
+  @property
+  def variant(self) -> str:
+    """A short name of the attention under study: score/decoder, or transformer/cross score."""
+    if self.arch == 'transformer':
+      return f'transformer/{self.cross_attention_score}'
+    return f'{self.score}/{self.decoder}'
 
   @classmethod
   def from_dict(cls, d: Mapping[str, Any], **overrides) -> 'ModelConfig':
@@ -97,8 +141,19 @@ class ModelConfig:
       raise ValueError(f'unknown model config field(s) {unknown}; valid: {sorted(fields)}')
     return cls(**d)
 
+  @classmethod
+  def defaults(cls) -> dict[str, Any]:
+    """The default of every field that has one."""
+    return {f.name: f.default for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING}
+
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
+
+
+def build(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
+  """The model of `cfg.arch`: Seq2Seq or transformer.Transformer (the same interface)."""
+  return ARCHS[cfg.arch](cfg, rngs=rngs)
 
 
 class Seq2Seq(nnx.Module):
@@ -139,8 +194,9 @@ class Seq2Seq(nnx.Module):
     return dec.logits(feat, emb, k_out), read
 
   # ---- step-by-step decoding (greedy / beam search) -------------------------
-  def start(self, src: jax.Array):
-    """src [B, S] -> (decoder carry, memory) for `step`."""
+  def start(self, src: jax.Array, max_len: int | None = None):
+    """src [B, S] -> (decoder carry, memory) for `step` (max_len: unused by the RNN)."""
+    del max_len
     return self.decoder.start(self.encoder(src))
 
   def step(self, carry, y_prev: jax.Array, mem):
@@ -158,3 +214,6 @@ class Seq2Seq(nnx.Module):
     logits = dec.logits(feat[:, None], emb[:, None])[:, 0]
     return carry, jax.nn.log_softmax(logits), r.weights
 
+
+
+ARCHS = {'rnn': Seq2Seq, 'transformer': transformer.Transformer}

@@ -17,7 +17,8 @@ import optax
 from flax import nnx
 
 from attention_jax import objective
-from attention_jax.model import ModelConfig, Seq2Seq
+from attention_jax import model as model_lib
+from attention_jax.model import ModelConfig
 
 
 def model_config(cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int) -> ModelConfig:
@@ -42,7 +43,7 @@ def make_optimizer(t: ml_collections.ConfigDict) -> optax.GradientTransformation
 
 def init_state(mcfg: ModelConfig, tx, seed: int):
   """-> (graphdef, state {'step', 'params', 'opt'})."""
-  model = Seq2Seq(mcfg, rngs=nnx.Rngs(seed))
+  model = model_lib.build(mcfg, rngs=nnx.Rngs(seed))
   graphdef, params = nnx.split(model)
   params = nnx.to_pure_dict(params)
   state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}

@@ -15,6 +15,7 @@ parallel, one per device (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS), as devices 
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import importlib.util
 import json
 import os
@@ -83,10 +84,23 @@ def finished(v: Variant) -> bool:
   return os.path.exists(os.path.join(v.workdir, 'results.json'))
 
 
+def select(variants: list[Variant], only: Sequence[str]) -> list[Variant]:
+  """The variants whose names match one of the shell patterns `only` (all if empty); a
+  pattern that matches none fails, naming the variants."""
+  for pattern in only:
+    if not any(fnmatch.fnmatchcase(v.name, pattern) for v in variants):
+      raise ValueError(f'--only pattern {pattern!r} matches no variant; variants: '
+                       f'{", ".join(v.name for v in variants)}')
+  return [v for v in variants
+          if not only or any(fnmatch.fnmatchcase(v.name, p) for p in only)]
+
+
 def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
-        extra_flags: Sequence[str] = ()) -> tuple[str, dict[str, str]]:
-  """Runs every unfinished variant; returns (sweep dir, {variant: finished|skipped|failed})."""
+        extra_flags: Sequence[str] = (), only: Sequence[str] = ()) -> tuple[str, dict[str, str]]:
+  """Runs every unfinished variant (of those matching `only`, if given); returns
+  (sweep dir, {variant: finished|skipped|failed})."""
   name, variants = load_sweep(config_arg, root)
+  variants = select(variants, only)
   sweep_dir = os.path.join(root, name)
   with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
     return _run(config_arg, name, variants, sweep_dir, parallel, extra_flags)

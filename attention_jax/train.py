@@ -22,6 +22,7 @@ from attention_jax import objective
 from attention_jax import parallel
 from attention_jax import preemption
 from attention_jax import workdir as workdir_lib
+from attention_jax.model import ModelConfig
 from attention_jax.steps import (SCHEDULES, init_state, make_optimizer, model_config,
                                  train_step)
 
@@ -254,6 +255,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   best_bleu, train_time = -1.0, 0.0   # train_time: seconds in train steps, over all sessions
   tok_fingerprint = ckpt_lib.fingerprint(tok_dir) if os.path.isdir(tok_dir) else None
   restored = ckpt_lib.restore_newest(ckpts.latest, state, log, model_config=mcfg.to_dict(),
+                                     model_defaults=ModelConfig.defaults(),
                                      tokenizers=tok_fingerprint) if resuming else None
   skips = 0   # non-finite batches skipped (train.skip_nonfinite)
   if restored is not None:
@@ -268,7 +270,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   step = int(state['step'])
   progress = Progress(t.steps, step, t.log_every, writer)
   log(f'[{steps.mode}: {jax.process_count()} process(es), {jax.device_count()} {jax.devices()[0].platform} device(s)] '
-        f'training {mcfg.decoder} decoder, {mcfg.score} score, {mcfg.cell} cells on '
+        f'training {mcfg.describe()} on '
         f'{task.name}: {t.steps} steps of {d.batch_size} sentences, '
         f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters')
   evaluate_ = functools.partial(
@@ -334,8 +336,10 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   for split in ('validation', 'test'):
     results[split], kept = evaluate_(params, task, split,
                                      keep_outputs=3 if split == 'test' else 0)
-  paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test') if lead() \
-      else []
+  heads = functools.partial(inference.layer_weights, graphdef, params) \
+      if mcfg.arch == 'transformer' else None
+  paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test',
+                            heads) if lead() else []
   summary = {'step': step, 'best_step': best_step, 'results': results,
              'nonfinite_skipped': skips,
              'train_steps_per_s': step / train_time if train_time else None,

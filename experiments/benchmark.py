@@ -82,6 +82,8 @@ class Shape:
   batch: int
   min_len: int
   max_len: int
+  d_model: int = 128    # the Transformer of this size (decoder 'transformer'): 3+3 layers
+  ff_dim: int = 512
 
   @property
   def padded(self) -> int:
@@ -91,13 +93,16 @@ class Shape:
 
 CONFIGS = {
     'char': Shape(emb_dim=128, enc_hidden=128, dec_hidden=256, attn_dim=256, vocab=32,
-                  batch=64, min_len=50, max_len=70),
+                  batch=64, min_len=50, max_len=70, d_model=128, ff_dim=512),
     'base': Shape(emb_dim=256, enc_hidden=256, dec_hidden=512, attn_dim=512, vocab=8000,
-                  batch=64, min_len=30, max_len=50),
+                  batch=64, min_len=30, max_len=50, d_model=256, ff_dim=1024),
     # a few seconds in all; for tests of this script
     'tiny': Shape(emb_dim=16, enc_hidden=16, dec_hidden=32, attn_dim=32, vocab=20, batch=8,
-                  min_len=4, max_len=10),
+                  min_len=4, max_len=10, d_model=16, ff_dim=32),
 }
+# the decoders benchmarked: the RNN decoders, and 'transformer' (model.arch; its score is the
+# cross-attention's, with scaled_dot self-attention, 4 heads, 3+3 layers)
+ARCHITECTURES = sorted(DECODERS) + ['transformer']
 
 # The speed targets of issue 9. The OpenNMT-py figures are the ones quoted there (2-core CPU,
 # char config); --peer measures them on this machine instead.
@@ -267,6 +272,11 @@ def experiment_config(shape: Shape, score: str, decoder: str, seed: int):
   cfg.parallel = 'single'
   cfg.data.batch_size = shape.batch
   m = cfg.model
+  if decoder == 'transformer':
+    m.arch, m.cross_attention_score = 'transformer', score
+    m.d_model, m.ff_dim, m.heads, m.transformer_layers = shape.d_model, shape.ff_dim, 4, 3
+    m.max_positions = max(m.max_positions, 2 * shape.padded)
+    return cfg
   m.cell, m.decoder, m.score = 'lstm', decoder, score
   m.emb_dim, m.enc_hidden, m.enc_layers, m.bidirectional = (shape.emb_dim, shape.enc_hidden,
                                                             1, True)
@@ -278,6 +288,8 @@ def experiment_config(shape: Shape, score: str, decoder: str, seed: int):
 # ---- one variant ----------------------------------------------------------------------
 def suppress_eos(params: dict) -> dict:
   """The params with the output layer's EOS bias at -1e9 (the model never ends a sentence)."""
+  if 'decoder' not in params:   # the Transformer's output layer is at the top
+    return {**params, 'out': {**params['out'], 'bias': params['out']['bias'].at[EOS].set(-1e9)}}
   out = params['decoder']['out']
   out = {**out, 'bias': out['bias'].at[EOS].set(-1e9)}
   return {**params, 'decoder': {**params['decoder'], 'out': out}}
@@ -492,7 +504,7 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
   """Benchmarks every (config, score, decoder); -> the JSON-able results. `save` is called
   with the results so far after each variant (a long run keeps what it measured)."""
   for names, valid, what in ((configs, CONFIGS, 'config'), (scores, SCORES, 'score'),
-                             (decoders, DECODERS, 'decoder')):
+                             (decoders, ARCHITECTURES, 'decoder')):
     unknown = [n for n in names if n not in valid]
     if unknown or not names:
       raise ValueError(f'unknown or no {what}(s) {unknown}; valid: {", ".join(sorted(valid))}')
@@ -511,6 +523,8 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
     log(format_loop_matmuls(name, out['configs'][name]['loop_matmul'], matmul[0]))
     for decoder in decoders:
       for score in scores:
+        if decoder == 'transformer' and not SCORES[score].content_based:
+          continue   # location / none have no per-head form (multihead.check)
         r = bench_variant(shape, score, decoder, settings)
         r['config'] = name
         out['results'].append(r)
@@ -624,7 +638,8 @@ flags.DEFINE_bool('quick', False, 'A quick subset (char; general, additive; both
                   'short windows); --configs/--scores/--decoders still override it.')
 flags.DEFINE_list('configs', None, f'Configs (default: char,base). Valid: {", ".join(CONFIGS)}')
 flags.DEFINE_list('scores', None, 'Scores (default: all of attention_jax.SCORES).')
-flags.DEFINE_list('decoders', None, 'Decoders (default: bahdanau,luong).')
+flags.DEFINE_list('decoders', None, 'Decoders (default: bahdanau,luong,transformer; the '
+                  "transformer's score is its cross-attention's).")
 flags.DEFINE_string('out', 'benchmark.json', 'Where the JSON results go.')
 flags.DEFINE_integer('windows', None, 'Timed train windows (default 5; quick 2).')
 flags.DEFINE_integer('steps', None, 'Train steps per timed window (default 1).')
@@ -640,7 +655,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   default = QUICK_SELECTION if FLAGS.quick else {
-      'configs': ['char', 'base'], 'scores': sorted(SCORES), 'decoders': sorted(DECODERS)}
+      'configs': ['char', 'base'], 'scores': sorted(SCORES), 'decoders': ARCHITECTURES}
   settings = QUICK if FLAGS.quick else Settings()
   settings = dataclasses.replace(settings, windows=FLAGS.windows or settings.windows,
                                  steps=FLAGS.steps or settings.steps)

@@ -71,7 +71,7 @@ class Chain:
   def __init__(self):
     self.logp = jnp.asarray(LOGP, jnp.float32)
 
-  def start(self, src):
+  def start(self, src, max_len=None):
     b, s = src.shape
     mask = (src != PAD).astype(jnp.float32)
     return jnp.full((b,), BOS, jnp.int32), (mask, src[:, 0] % 5, jnp.zeros((b, s, 0)))

@@ -48,11 +48,14 @@ def test_command_line_writes_the_json(tmp_path):
   out = tmp_path / 'bench.json'
   proc = subprocess.run(
       [sys.executable, '-m', 'experiments.benchmark', '--quick', '--configs=tiny',
-       '--scores=general', '--decoders=luong', '--windows=1', f'--out={out}'],
+       '--scores=general,location', '--decoders=luong,transformer', '--windows=1',
+       f'--out={out}'],
       cwd=ROOT, capture_output=True, text=True, timeout=600,
       env={**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu'})
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert '| tiny | general | luong |' in proc.stdout
+  assert '| tiny | general | transformer |' in proc.stdout   # its cross-attention score
+  assert '| tiny | location | transformer |' not in proc.stdout   # no per-head form
   with open(out) as f:
     data = json.load(f)
   assert data['matmul']['flops_per_s'] > 0
@@ -60,14 +63,16 @@ def test_command_line_writes_the_json(tmp_path):
   lm = data['configs']['tiny']['loop_matmul']
   assert lm['train_flops_per_s'] > 0 and lm['beam_flops_per_s'] > 0
   assert lm['beam_rows'] == 5 * lm['train_rows'] == 5 * benchmark.CONFIGS['tiny'].batch
-  (r,) = data['results']
-  assert (r['config'], r['score'], r['decoder']) == ('tiny', 'general', 'luong')
-  for key in ('compile_s', 'step_s', 'tokens_per_s', 'sentences_per_s', 'flops_per_step',
-              'flops_per_s', 'matmul_ratio'):
-    assert math.isfinite(r[key]) and r[key] > 0, key
-  assert r['target_tokens_per_batch'] <= benchmark.CONFIGS['tiny'].batch * \
-      (benchmark.CONFIGS['tiny'].max_len + 1)
-  for mode in ('greedy', 'beam5'):
-    assert r[mode]['sentences_per_s'] > 0 and r[mode]['compile_s'] > 0
-  assert r['memory']['maxrss_mb'] > 0
+  rows = {(r['config'], r['score'], r['decoder']): r for r in data['results']}
+  assert sorted(rows) == [('tiny', 'general', 'luong'), ('tiny', 'general', 'transformer'),
+                          ('tiny', 'location', 'luong')]
+  for r in rows.values():
+    for key in ('compile_s', 'step_s', 'tokens_per_s', 'sentences_per_s', 'flops_per_step',
+                'flops_per_s', 'matmul_ratio'):
+      assert math.isfinite(r[key]) and r[key] > 0, key
+    assert r['target_tokens_per_batch'] <= benchmark.CONFIGS['tiny'].batch * \
+        (benchmark.CONFIGS['tiny'].max_len + 1)
+    for mode in ('greedy', 'beam5'):
+      assert r[mode]['sentences_per_s'] > 0 and r[mode]['compile_s'] > 0
+    assert r['memory']['maxrss_mb'] > 0
   assert any('compile_s' in t['what'] for t in data['targets'])

@@ -254,17 +254,20 @@ def test_self_attention_against_numpy_and_padding():
   x = x * mask[:, :, None]
   y, w = layer(x, mask)
   xn, m = np.asarray(x), np.asarray(mask)
-  wqkv, wo = np.asarray(layer.qkv.kernel[...]), np.asarray(layer.out.kernel[...])
+  wqkv = np.concatenate([np.asarray(layer.attn.q.kernel[...]),
+                         np.asarray(layer.attn.kv.kernel[...])], 1)   # [q | k_1 v_1 k_2 v_2]
+  wo = np.asarray(layer.attn.out.kernel[...])
   scale, bias = np.asarray(layer.norm.scale[...]), np.asarray(layer.norm.bias[...])
   for b in range(2):
     n = m[b].sum()
-    qkv = (xn[b, :n] @ wqkv).reshape(n, 3, 2, 4)
+    proj = xn[b, :n] @ wqkv
+    q, kv = proj[:, :8].reshape(n, 2, 4), proj[:, 8:].reshape(n, 2, 2, 4)  # [n, k|v, H, d]
     heads = []
     for h in range(2):
-      e = qkv[:, 0, h] @ qkv[:, 1, h].T / 2.0                 # scaled dot, d = 4
+      e = q[:, h] @ kv[:, 0, h].T / 2.0                       # scaled dot, d = 4
       a = np.exp(e - e.max(1, keepdims=True))
       a /= a.sum(1, keepdims=True)
-      heads.append(a @ qkv[:, 2, h])
+      heads.append(a @ kv[:, 1, h])
     z = xn[b, :n] + np.concatenate(heads, 1) @ wo
     z = (z - z.mean(1, keepdims=True)) / np.sqrt(z.var(1, keepdims=True) + 1e-6)
     np.testing.assert_allclose(np.asarray(y[b, :n]), z * scale + bias, atol=1e-4)

@@ -17,9 +17,11 @@ from attention_jax import parallel, train
 OBJ = train.objective.Objective()
 assert jax.device_count() == 8, jax.devices()
 assert parallel.resolve('auto') == 'shard_map'
-for decoder in ('bahdanau', 'luong'):
+for decoder in ('bahdanau', 'luong', 'transformer'):
   mc = aj.ModelConfig(src_vocab=12, tgt_vocab=10, emb_dim=8, enc_hidden=8, dec_hidden=16,
-                      attn_dim=8, decoder=decoder, cell='lstm')
+                      attn_dim=8, decoder=decoder, cell='lstm') if decoder != 'transformer' else \
+      aj.ModelConfig(src_vocab=12, tgt_vocab=10, arch='transformer', d_model=16, heads=2,
+                     ff_dim=32, transformer_layers=2)
   t = ml_collections.ConfigDict(dict(lr=1e-2, warmup_steps=1, decay='constant', steps=5,
                                      weight_decay=0.0, clip_norm=1.0))
   tx = train.make_optimizer(t)

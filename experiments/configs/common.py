@@ -46,6 +46,7 @@ def base_config() -> ml_collections.ConfigDict:
 
   # ---- model: attention_jax.model.ModelConfig ----------------------------
   m = c.model = ml_collections.ConfigDict()
+  m.arch = 'rnn'            # rnn (the fields down to self_attention_score) | transformer
   m.cell = 'gru'            # gru | lstm
   m.emb_dim = 64
   m.enc_hidden = 64
@@ -68,6 +69,23 @@ def base_config() -> ml_collections.ConfigDict:
   m.dropout = 0.1
   m.max_src_len = 128       # location score: size of its output layer
   m.dtype = 'float32'       # compute dtype: float32 | bfloat16 (params stay float32)
+  # transformer (arch=transformer; also reads self_attention_score, normaliser, dropout):
+  m.d_model = 128
+  m.heads = 4
+  m.ff_dim = 512
+  m.transformer_layers = 3  # encoder layers, and as many decoder layers
+  # positions: sinusoidal (defined for every length: sentences longer than the training
+  # maximum get positions the model has never seen, but they are well defined), learned (a
+  # table of max_positions vectors: positions past the training lengths stay at their
+  # random init, and inputs or output limits past max_positions are refused), none (the
+  # encoder sees a bag of tokens; the decoder only the causal order)
+  m.positions = 'sinusoidal'
+  m.max_positions = 512
+  m.norm_first = True       # pre-norm (False: post-norm, as in Vaswani et al. 2017)
+  m.attention_dropout = 0.0
+  m.cross_attention_score = 'scaled_dot'  # any content score: see attention_jax.multihead
+  m.share_embeddings = False  # one table for source and target (needs one vocabulary)
+  m.tie_output = False      # output projection = the target embeddings (Press & Wolf 2017)
 
   # ---- train ---------------------------------------------------------------
   t = c.train = ml_collections.ConfigDict()

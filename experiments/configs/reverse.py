@@ -2,6 +2,7 @@
 
   bash launch.sh train experiments/configs/reverse.py --workdir=runs/reverse_additive
   bash launch.sh train experiments/configs/reverse.py:smoke --workdir=/tmp/reverse_smoke
+  bash launch.sh train experiments/configs/reverse.py --config.model.arch=transformer --workdir=runs/reverse_transformer
 
 Training lengths are data.min_len..data.max_len (1..50), test lengths go to
 data.test_max_len (100), so quality can be read by source length.
