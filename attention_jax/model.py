@@ -85,13 +85,15 @@ class ModelConfig:
       if getattr(self, name) not in valid:
         raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
                          f'valid: {", ".join(sorted(valid))}')
+    if self.arch == 'transformer':   # the RNN's fields are not read: not checked either
+      transformer.check(self)
+      attention.check_combination(self.cross_attention_score, 'global', self.normaliser, False)
+      return
     scores.SCORES[self.score].check_sizes(self.dec_hidden, self.key_dim)
     attention.check_combination(self.score, self.attention_mode, self.normaliser,
                                 self.coverage)
-    if self.self_attention_layers and self.arch == 'rnn':
+    if self.self_attention_layers:
       self_attention.check(self.self_attention_score, self.self_attention_heads, self.key_dim)
-    if self.arch == 'transformer':
-      transformer.check(self)
 
   def describe(self) -> str:
     """One line naming the architecture, for logs."""

@@ -143,3 +143,17 @@ def test_an_edited_config_is_refused_by_load(run, tmp_path, file, path, value, n
     json.dump(cfg, f)
   with pytest.raises(ckpt_lib.CheckpointError, match=needle):
     aj.load(workdir)
+
+
+def test_a_checkpoint_older_than_a_config_field_counts_it_as_its_default():
+  """Fields added to ModelConfig later (e.g. arch, d_model) are absent from older checkpoints'
+  saved config: they compare as their defaults, so older runs still load and resume, while a
+  saved value that differs is still a mismatch."""
+  new = aj.ModelConfig(src_vocab=5, tgt_vocab=6).to_dict()
+  old = {k: v for k, v in new.items() if k not in ('arch', 'd_model', 'positions')}
+  defaults = aj.ModelConfig.defaults()
+  assert ckpt_lib._differences(old, new, defaults) == []
+  assert ckpt_lib._differences(old, {**new, 'arch': 'transformer'}, defaults) == [
+      "arch: checkpoint 'rnn', expected 'transformer'"]
+  assert ckpt_lib._differences({**old, 'd_model': 64}, new, defaults) == [
+      'd_model: checkpoint 64, expected 128']
