@@ -2,6 +2,8 @@
 causality, padding, KV-cache decoding == the teacher-forced pass, beam 1 == greedy, config
 errors, and a smoke `reverse` run that learns."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -203,6 +205,10 @@ def test_transformer_learns_smoke_reverse_and_reloads(data_dir, tmp_path):
   out, weights, src_tokens, tgt_tokens = t.attend('a b c', beam=3)
   assert weights.shape == (len(tgt_tokens), len(src_tokens))
   np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+  out2, heads, _, _ = t.attend_heads('a b c', beam=3)       # teacher-forced on the output
+  assert out2 == out and heads.shape == (2, 4) + weights.shape
+  np.testing.assert_allclose(heads[-1].mean(0), weights, atol=1e-5)
+  assert any(p.endswith('test_heads.png') and os.path.exists(p) for p in summary['heatmaps'])
 
 
 def test_transformer_resume_is_bit_identical(data_dir, tmp_path):
