@@ -51,6 +51,7 @@ import re
 import resource
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Callable, Sequence
@@ -389,8 +390,13 @@ def _peer_text(sentences: list[list[int]]) -> str:
   return '\n'.join(' '.join(f't{i}' for i in ids) for ids in sentences) + '\n'
 
 
+def _pinned(cmd: list[str], cpus: str | None) -> list[str]:
+  """cmd, run on the CPUs `cpus` only (taskset's list, e.g. '0'), or anywhere for None."""
+  return cmd if cpus is None else ['taskset', '-c', cpus] + cmd
+
+
 def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int,
-                      workdir: str, threads: int = 1) -> dict[str, Any]:
+                      workdir: str, threads: int = 1, cpus: str | None = None) -> dict[str, Any]:
   """Trains OpenNMT-py (brnn LSTM encoder, rnn LSTM decoder with input feeding, i.e. Luong,
   global attention `ONMT_ATTENTION[score]`) on the same synthetic sentences, and returns
   its target tokens/s (as it logs them, data loading included): the median of its report
@@ -437,8 +443,8 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
     json.dump(cfg, f)   # JSON is YAML
   t0 = time.perf_counter()
   env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)}
-  proc = subprocess.run([binary, '-config', path], capture_output=True, text=True,
-                        cwd=workdir, env=env, check=False)
+  proc = subprocess.run(_pinned([binary, '-config', path], cpus), capture_output=True,
+                        text=True, cwd=workdir, env=env, check=False)
   wall = time.perf_counter() - t0
   log = proc.stdout + proc.stderr
   rates = [float(m.group(2)) for m in re.finditer(r'(\d+)/\s*(\d+) tok/s', log)]
@@ -447,13 +453,14 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
                        + '\n'.join(log.splitlines()[-20:]))
   kept = rates[1:] or rates
   return {'attention': ONMT_ATTENTION[score], 'tokens_per_s': statistics.median(kept),
-          'report_windows': rates, 'steps': steps, 'threads': threads, 'wall_s': wall,
+          'report_windows': rates, 'steps': steps, 'threads': threads, 'cpus': cpus,
+          'wall_s': wall,
           'checkpoint': os.path.join(workdir, f'model_step_{steps}.pt')}
 
 
 def peer_beam_sentences_per_s(venv: str, checkpoint: str, src: list[list[int]], length: int,
                               workdir: str, threads: int = 1, beam_size: int = 5,
-                              repeats: int = 3) -> dict[str, Any]:
+                              repeats: int = 3, cpus: str | None = None) -> dict[str, Any]:
   """OpenNMT-py's beam search (onmt_translate) on the sentences `src` (repeated `repeats`
   times, one batch of len(src) each) with -min_length = -max_length = `length`: like our
   EOS-suppressed decoding, every output has `length` tokens. -> sentences/s as OpenNMT-py
@@ -467,10 +474,10 @@ def peer_beam_sentences_per_s(venv: str, checkpoint: str, src: list[list[int]], 
   # load by default (weights_only); the checkpoint was written by the run just before
   env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads),
          'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '1'}
-  proc = subprocess.run(
+  proc = subprocess.run(_pinned(
       [binary, '-model', checkpoint, '-src', path, '-output', pred, '-beam_size',
        str(beam_size), '-batch_size', str(len(src)), '-min_length', str(length),
-       '-max_length', str(length), '-report_time', '-gpu', '-1'],
+       '-max_length', str(length), '-report_time', '-gpu', '-1'], cpus),
       capture_output=True, text=True, cwd=workdir, env=env, check=False)
   log = proc.stdout + proc.stderr
   ms = re.search(r'Average translation time \(ms\): ([\d.]+)', log)
@@ -481,6 +488,37 @@ def peer_beam_sentences_per_s(venv: str, checkpoint: str, src: list[list[int]], 
     out_lens = [len(line.split()) for line in f]
   return {'beam_size': beam_size, 'sentences_per_s': 1e3 / float(ms.group(1)),
           'sentences': len(out_lens), 'mean_output_len': statistics.mean(out_lens)}
+
+
+# ---- equal resources ---------------------------------------------------------------------
+def ours_on_one_core(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
+                     settings: Settings) -> list[dict[str, Any]]:
+  """Our result rows measured by this script in a child process pinned to CPU 0
+  (`taskset -c 0`: XLA sizes its thread pool to the one CPU it may use)."""
+  with tempfile.TemporaryDirectory(prefix='bench_one_core_') as tmp:
+    path = os.path.join(tmp, 'one_core.json')
+    cmd = _pinned([sys.executable, '-m', 'experiments.benchmark',
+                   f'--configs={",".join(configs)}', f'--scores={",".join(scores)}',
+                   f'--decoders={",".join(decoders)}', f'--windows={settings.windows}',
+                   f'--steps={settings.steps}', f'--warmup={settings.warmup}',
+                   f'--decode_windows={settings.decode_windows}', f'--out={path}'], '0')
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False)
+    if proc.returncode:
+      raise RuntimeError(f'the one-core benchmark failed (exit {proc.returncode}):\n'
+                         + proc.stderr[-3000:])
+    with open(path) as f:
+      return json.load(f)['results']
+
+
+def equal_resource_ratios(ours: list[dict], peers: list[dict]) -> list[dict[str, Any]]:
+  """Per (score, decoder): our train tokens/s and beam-5 sentences/s over OpenNMT-py's."""
+  by_score = {p['score']: p for p in peers}
+  return [{'score': r['score'], 'decoder': r['decoder'],
+           'train_ratio': r['tokens_per_s'] / by_score[r['score']]['tokens_per_s'],
+           'beam5_ratio': r['beam5']['sentences_per_s']
+           / by_score[r['score']]['beam5']['sentences_per_s']}
+          for r in ours if r['score'] in by_score and r['decoder'] != 'transformer']
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -499,7 +537,7 @@ def machine_info() -> dict[str, Any]:
 
 def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
         settings: Settings = Settings(), peer_venv: str | None = None, peer_steps: int = 40,
-        peer_threads: int = 1, log: Callable[[str], None] = print,
+        log: Callable[[str], None] = print,
         save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
   """Benchmarks every (config, score, decoder); -> the JSON-able results. `save` is called
   with the results so far after each variant (a long run keeps what it measured)."""
@@ -534,20 +572,41 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
   matmul.append(matmul_flops_per_s())
   out['matmul'] = {'n': MATMUL_N, 'flops_per_s': matmul[0], 'flops_per_s_end': matmul[1]}
   if peer_venv:
-    out['peer'] = []
-    shape = CONFIGS['char'] if 'char' in configs else CONFIGS[configs[0]]
+    # equal resources, two ways: one core each (ours pinned in a child process, OpenNMT-py
+    # pinned with 1 thread), and the whole machine each (ours here, OpenNMT-py with a thread
+    # per core)
+    config = 'char' if 'char' in configs else configs[0]
+    shape, cores = CONFIGS[config], len(os.sched_getaffinity(0))
+    out['equal_resources'] = {}
     with tempfile.TemporaryDirectory(prefix='onmt_bench_') as tmp:
-      for score in [s for s in scores if s in ONMT_ATTENTION]:
-        p = peer_tokens_per_s(peer_venv, shape, score, peer_steps, settings.seed,
-                              os.path.join(tmp, score), peer_threads)
-        p.update(score=score, config='char' if 'char' in configs else configs[0])
-        # the sentences our beam5 decodes (make_batch(shape, seed)'s sources)
-        p['beam5'] = peer_beam_sentences_per_s(
-            peer_venv, p.pop('checkpoint'), sentences(shape, settings.seed)[0], shape.padded,
-            os.path.join(tmp, score), peer_threads)
-        out['peer'].append(p)
-        log(f'OpenNMT-py {score} ({p["attention"]}): {p["tokens_per_s"]:,.0f} tok/s; beam-5 '
-            f'{p["beam5"]["sentences_per_s"]:.1f} sent/s')
+      for setting, cpus, threads in (('one_core', '0', 1), ('all_cores', None, cores)):
+        if setting == 'one_core':
+          log('one core: this benchmark again, pinned to CPU 0 ...')
+          ours = ours_on_one_core([config], scores, decoders, settings)
+        else:
+          ours = [r for r in out['results'] if r['config'] == config]
+        peers = []
+        for score in [s for s in scores if s in ONMT_ATTENTION]:
+          work = os.path.join(tmp, f'{setting}_{score}')
+          p = peer_tokens_per_s(peer_venv, shape, score, peer_steps, settings.seed, work,
+                                threads, cpus)
+          p.update(score=score, config=config)
+          # the sentences our beam5 decodes (make_batch(shape, seed)'s sources)
+          p['beam5'] = peer_beam_sentences_per_s(
+              peer_venv, p.pop('checkpoint'), sentences(shape, settings.seed)[0],
+              shape.padded, work, threads, cpus=cpus)
+          peers.append(p)
+        ratios = equal_resource_ratios(ours, peers)
+        out['equal_resources'][setting] = {
+            'cores': 1 if cpus else cores, 'peer_threads': threads, 'config': config,
+            'ours': [{k: r[k] for k in ('score', 'decoder', 'tokens_per_s', 'matmul_ratio')}
+                     | {'beam5_sentences_per_s': r['beam5']['sentences_per_s']} for r in ours],
+            'peer': peers, 'ratios': ratios}
+        for x in ratios:
+          log(f'{setting}: {x["score"]}/{x["decoder"]} ours / OpenNMT-py: train '
+              f'{x["train_ratio"]:.2f}x, beam-5 {x["beam5_ratio"]:.2f}x')
+    # issue 9's targets compare with OpenNMT-py on 1 thread (ours: every core)
+    out['peer'] = out['equal_resources']['one_core']['peer']
   out['targets'] = targets(out)
   out['load_average_end'] = os.getloadavg()
   out['total_s'] = time.perf_counter() - t_start
@@ -556,7 +615,8 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
 
 def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
   """The issue's speed targets, each with the measured value and whether it is met."""
-  peer = {p['score']: (p['tokens_per_s'], 'OpenNMT-py measured in this run')
+  peer = {p['score']: (p['tokens_per_s'], 'OpenNMT-py on 1 thread in this run, ours on every '
+                                          'core: unequal resources')
           for p in out.get('peer', []) if p.get('config') == 'char'}
   peer_beam = {p['score']: p['beam5']['sentences_per_s'] for p in out.get('peer', [])
                if p.get('config') == 'char' and 'beam5' in p}
@@ -577,7 +637,8 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
     if r['config'] == 'char' and r['score'] in peer_beam:
       ref = peer_beam[r['score']]
       rows.append({'what': f'{what} beam5 sentences_per_s >= {TARGET_PEER_BEAM_RATIO:g} x '
-                           f'{ref:.1f} (OpenNMT-py beam-5 measured in this run)',
+                           f'{ref:.1f} (OpenNMT-py beam-5 on 1 thread in this run, ours on '
+                           f'every core)',
                    'value': r['beam5']['sentences_per_s'] / ref,
                    'met': r['beam5']['sentences_per_s'] >= TARGET_PEER_BEAM_RATIO * ref})
   return rows
@@ -610,20 +671,21 @@ def format_table(out: dict[str, Any]) -> str:
                f'{out["machine"]["cpu_count"]} cores; {out["total_s"]:.0f} s in all')
   lines += [format_loop_matmuls(name, c['loop_matmul'], m['flops_per_s'])
             for name, c in out['configs'].items()]
-  for p in out.get('peer', []):
-    ours = [r for r in out['results'] if r['score'] == p['score'] and r['config'] == p['config']]
-    ratios = ', '.join(f'{r["decoder"]} {r["tokens_per_s"] / p["tokens_per_s"]:.2f}x'
-                       for r in ours)
-    lines.append(f'OpenNMT-py {p["score"]} ({p["attention"]}): {p["tokens_per_s"]:,.0f} '
-                 f'tok/s; ours / theirs: {ratios}')
-    if 'beam5' in p:
-      b = p['beam5']
-      ratios = ', '.join(
-          f'{r["decoder"]} {r["beam5"]["sentences_per_s"] / b["sentences_per_s"]:.2f}x'
-          for r in ours)
-      lines.append(f'OpenNMT-py {p["score"]} beam-5: {b["sentences_per_s"]:.1f} sent/s '
-                   f'({b["sentences"]} sentences, {b["mean_output_len"]:.1f} output tokens '
-                   f'each); ours / theirs: {ratios}')
+  for setting, e in out.get('equal_resources', {}).items():
+    lines.append(f'\nequal resources, {setting}: ours on {e["cores"]} core(s), OpenNMT-py on '
+                 f'{e["cores"]} core(s) with {e["peer_threads"]} thread(s), config '
+                 f'{e["config"]}')
+    ours = {(r['score'], r['decoder']): r for r in e['ours']}
+    peers = {p['score']: p for p in e['peer']}
+    lines.append('| score (OpenNMT-py) | our decoder | ours tok/s | OpenNMT-py tok/s | ratio | '
+                 'ours beam-5 sent/s | OpenNMT-py beam-5 sent/s | ratio |')
+    lines.append('|---|---|---|---|---|---|---|---|')
+    for x in e['ratios']:
+      r, p = ours[(x['score'], x['decoder'])], peers[x['score']]
+      lines.append(f'| {x["score"]} ({p["attention"]}) | {x["decoder"]} | '
+                   f'{r["tokens_per_s"]:,.0f} | {p["tokens_per_s"]:,.0f} | '
+                   f'{x["train_ratio"]:.2f}x | {r["beam5_sentences_per_s"]:.1f} | '
+                   f'{p["beam5"]["sentences_per_s"]:.1f} | {x["beam5_ratio"]:.2f}x |')
   lines.append('targets:')
   lines += [f'  [{"met" if t["met"] else "MISSED"}] {t["what"]}: {t["value"]:.3g}'
             for t in out['targets']]
@@ -647,7 +709,8 @@ flags.DEFINE_bool('peer', False, 'Also train OpenNMT-py (--peer_venv) on the sam
 flags.DEFINE_string('peer_venv', os.environ.get('ONMT_VENV', ''),
                     'A venv with OpenNMT-py installed (default: $ONMT_VENV).')
 flags.DEFINE_integer('peer_steps', 40, 'OpenNMT-py train steps (--peer).')
-flags.DEFINE_integer('peer_threads', 1, 'PyTorch threads of OpenNMT-py (--peer).')
+flags.DEFINE_integer('warmup', None, 'Untimed train steps after compiling (default 1).')
+flags.DEFINE_integer('decode_windows', None, 'Timed decoding calls (default 3; quick 1).')
 FLAGS = flags.FLAGS
 
 
@@ -657,8 +720,10 @@ def main(argv):
   default = QUICK_SELECTION if FLAGS.quick else {
       'configs': ['char', 'base'], 'scores': sorted(SCORES), 'decoders': ARCHITECTURES}
   settings = QUICK if FLAGS.quick else Settings()
-  settings = dataclasses.replace(settings, windows=FLAGS.windows or settings.windows,
-                                 steps=FLAGS.steps or settings.steps)
+  settings = dataclasses.replace(
+      settings, windows=FLAGS.windows or settings.windows, steps=FLAGS.steps or settings.steps,
+      warmup=FLAGS.warmup or settings.warmup,
+      decode_windows=FLAGS.decode_windows or settings.decode_windows)
   if FLAGS.peer and not FLAGS.peer_venv:
     raise app.UsageError('--peer needs --peer_venv=DIR (or $ONMT_VENV), a venv with '
                          'OpenNMT-py; see the docstring of experiments/benchmark.py')
@@ -671,7 +736,7 @@ def main(argv):
   out = run(FLAGS.configs or default['configs'], FLAGS.scores or default['scores'],
             FLAGS.decoders or default['decoders'], settings,
             peer_venv=FLAGS.peer_venv if FLAGS.peer else None, peer_steps=FLAGS.peer_steps,
-            peer_threads=FLAGS.peer_threads, save=save)
+            save=save)
   save(out)
   print(format_table(out))
   print(f'results: {FLAGS.out}')

@@ -76,3 +76,38 @@ def test_command_line_writes_the_json(tmp_path):
       assert r[mode]['sentences_per_s'] > 0 and r[mode]['compile_s'] > 0
     assert r['memory']['maxrss_mb'] > 0
   assert any('compile_s' in t['what'] for t in data['targets'])
+
+
+def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
+  """--peer: one core each (ours re-run pinned to CPU 0 in a child process, for real) and the
+  whole machine each; both ratios per variant land in the JSON. OpenNMT-py is faked (it is
+  not a dependency): the fields are checked, not the speed."""
+  calls = []
+
+  def fake_train(venv, shape, score, steps, seed, workdir, threads=1, cpus=None):
+    calls.append(('train', threads, cpus))
+    return {'attention': benchmark.ONMT_ATTENTION[score], 'tokens_per_s': 100.0 * threads,
+            'threads': threads, 'cpus': cpus, 'checkpoint': 'ckpt'}
+
+  def fake_beam(venv, checkpoint, src, length, workdir, threads=1, cpus=None, **kw):
+    calls.append(('beam', threads, cpus))
+    return {'sentences_per_s': 10.0 * threads, 'sentences': len(src), 'mean_output_len': 1.0}
+
+  monkeypatch.setattr(benchmark, 'peer_tokens_per_s', fake_train)
+  monkeypatch.setattr(benchmark, 'peer_beam_sentences_per_s', fake_beam)
+  out = benchmark.run(['tiny'], ['general'], ['luong'], benchmark.QUICK, peer_venv='/fake',
+                      log=lambda s: None)
+  cores = len(os.sched_getaffinity(0))
+  assert calls == [('train', 1, '0'), ('beam', 1, '0'), ('train', cores, None),
+                   ('beam', cores, None)]
+  e = out['equal_resources']
+  assert (e['one_core']['cores'], e['one_core']['peer_threads']) == (1, 1)
+  assert (e['all_cores']['cores'], e['all_cores']['peer_threads']) == (cores, cores)
+  for setting in ('one_core', 'all_cores'):
+    (ratio,) = e[setting]['ratios']
+    (ours,) = e[setting]['ours']
+    assert (ratio['score'], ratio['decoder']) == ('general', 'luong')
+    assert ratio['train_ratio'] == pytest.approx(
+        ours['tokens_per_s'] / e[setting]['peer'][0]['tokens_per_s'])
+    assert ratio['beam5_ratio'] > 0
+  assert 'equal resources, one_core' in benchmark.format_table(out)
