@@ -29,8 +29,11 @@ Results go to stdout as a table and to --out (JSON).
 
 --peer: OpenNMT-py in its own venv, trained on the same synthetic sentences (written as text
 files) with the same sizes, then its beam-5 translation of the sentences our beam5 decodes
-(the same output length); prints our tokens/s and beam-5 sentences/s over theirs. It is not
-a dependency.
+(the same output length); prints our tokens/s and beam-5 sentences/s over theirs at equal
+resources, two ways: one core each (this benchmark re-run in a child process pinned to CPU 0
+with `taskset`, OpenNMT-py pinned there with 1 thread) and the whole machine each (ours as
+measured above, OpenNMT-py with one thread per core); `equal_resources` in the JSON. It is
+not a dependency.
 `pip install torch==2.13.0 OpenNMT-py==3.5.1` does not resolve (OpenNMT-py 3.5.1 pins
 torch<2.3); this installs a venv that runs it:
   python3 -m venv /tmp/onmt_venv && /tmp/onmt_venv/bin/pip install torch==2.13.0
