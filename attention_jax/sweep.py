@@ -49,7 +49,8 @@ def load_sweep(path_arg: str, root: str = 'runs') -> tuple[str, list[Variant]]:
   spec.loader.exec_module(module)
   if not hasattr(module, 'get_sweep'):
     raise ValueError(f'{path} has no get_sweep(arg): not a sweep file')
-  name = os.path.splitext(os.path.basename(path))[0] + (f'_{arg}' if arg else '')
+  name = os.path.splitext(os.path.basename(path))[0] + (f'_{arg.replace(",", "_")}' if arg
+                                                         else '')
   variants, seen = [], set()
   for vname, overrides in module.get_sweep(arg or None):
     if not isinstance(vname, str) or not SAFE_NAME.fullmatch(vname):

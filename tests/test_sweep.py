@@ -5,6 +5,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+from attention_jax import multihead, sweep
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SWEEP = '''
@@ -47,3 +51,19 @@ def test_sweep_runs_reports_and_skips_finished_variants(tmp_path):
   assert '[additive] finished earlier (results.json exists), skipping' in out2
   assert '[general] finished earlier (results.json exists), skipping' in out2
   assert '[broken] starting' in out2            # failed variants are tried again
+
+
+def test_transformer_scores_sweep_arguments():
+  """Its variants are the 7 content scores; a task and 'smoke' combine; a bad argument fails
+  before any variant runs, naming the valid ones."""
+  path = os.path.join(ROOT, 'experiments', 'configs', 'transformer_scores.py')
+  name, variants = sweep.load_sweep(f'{path}:reverse,smoke', root='/tmp/x')
+  assert name == 'transformer_scores_reverse_smoke'
+  assert [v.name for v in variants] == multihead.content_scores()
+  with pytest.raises(ValueError, match="unknown config argument 'bogus'; valid: a task"):
+    sweep.load_sweep(f'{path}:bogus')
+  assert sweep.select(variants, ['scaled_*']) == [v for v in variants if v.name.startswith(
+      'scaled_')]
+  with pytest.raises(ValueError, match="--only pattern 'nope' matches no variant; variants: "
+                                       'additive'):
+    sweep.select(variants, ['nope'])

@@ -5,7 +5,7 @@
   bash launch.sh sweep experiments/configs/transformer_scores.py:reverse   # reverse, 7 variants
   bash launch.sh sweep experiments/configs/transformer_scores.py:smoke     # seconds per variant
 
-Variants go to runs/transformer_scores[_reverse][_smoke]/<score>; the report (summary.md,
+Variants go to runs/transformer_scores[_reverse][_smoke]/<score> (`reverse,smoke` -> _reverse_smoke); the report (summary.md,
 bars.png, bleu_by_length.png) is written at the end. One seed per variant.
 """
 
@@ -40,6 +40,6 @@ def get_config(arg: str | None = None):
 
 
 def get_sweep(arg: str | None = None):
-  del arg
+  _parse(arg)   # a bad argument fails here, before any variant starts
   return [(score, {'model.cross_attention_score': score})
           for score in multihead.content_scores()]
