@@ -91,11 +91,15 @@ def test_textfiles_smoke(data_dir, tmp_path):
   assert summary['results']['test']['sentences'] == 8
 
 
-def test_resume_is_bit_identical(data_dir, tmp_path):
+@pytest.mark.parametrize('arch', [
+    {}, {'model.arch': 'transformer', 'model.d_model': 16, 'model.ff_dim': 32,
+         'model.transformer_layers': 1}], ids=['rnn', 'transformer'])
+def test_resume_is_bit_identical(arch, data_dir, tmp_path):
   """2 steps, stop, resume for 2 more == 4 uninterrupted steps (params and metrics)."""
   def cfg(steps):
-    return smoke(dates, data_dir, **{'train.steps': steps, 'train.decay': 'constant',
-                                     'train.checkpoint_every': 2, 'train.eval_every': 2})
+    return smoke(dates, data_dir, **arch, **{'train.steps': steps, 'train.decay': 'constant',
+                                             'train.checkpoint_every': 2,
+                                             'train.eval_every': 2})
   a, b = str(tmp_path / 'a'), str(tmp_path / 'b')
   train.train_and_evaluate(cfg(2), a)
   resumed = train.train_and_evaluate(cfg(4), a)
