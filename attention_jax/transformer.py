@@ -170,8 +170,7 @@ class Transformer(nnx.Module):
   start, step. Token id 0 is padding."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
-    check(cfg)
-    self.cfg = cfg
+    self.cfg = cfg   # validated by ModelConfig (transformer.check)
     d, dtype = cfg.d_model, cfg.compute_dtype
     embed = lambda v: nnx.Embed(v, d, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
     self.src_embed = embed(cfg.src_vocab)
