@@ -194,11 +194,16 @@ def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
 
 
 def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str) -> None:
-  """Resuming with a different model/data config would silently mix two runs: refuse."""
+  """Resuming with a different model/data config would silently mix two runs: refuse.
+  A model field the saved run predates counts as its ModelConfig default (as in checkpoints),
+  so a run saved before the field existed still resumes."""
   now = json.loads(cfg.to_json())
-  diffs = [f'{sec}.{k}: saved {saved.get(sec, {}).get(k)!r}, now {v!r}'
-           for sec in ('model', 'data') for k, v in now[sec].items()
-           if saved.get(sec, {}).get(k) != v]
+  defaults = {'model': ModelConfig.defaults(), 'data': {}}
+  diffs = []
+  for sec in ('model', 'data'):
+    old = {**defaults[sec], **saved.get(sec, {})}
+    diffs += [f'{sec}.{k}: saved {old.get(k)!r}, now {v!r}' for k, v in now[sec].items()
+              if old.get(k) != v]
   if diffs:
     raise ValueError(f'workdir {workdir!r} holds a run with another config; differences: '
                      + '; '.join(diffs) + '. Use another --workdir, or train.resume=False '

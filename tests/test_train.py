@@ -154,3 +154,21 @@ def test_evaluate_workdir_writes_report_plot_and_heatmaps(dates_run):
   assert os.path.exists(report['bleu_by_length_plot'])
   assert len(report['heatmaps']) == 3 and all(os.path.exists(p) for p in report['heatmaps'])
   assert os.path.exists(os.path.join(workdir, 'eval_test_beam1_a0.6.json'))
+
+
+def test_resume_refuses_another_config_but_accepts_fields_the_run_predates():
+  """A workdir's saved config.json against the config of the command resuming it: a model or
+  data field that differs is refused, naming it; a model field added to the code after the
+  run was saved counts as its default (runs trained before the Transformer existed resume)."""
+  cfg = dates.get_config()
+  saved = json.loads(cfg.to_json())
+  for field in ('arch', 'd_model', 'positions'):   # fields of issue 19, absent in older runs
+    del saved['model'][field]
+  train.check_same_config(saved, cfg, 'runs/x')      # defaults: resumes
+  cfg.model.arch = 'transformer'
+  with pytest.raises(ValueError, match=r"model\.arch: saved 'rnn', now 'transformer'"):
+    train.check_same_config(saved, cfg, 'runs/x')
+  cfg = dates.get_config()
+  cfg.data.max_src_len += 1
+  with pytest.raises(ValueError, match=r'runs/x.*another config.*data\.max_src_len'):
+    train.check_same_config(json.loads(dates.get_config().to_json()), cfg, 'runs/x')
