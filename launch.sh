@@ -14,6 +14,8 @@
 #                                       translate lines of stdin or a file (see experiments/translate.py)
 #   bash launch.sh bench [--quick]      speed benchmark: train tok/s, FLOP/s, compile time, decoding
 #                                       (writes benchmark.json; --configs --scores --decoders select)
+#   bash launch.sh profile [--config=char --score=general --decoder=luong]
+#                                       where one train step's time goes, per XLA operation
 #   bash launch.sh train CONFIG --workdir=W --coordinator HOST:PORT --num-processes N --process-id I
 #                                       one process of a multi-host run (start one per host)
 #
@@ -101,6 +103,10 @@ case "$cmd" in
   bench)
     setup
     exec python -m experiments.benchmark "$@"
+    ;;
+  profile)
+    setup
+    exec python -m experiments.profile_step "$@"
     ;;
   data-info)
     setup

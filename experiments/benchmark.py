@@ -126,9 +126,16 @@ class Settings:
   decode_windows: int = 3   # timed decoding calls (one batch each; already compiled, so the
                             # first call is timed too); the median counts
   seed: int = 0
+  batch: int | None = None  # sentences per batch (None: the config's), ours and the peer's
+  input_feeding: bool = True  # Luong decoders (ours and OpenNMT-py's `input_feed`)
+
+  def shape(self, name: str) -> 'Shape':
+    """The config `name`'s shape with this run's batch size."""
+    return dataclasses.replace(CONFIGS[name], batch=self.batch or CONFIGS[name].batch)
 
 
-QUICK = Settings(warmup=1, windows=2, steps=1, decode_windows=1)
+# 3 steps per window: single-step windows varied by 30% between runs on a quiet machine
+QUICK = Settings(warmup=1, windows=2, steps=3, decode_windows=1)
 
 
 # ---- FLOPs ------------------------------------------------------------------------------
@@ -268,9 +275,11 @@ def make_batch(shape: Shape, seed: int) -> dict[str, np.ndarray]:
                              shape.batch)
 
 
-def experiment_config(shape: Shape, score: str, decoder: str, seed: int):
+def experiment_config(shape: Shape, score: str, decoder: str, seed: int,
+                      input_feeding: bool = True):
   """base_config() with this shape's model: LSTM cells, one bidirectional encoder layer,
-  input feeding (Luong), dropout as in base_config; one device, no shard_map."""
+  input feeding (Luong) unless input_feeding=False, dropout as in base_config; one device,
+  no shard_map."""
   cfg = common.base_config()
   cfg.seed = seed
   cfg.parallel = 'single'
@@ -285,6 +294,7 @@ def experiment_config(shape: Shape, score: str, decoder: str, seed: int):
   m.emb_dim, m.enc_hidden, m.enc_layers, m.bidirectional = (shape.emb_dim, shape.enc_hidden,
                                                             1, True)
   m.dec_hidden, m.dec_layers, m.attn_dim = shape.dec_hidden, 1, shape.attn_dim
+  m.input_feeding = input_feeding
   m.max_src_len = max(m.max_src_len, shape.padded)
   return cfg
 
@@ -318,7 +328,7 @@ def decode_speed(fn: Callable, params, src: jax.Array, windows: int) -> dict[str
 
 def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) -> dict[str, Any]:
   """Every measurement of one (shape, score, decoder)."""
-  cfg = experiment_config(shape, score, decoder, settings.seed)
+  cfg = experiment_config(shape, score, decoder, settings.seed, settings.input_feeding)
   mcfg = train.model_config(cfg, shape.vocab, shape.vocab)
   tx = train.make_optimizer(cfg.train)
   graphdef, state = train.init_state(mcfg, tx, cfg.seed)
@@ -369,7 +379,8 @@ def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) ->
 
   flops = dot + other
   return {
-      'score': score, 'decoder': decoder, 'compile_s': compile_s, 'step_s': step_s,
+      'score': score, 'decoder': decoder, 'batch': shape.batch,
+      'input_feeding': settings.input_feeding, 'compile_s': compile_s, 'step_s': step_s,
       'step_s_windows': windows, 'target_tokens_per_batch': tokens,
       'tokens_per_s': tokens / step_s, 'sentences_per_s': shape.batch / step_s,
       'flops_per_step': flops, 'matmul_flops_per_step': dot,
@@ -399,12 +410,14 @@ def _pinned(cmd: list[str], cpus: str | None) -> list[str]:
 
 
 def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int,
-                      workdir: str, threads: int = 1, cpus: str | None = None) -> dict[str, Any]:
-  """Trains OpenNMT-py (brnn LSTM encoder, rnn LSTM decoder with input feeding, i.e. Luong,
-  global attention `ONMT_ATTENTION[score]`) on the same synthetic sentences, and returns
-  its target tokens/s (as it logs them, data loading included): the median of its report
-  windows after the first. `threads`: OMP/MKL threads of PyTorch (on this 2-core machine,
-  with other work running, 2 OpenMP threads made it 10-20x slower than 1)."""
+                      workdir: str, threads: int = 1, cpus: str | None = None,
+                      input_feeding: bool = True) -> dict[str, Any]:
+  """Trains OpenNMT-py (brnn LSTM encoder, rnn LSTM decoder with input feeding unless
+  input_feeding=False, i.e. Luong, global attention `ONMT_ATTENTION[score]`) on the same
+  synthetic sentences, and returns its target tokens/s (as it logs them, data loading
+  included): the median of its report windows after the first. `threads`: OMP/MKL threads
+  of PyTorch (on this 2-core machine, with other work running, 2 OpenMP threads made it
+  10-20x slower than 1)."""
   binary = os.path.join(venv, 'bin', 'onmt_train')
   if not os.path.exists(binary):
     raise FileNotFoundError(f'{binary} not found: install OpenNMT-py into {venv} (see the '
@@ -432,7 +445,8 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
       'encoder_type': 'brnn', 'decoder_type': 'rnn', 'rnn_type': 'LSTM',
       'enc_layers': 1, 'dec_layers': 1, 'enc_hid_size': 2 * shape.enc_hidden,
       'dec_hid_size': shape.dec_hidden, 'word_vec_size': shape.emb_dim,
-      'global_attention': ONMT_ATTENTION[score], 'input_feed': 1, 'dropout': [0.1],
+      'global_attention': ONMT_ATTENTION[score], 'input_feed': int(input_feeding),
+      'dropout': [0.1],
       'batch_size': shape.batch, 'batch_type': 'sents', 'optim': 'adam',
       'learning_rate': 0.002, 'train_steps': steps, 'report_every': report,
       # the last step's checkpoint is what peer_beam_sentences_per_s translates with
@@ -504,7 +518,9 @@ def ours_on_one_core(configs: Sequence[str], scores: Sequence[str], decoders: Se
                    f'--configs={",".join(configs)}', f'--scores={",".join(scores)}',
                    f'--decoders={",".join(decoders)}', f'--windows={settings.windows}',
                    f'--steps={settings.steps}', f'--warmup={settings.warmup}',
-                   f'--decode_windows={settings.decode_windows}', f'--out={path}'], '0')
+                   f'--decode_windows={settings.decode_windows}',
+                   f'--batch={settings.batch or 0}',
+                   f'--input_feeding={settings.input_feeding}', f'--out={path}'], '0')
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False)
     if proc.returncode:
@@ -558,7 +574,7 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
       f'{out["load_average_start"][0]:.2f} on {os.cpu_count()} cores')
   log('| ' + ' | '.join(COLUMNS) + ' |')
   for name in configs:
-    shape = CONFIGS[name]
+    shape = settings.shape(name)
     out['configs'][name] = {**dataclasses.asdict(shape), 'padded_len': shape.padded,
                             'loop_matmul': loop_matmuls(shape)}
     log(format_loop_matmuls(name, out['configs'][name]['loop_matmul'], matmul[0]))
@@ -579,7 +595,7 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
     # pinned with 1 thread), and the whole machine each (ours here, OpenNMT-py with a thread
     # per core)
     config = 'char' if 'char' in configs else configs[0]
-    shape, cores = CONFIGS[config], len(os.sched_getaffinity(0))
+    shape, cores = settings.shape(config), len(os.sched_getaffinity(0))
     out['equal_resources'] = {}
     with tempfile.TemporaryDirectory(prefix='onmt_bench_') as tmp:
       for setting, cpus, threads in (('one_core', '0', 1), ('all_cores', None, cores)):
@@ -592,7 +608,7 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
         for score in [s for s in scores if s in ONMT_ATTENTION]:
           work = os.path.join(tmp, f'{setting}_{score}')
           p = peer_tokens_per_s(peer_venv, shape, score, peer_steps, settings.seed, work,
-                                threads, cpus)
+                                threads, cpus, settings.input_feeding)
           p.update(score=score, config=config)
           # the sentences our beam5 decodes (make_batch(shape, seed)'s sources)
           p['beam5'] = peer_beam_sentences_per_s(
@@ -602,7 +618,9 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
         ratios = equal_resource_ratios(ours, peers)
         out['equal_resources'][setting] = {
             'cores': 1 if cpus else cores, 'peer_threads': threads, 'config': config,
-            'ours': [{k: r[k] for k in ('score', 'decoder', 'tokens_per_s', 'matmul_ratio')}
+            'batch': shape.batch, 'input_feeding': settings.input_feeding,
+            'ours': [{k: r[k] for k in ('score', 'decoder', 'batch', 'input_feeding',
+                                        'tokens_per_s', 'matmul_ratio')}
                      | {'beam5_sentences_per_s': r['beam5']['sentences_per_s']} for r in ours],
             'peer': peers, 'ratios': ratios}
         for x in ratios:
@@ -677,7 +695,8 @@ def format_table(out: dict[str, Any]) -> str:
   for setting, e in out.get('equal_resources', {}).items():
     lines.append(f'\nequal resources, {setting}: ours on {e["cores"]} core(s), OpenNMT-py on '
                  f'{e["cores"]} core(s) with {e["peer_threads"]} thread(s), config '
-                 f'{e["config"]}')
+                 f'{e["config"]}, batch {e.get("batch", "64")}, input feeding '
+                 f'{"on" if e.get("input_feeding", True) else "off"} (Luong)')
     ours = {(r['score'], r['decoder']): r for r in e['ours']}
     peers = {p['score']: p for p in e['peer']}
     lines.append('| score (OpenNMT-py) | our decoder | ours tok/s | OpenNMT-py tok/s | ratio | '
@@ -699,21 +718,31 @@ def format_table(out: dict[str, Any]) -> str:
 QUICK_SELECTION = {'configs': ['char'], 'scores': ['general', 'additive'],
                    'decoders': ['bahdanau', 'luong']}
 
-flags.DEFINE_bool('quick', False, 'A quick subset (char; general, additive; both decoders; '
-                  'short windows); --configs/--scores/--decoders still override it.')
-flags.DEFINE_list('configs', None, f'Configs (default: char,base). Valid: {", ".join(CONFIGS)}')
-flags.DEFINE_list('scores', None, 'Scores (default: all of attention_jax.SCORES).')
-flags.DEFINE_list('decoders', None, 'Decoders (default: bahdanau,luong,transformer; the '
-                  "transformer's score is its cross-attention's).")
-flags.DEFINE_string('out', 'benchmark.json', 'Where the JSON results go.')
-flags.DEFINE_integer('windows', None, 'Timed train windows (default 5; quick 2).')
-flags.DEFINE_integer('steps', None, 'Train steps per timed window (default 1).')
-flags.DEFINE_bool('peer', False, 'Also train OpenNMT-py (--peer_venv) on the same data.')
-flags.DEFINE_string('peer_venv', os.environ.get('ONMT_VENV', ''),
-                    'A venv with OpenNMT-py installed (default: $ONMT_VENV).')
-flags.DEFINE_integer('peer_steps', 40, 'OpenNMT-py train steps (--peer).')
-flags.DEFINE_integer('warmup', None, 'Untimed train steps after compiling (default 1).')
-flags.DEFINE_integer('decode_windows', None, 'Timed decoding calls (default 3; quick 1).')
+def define_flags():
+  """The command line's flags (defined when run as a script, so that other entry points
+  can import this module and define their own)."""
+  flags.DEFINE_bool('quick', False, 'A quick subset (char; general, additive; both decoders; '
+                    'short windows); --configs/--scores/--decoders still override it.')
+  flags.DEFINE_list('configs', None, f'Configs (default: char,base). Valid: {", ".join(CONFIGS)}')
+  flags.DEFINE_list('scores', None, 'Scores (default: all of attention_jax.SCORES).')
+  flags.DEFINE_list('decoders', None, 'Decoders (default: bahdanau,luong,transformer; the '
+                    "transformer's score is its cross-attention's).")
+  flags.DEFINE_string('out', 'benchmark.json', 'Where the JSON results go.')
+  flags.DEFINE_integer('windows', None, 'Timed train windows (default 5; quick 2).')
+  flags.DEFINE_integer('steps', None, 'Train steps per timed window (default 1).')
+  flags.DEFINE_bool('peer', False, 'Also train OpenNMT-py (--peer_venv) on the same data.')
+  flags.DEFINE_string('peer_venv', os.environ.get('ONMT_VENV', ''),
+                      'A venv with OpenNMT-py installed (default: $ONMT_VENV).')
+  flags.DEFINE_integer('peer_steps', 40, 'OpenNMT-py train steps (--peer).')
+  flags.DEFINE_integer('warmup', None, 'Untimed train steps after compiling (default 1).')
+  flags.DEFINE_integer('decode_windows', None, 'Timed decoding calls (default 3; quick 1).')
+  flags.DEFINE_integer('batch', 0, 'Sentences per batch, ours and the peer\'s (0: each '
+                       'config\'s own: char and base 64).')
+  flags.DEFINE_bool('input_feeding', True, 'Luong decoders with input feeding (ours and '
+                    'OpenNMT-py\'s); --noinput_feeding: the attention runs after the RNN, '
+                    'batched over time.')
+
+
 FLAGS = flags.FLAGS
 
 
@@ -726,7 +755,8 @@ def main(argv):
   settings = dataclasses.replace(
       settings, windows=FLAGS.windows or settings.windows, steps=FLAGS.steps or settings.steps,
       warmup=FLAGS.warmup or settings.warmup,
-      decode_windows=FLAGS.decode_windows or settings.decode_windows)
+      decode_windows=FLAGS.decode_windows or settings.decode_windows,
+      batch=FLAGS.batch or None, input_feeding=FLAGS.input_feeding)
   if FLAGS.peer and not FLAGS.peer_venv:
     raise app.UsageError('--peer needs --peer_venv=DIR (or $ONMT_VENV), a venv with '
                          'OpenNMT-py; see the docstring of experiments/benchmark.py')
@@ -746,4 +776,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  define_flags()
   cli.run(main)

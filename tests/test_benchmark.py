@@ -1,6 +1,7 @@
 """The benchmark script: it runs end to end on a tiny config and writes the JSON it promises,
 and its FLOP count sees through loops. Speed itself is never asserted."""
 
+import dataclasses
 import json
 import math
 import os
@@ -84,8 +85,10 @@ def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   not a dependency): the fields are checked, not the speed."""
   calls = []
 
-  def fake_train(venv, shape, score, steps, seed, workdir, threads=1, cpus=None):
+  def fake_train(venv, shape, score, steps, seed, workdir, threads=1, cpus=None,
+                 input_feeding=True):
     calls.append(('train', threads, cpus))
+    assert (shape.batch, input_feeding) == (4, False)   # the run's settings reach the peer
     return {'attention': benchmark.ONMT_ATTENTION[score], 'tokens_per_s': 100.0 * threads,
             'threads': threads, 'cpus': cpus, 'checkpoint': 'ckpt'}
 
@@ -95,7 +98,8 @@ def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
 
   monkeypatch.setattr(benchmark, 'peer_tokens_per_s', fake_train)
   monkeypatch.setattr(benchmark, 'peer_beam_sentences_per_s', fake_beam)
-  out = benchmark.run(['tiny'], ['general'], ['luong'], benchmark.QUICK, peer_venv='/fake',
+  settings = dataclasses.replace(benchmark.QUICK, batch=4, input_feeding=False)
+  out = benchmark.run(['tiny'], ['general'], ['luong'], settings, peer_venv='/fake',
                       log=lambda s: None)
   cores = len(os.sched_getaffinity(0))
   assert calls == [('train', 1, '0'), ('beam', 1, '0'), ('train', cores, None),
@@ -103,6 +107,10 @@ def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   e = out['equal_resources']
   assert (e['one_core']['cores'], e['one_core']['peer_threads']) == (1, 1)
   assert (e['all_cores']['cores'], e['all_cores']['peer_threads']) == (cores, cores)
+  # the one-core child ran with the same batch and decoder (tokens/s and sentences/s agree)
+  (child,) = e['one_core']['ours']
+  assert (child['batch'], child['input_feeding']) == (4, False)
+  assert (e['one_core']['batch'], e['one_core']['input_feeding']) == (4, False)
   for setting in ('one_core', 'all_cores'):
     (ratio,) = e[setting]['ratios']
     (ours,) = e[setting]['ours']
@@ -111,3 +119,34 @@ def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
         ours['tokens_per_s'] / e[setting]['peer'][0]['tokens_per_s'])
     assert ratio['beam5_ratio'] > 0
   assert 'equal resources, one_core' in benchmark.format_table(out)
+
+
+def test_profile_names_where_the_step_time_goes():
+  """experiments/profile_step.py on the tiny config: the traced operations are matched to
+  the compiled HLO, the decoder's time loop runs once per target position, and the
+  operations inside loops and the matrix products are each part of the traced total."""
+  from experiments import profile_step
+  p = profile_step.profile('tiny', 'general', 'luong', steps=2)
+  assert p['step_ms'] > 0 and p['leaf_ms'] > 0
+  assert 0 < p['in_loop_ms'] < p['leaf_ms'] and 0 < p['matmul_ms'] < p['leaf_ms']
+  assert p['loops'] and all(o['opcode'] == 'while' for o in p['loops'])
+  padded = benchmark.CONFIGS['tiny'].padded
+  # the decoder step's operations run once per time step (forward and backward loops)
+  assert any(o['per_step'] == padded and o['op_name'].endswith('dot_general')
+             for o in p['ops'])
+  assert all(o['shape'] and o['opcode'] for o in p['ops'])
+  text = profile_step.report(p, top=5)
+  assert 'ms per step' in text and text.count('\n| ') == 5 + 1
+
+
+def test_hlo_index_reads_shapes_tuples_and_op_names():
+  from experiments import profile_step
+  hlo = ('  %dot.4 = f32[64,256]{1,0} dot(%a, %b), lhs_contracting_dims={1}, '
+         'metadata={op_name="jit(f)/dot_general" stack_frame_id=3}\n'
+         '  %while.2 = (s32[], f32[8]{0}) while(%tuple), condition=%c, body=%b\n'
+         '  ROOT %add.1 = f32[8]{0} add(%x, %y)\n')
+  idx = profile_step.hlo_index(hlo)
+  assert idx['dot.4'] == {'shape': 'f32[64,256]{1,0}', 'opcode': 'dot',
+                          'op_name': 'jit(f)/dot_general'}
+  assert idx['while.2']['opcode'] == 'while' and idx['while.2']['shape'].startswith('(s32[]')
+  assert idx['add.1'] == {'shape': 'f32[8]{0}', 'opcode': 'add', 'op_name': ''}
