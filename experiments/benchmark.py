@@ -41,6 +41,12 @@ torch<2.3); this installs a venv that runs it:
   /tmp/onmt_venv/bin/pip install configargparse pyyaml sacrebleu six rapidfuzz pyahocorasick \
       pyonmttok spacy tensorboard fasttext-wheel flask waitress
   bash launch.sh bench --peer --peer_venv=/tmp/onmt_venv      (or ONMT_VENV=/tmp/onmt_venv)
+--batch=N and --noinput_feeding change ours and OpenNMT-py's alike.
+
+This file runs the variants and the equal-resource comparison; its parts are in
+experiments/bench/: workload.py (configs, settings, synthetic batches, the experiment config),
+measure.py (FLOP counting, timed windows, the matmul ceiling), peer.py (OpenNMT-py) and
+report.py (tables, targets). Where one step's time goes: experiments/profile_step.py.
 """
 
 from __future__ import annotations
@@ -50,8 +56,6 @@ import datetime
 import json
 import os
 import platform
-import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -60,183 +64,26 @@ import time
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from absl import app, flags
 from flax import nnx
 
 from attention_jax import beam, decode, train
-from attention_jax.data import batching
 from attention_jax.data.tokenizers import EOS
-from attention_jax.decoder import DECODERS
 from attention_jax.scores import SCORES
 from experiments import cli
-from experiments.configs import common
+from experiments.bench.measure import (MATMUL_N, compiled_bytes, count_flops,
+                                       loop_matmul_flops_per_s, matmul_flops_per_s, maxrss_mb,
+                                       median_window, pinned, xla_cost_flops)
+from experiments.bench.peer import (ONMT_ATTENTION, peer_beam_sentences_per_s,
+                                    peer_tokens_per_s)
+from experiments.bench.report import (COLUMNS, format_loop_matmuls, format_row, format_table,
+                                      targets)
+from experiments.bench.workload import (ARCHITECTURES, CONFIGS, QUICK, Settings, Shape,
+                                        experiment_config, make_batch, sentences)
 
-
-@dataclasses.dataclass(frozen=True)
-class Shape:
-  """One benchmark configuration: model sizes (LSTM cells, one bidirectional encoder layer)
-  and the synthetic data's vocabulary, batch and length range (tokens, before EOS)."""
-  emb_dim: int
-  enc_hidden: int       # per direction; the annotations are 2 x enc_hidden
-  dec_hidden: int
-  attn_dim: int
-  vocab: int            # both sides
-  batch: int
-  min_len: int
-  max_len: int
-  d_model: int = 128    # the Transformer of this size (decoder 'transformer'): 3+3 layers
-  ff_dim: int = 512
-
-  @property
-  def padded(self) -> int:
-    """The padded length S = T (longest sentence + EOS, rounded up to a multiple of 8)."""
-    return batching.round_up(self.max_len + 1)
-
-
-CONFIGS = {
-    'char': Shape(emb_dim=128, enc_hidden=128, dec_hidden=256, attn_dim=256, vocab=32,
-                  batch=64, min_len=50, max_len=70, d_model=128, ff_dim=512),
-    'base': Shape(emb_dim=256, enc_hidden=256, dec_hidden=512, attn_dim=512, vocab=8000,
-                  batch=64, min_len=30, max_len=50, d_model=256, ff_dim=1024),
-    # a few seconds in all; for tests of this script
-    'tiny': Shape(emb_dim=16, enc_hidden=16, dec_hidden=32, attn_dim=32, vocab=20, batch=8,
-                  min_len=4, max_len=10, d_model=16, ff_dim=32),
-}
-# the decoders benchmarked: the RNN decoders, and 'transformer' (model.arch; its score is the
-# cross-attention's, with scaled_dot self-attention, 4 heads, 3+3 layers)
-ARCHITECTURES = sorted(DECODERS) + ['transformer']
-
-# The speed targets of issue 9. The OpenNMT-py figures are the ones quoted there (2-core CPU,
-# char config); --peer measures them on this machine instead.
-PEER_REFERENCE_TOK_S = {'general': 3400.0, 'additive': 1100.0}
-TARGET_PEER_RATIO = 3.0
-TARGET_PEER_BEAM_RATIO = 5.0   # beam-5 sentences/s over OpenNMT-py's, when --peer measured it
-TARGET_MATMUL_RATIO = 0.5   # config base
-TARGET_COMPILE_S = 30.0
-MATMUL_N = 2048
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-  warmup: int = 1           # untimed train steps after compiling
-  windows: int = 5          # timed windows; the median counts
-  steps: int = 1            # train steps per timed window
-  decode_windows: int = 3   # timed decoding calls (one batch each; already compiled, so the
-                            # first call is timed too); the median counts
-  seed: int = 0
-  batch: int | None = None  # sentences per batch (None: the config's), ours and the peer's
-  input_feeding: bool = True  # Luong decoders (ours and OpenNMT-py's `input_feed`)
-
-  def shape(self, name: str) -> 'Shape':
-    """The config `name`'s shape with this run's batch size."""
-    return dataclasses.replace(CONFIGS[name], batch=self.batch or CONFIGS[name].batch)
-
-
-# 3 steps per window: single-step windows varied by 30% between runs on a quiet machine
-QUICK = Settings(warmup=1, windows=2, steps=3, decode_windows=1)
-
-
-# ---- FLOPs ------------------------------------------------------------------------------
-def count_flops(closed_jaxpr) -> tuple[int, int]:
-  """-> (matmul FLOPs, other FLOPs) of a jaxpr, loops included.
-
-  dot_general: 2 x (output elements) x (contracted size). Any other primitive: one FLOP per
-  output element (XLA's cost model counts elementwise ops the same way). A scan counts its
-  body `length` times; a while loop's trip count is unknown, so its body counts once; a cond
-  counts its most expensive branch.
-  """
-  dot = other = 0
-  for eqn in getattr(closed_jaxpr, 'jaxpr', closed_jaxpr).eqns:
-    name, params = eqn.primitive.name, eqn.params
-    if name == 'scan':
-      d, o = count_flops(params['jaxpr'])
-      dot, other = dot + d * params['length'], other + o * params['length']
-    elif name == 'while':
-      d, o = count_flops(params['body_jaxpr'])
-      dot, other = dot + d, other + o
-    elif name == 'cond':
-      branches = [count_flops(b) for b in params['branches']]
-      dot += max(b[0] for b in branches)
-      other += max(b[1] for b in branches)
-    elif name == 'dot_general':
-      (contract, _), _ = params['dimension_numbers']
-      lhs = eqn.invars[0].aval.shape
-      out = eqn.outvars[0].aval.shape
-      dot += 2 * int(np.prod(out)) * int(np.prod([lhs[i] for i in contract]))
-    else:
-      inner = next((params[k] for k in ('jaxpr', 'call_jaxpr', 'fun_jaxpr')
-                    if k in params and hasattr(getattr(params[k], 'jaxpr', params[k]), 'eqns')),
-                   None)
-      if inner is not None:   # pjit, custom_jvp / custom_vjp, remat, ...
-        d, o = count_flops(inner)
-        dot, other = dot + d, other + o
-      else:
-        other += sum(int(np.prod(v.aval.shape)) for v in eqn.outvars
-                     if hasattr(v.aval, 'shape'))
-  return dot, other
-
-
-def xla_cost_flops(compiled) -> float | None:
-  """XLA's own FLOP estimate (counts each loop body once), or None if unavailable."""
-  try:
-    ca = compiled.cost_analysis()
-    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
-    return float(ca.get('flops')) if ca and 'flops' in ca else None
-  except Exception:  # pylint: disable=broad-except
-    return None
-
-
-def compiled_bytes(compiled) -> int | None:
-  """Arguments + outputs + temporaries - donated aliases of a compiled executable."""
-  try:
-    m = compiled.memory_analysis()
-    return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes -
-               m.alias_size_in_bytes)
-  except Exception:  # pylint: disable=broad-except
-    return None
-
-
-def maxrss_mb() -> float:
-  """The process's peak resident memory so far (Linux reports KiB)."""
-  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
-# ---- timing -----------------------------------------------------------------------------
-def median_window(fn: Callable[[], Any], windows: int, per_window: int) -> tuple[float, list]:
-  """Runs `fn` per_window times per window, blocking at the window's end.
-  -> (median seconds per call, [seconds per call of each window])."""
-  times = []
-  for _ in range(windows):
-    t0 = time.perf_counter()
-    for _ in range(per_window):
-      out = fn()
-    jax.block_until_ready(out)
-    times.append((time.perf_counter() - t0) / per_window)
-  return statistics.median(times), times
-
-
-def matmul_flops_per_s(n: int = MATMUL_N, windows: int = 5) -> float:
-  """FLOP/s of an n x n float32 matmul (jit, median of `windows` calls)."""
-  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-  f = jax.jit(lambda x: x @ x)
-  jax.block_until_ready(f(a))
-  t, _ = median_window(lambda: f(a), windows, 1)
-  return 2.0 * n ** 3 / t
-
-
-def loop_matmul_flops_per_s(m: int, k: int, n: int, reps: int = 100, windows: int = 3) -> float:
-  """FLOP/s of a recurrent step's matmul: [m, k] x [k, n] (n >= k) repeated `reps` times in
-  a jitted loop, each on the previous result (x = tanh(x W)[:, :k]). What a decoder step's
-  gate matmul can reach at best, as a yardstick next to the large matmul."""
-  x = jax.random.normal(jax.random.key(1), (m, k), jnp.float32)
-  w = jax.random.normal(jax.random.key(2), (k, n), jnp.float32) / np.sqrt(k)
-  f = jax.jit(lambda x, w: jax.lax.fori_loop(
-      0, reps, lambda _, x: jnp.tanh(x @ w)[:, :k], x))
-  jax.block_until_ready(f(x, w))
-  t, _ = median_window(lambda: f(x, w), windows, 1)
-  return 2.0 * m * k * n * reps / t
+__all__ = ['ARCHITECTURES', 'CONFIGS', 'ONMT_ATTENTION', 'QUICK', 'SCORES', 'Settings', 'Shape',
+           'bench_variant', 'experiment_config', 'format_table', 'make_batch',
+           'peer_beam_sentences_per_s', 'peer_tokens_per_s', 'run']
 
 
 def loop_matmuls(shape: Shape) -> dict[str, Any]:
@@ -246,57 +93,6 @@ def loop_matmuls(shape: Shape) -> dict[str, Any]:
   return {'k': k, 'n': n, 'train_rows': shape.batch, 'beam_rows': 5 * shape.batch,
           'train_flops_per_s': loop_matmul_flops_per_s(shape.batch, k, n),
           'beam_flops_per_s': loop_matmul_flops_per_s(5 * shape.batch, k, n)}
-
-
-def format_loop_matmuls(name: str, lm: dict[str, Any], matmul: float) -> str:
-  return (f'{name}: gate matmul [rows, {lm["k"]}] x [{lm["k"]}, {lm["n"]}] in a loop: '
-          f'{lm["train_flops_per_s"] / 1e9:.1f} GFLOP/s at {lm["train_rows"]} rows '
-          f'({lm["train_flops_per_s"] / matmul:.0%} of the large matmul), '
-          f'{lm["beam_flops_per_s"] / 1e9:.1f} at {lm["beam_rows"]} '
-          f'({lm["beam_flops_per_s"] / matmul:.0%})')
-
-
-# ---- synthetic data and models ----------------------------------------------------------
-def sentences(shape: Shape, seed: int) -> tuple[list[list[int]], list[list[int]]]:
-  """shape.batch random (source, target) token-id sentences, ids in [4, vocab) (0-3 are
-  PAD, BOS, EOS, UNK), lengths uniform in [min_len, max_len], independently per side."""
-  rng = np.random.default_rng(seed)
-  def side():
-    return [rng.integers(4, shape.vocab, size=int(n)).tolist()
-            for n in rng.integers(shape.min_len, shape.max_len + 1, size=shape.batch)]
-  return side(), side()
-
-
-def make_batch(shape: Shape, seed: int) -> dict[str, np.ndarray]:
-  """The package's own batch format (batching.make_batch), padded to (padded, padded)."""
-  src, tgt = sentences(shape, seed)
-  enc = batching.Encoded(batching.Ragged.from_lists(src), batching.Ragged.from_lists(tgt))
-  return batching.make_batch(enc, range(shape.batch), (shape.padded, shape.padded),
-                             shape.batch)
-
-
-def experiment_config(shape: Shape, score: str, decoder: str, seed: int,
-                      input_feeding: bool = True):
-  """base_config() with this shape's model: LSTM cells, one bidirectional encoder layer,
-  input feeding (Luong) unless input_feeding=False, dropout as in base_config; one device,
-  no shard_map."""
-  cfg = common.base_config()
-  cfg.seed = seed
-  cfg.parallel = 'single'
-  cfg.data.batch_size = shape.batch
-  m = cfg.model
-  if decoder == 'transformer':
-    m.arch, m.cross_attention_score = 'transformer', score
-    m.d_model, m.ff_dim, m.heads, m.transformer_layers = shape.d_model, shape.ff_dim, 4, 3
-    m.max_positions = max(m.max_positions, 2 * shape.padded)
-    return cfg
-  m.cell, m.decoder, m.score = 'lstm', decoder, score
-  m.emb_dim, m.enc_hidden, m.enc_layers, m.bidirectional = (shape.emb_dim, shape.enc_hidden,
-                                                            1, True)
-  m.dec_hidden, m.dec_layers, m.attn_dim = shape.dec_hidden, 1, shape.attn_dim
-  m.input_feeding = input_feeding
-  m.max_src_len = max(m.max_src_len, shape.padded)
-  return cfg
 
 
 # ---- one variant ----------------------------------------------------------------------
@@ -394,119 +190,6 @@ def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) ->
   }
 
 
-# ---- OpenNMT-py as a peer -----------------------------------------------------------------
-ONMT_ATTENTION = {'general': 'general', 'additive': 'mlp', 'dot': 'dot'}
-PEER_CORPUS_BATCHES = 32
-
-
-def _peer_text(sentences: list[list[int]]) -> str:
-  """Token-id sentences as OpenNMT-py text lines: id i is the word `t{i}`."""
-  return '\n'.join(' '.join(f't{i}' for i in ids) for ids in sentences) + '\n'
-
-
-def _pinned(cmd: list[str], cpus: str | None) -> list[str]:
-  """cmd, run on the CPUs `cpus` only (taskset's list, e.g. '0'), or anywhere for None."""
-  return cmd if cpus is None else ['taskset', '-c', cpus] + cmd
-
-
-def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int,
-                      workdir: str, threads: int = 1, cpus: str | None = None,
-                      input_feeding: bool = True) -> dict[str, Any]:
-  """Trains OpenNMT-py (brnn LSTM encoder, rnn LSTM decoder with input feeding unless
-  input_feeding=False, i.e. Luong, global attention `ONMT_ATTENTION[score]`) on the same
-  synthetic sentences, and returns its target tokens/s (as it logs them, data loading
-  included): the median of its report windows after the first. `threads`: OMP/MKL threads
-  of PyTorch (on this 2-core machine, with other work running, 2 OpenMP threads made it
-  10-20x slower than 1)."""
-  binary = os.path.join(venv, 'bin', 'onmt_train')
-  if not os.path.exists(binary):
-    raise FileNotFoundError(f'{binary} not found: install OpenNMT-py into {venv} (see the '
-                            f'docstring of experiments/benchmark.py)')
-  os.makedirs(workdir, exist_ok=True)
-  src, tgt = [], []
-  for k in range(PEER_CORPUS_BATCHES):
-    s, t = sentences(shape, seed + k)
-    src += s
-    tgt += t
-  for name, side in (('src', src), ('tgt', tgt)):
-    with open(os.path.join(workdir, f'train.{name}'), 'w') as f:
-      f.write(_peer_text(side))
-    with open(os.path.join(workdir, f'vocab.{name}'), 'w') as f:
-      f.write(''.join(f't{i}\t1\n' for i in range(4, shape.vocab)))
-  report = max(steps // 4, 1)
-  cfg = {
-      'save_data': os.path.join(workdir, 'run'),
-      'save_model': os.path.join(workdir, 'model'),
-      'src_vocab': os.path.join(workdir, 'vocab.src'),
-      'tgt_vocab': os.path.join(workdir, 'vocab.tgt'),
-      'data': {'corpus_1': {'path_src': os.path.join(workdir, 'train.src'),
-                            'path_tgt': os.path.join(workdir, 'train.tgt')}},
-      'src_seq_length': shape.padded * 2, 'tgt_seq_length': shape.padded * 2,
-      'encoder_type': 'brnn', 'decoder_type': 'rnn', 'rnn_type': 'LSTM',
-      'enc_layers': 1, 'dec_layers': 1, 'enc_hid_size': 2 * shape.enc_hidden,
-      'dec_hid_size': shape.dec_hidden, 'word_vec_size': shape.emb_dim,
-      'global_attention': ONMT_ATTENTION[score], 'input_feed': int(input_feeding),
-      'dropout': [0.1],
-      'batch_size': shape.batch, 'batch_type': 'sents', 'optim': 'adam',
-      'learning_rate': 0.002, 'train_steps': steps, 'report_every': report,
-      # the last step's checkpoint is what peer_beam_sentences_per_s translates with
-      'valid_steps': 10 * steps, 'save_checkpoint_steps': steps, 'seed': seed,
-      # one bucket = the whole corpus: with the default (262,144 examples) OpenNMT-py
-      # re-reads a small corpus hundreds of times before its first step
-      'num_workers': 0, 'bucket_size': PEER_CORPUS_BATCHES * shape.batch,
-  }
-  path = os.path.join(workdir, 'config.yaml')
-  with open(path, 'w') as f:
-    json.dump(cfg, f)   # JSON is YAML
-  t0 = time.perf_counter()
-  env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)}
-  proc = subprocess.run(_pinned([binary, '-config', path], cpus), capture_output=True,
-                        text=True, cwd=workdir, env=env, check=False)
-  wall = time.perf_counter() - t0
-  log = proc.stdout + proc.stderr
-  rates = [float(m.group(2)) for m in re.finditer(r'(\d+)/\s*(\d+) tok/s', log)]
-  if proc.returncode or not rates:
-    raise RuntimeError(f'onmt_train failed (exit {proc.returncode}); last lines:\n'
-                       + '\n'.join(log.splitlines()[-20:]))
-  kept = rates[1:] or rates
-  return {'attention': ONMT_ATTENTION[score], 'tokens_per_s': statistics.median(kept),
-          'report_windows': rates, 'steps': steps, 'threads': threads, 'cpus': cpus,
-          'wall_s': wall,
-          'checkpoint': os.path.join(workdir, f'model_step_{steps}.pt')}
-
-
-def peer_beam_sentences_per_s(venv: str, checkpoint: str, src: list[list[int]], length: int,
-                              workdir: str, threads: int = 1, beam_size: int = 5,
-                              repeats: int = 3, cpus: str | None = None) -> dict[str, Any]:
-  """OpenNMT-py's beam search (onmt_translate) on the sentences `src` (repeated `repeats`
-  times, one batch of len(src) each) with -min_length = -max_length = `length`: like our
-  EOS-suppressed decoding, every output has `length` tokens. -> sentences/s as OpenNMT-py
-  reports it (its translation loop only: model loading and process start excluded)."""
-  binary = os.path.join(venv, 'bin', 'onmt_translate')
-  path = os.path.join(workdir, 'beam.src')
-  with open(path, 'w') as f:
-    f.write(_peer_text(src * repeats))
-  pred = os.path.join(workdir, 'beam.pred')
-  # OpenNMT-py 3.5.1 pickles its options into the checkpoint, which torch >= 2.6 refuses to
-  # load by default (weights_only); the checkpoint was written by the run just before
-  env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads),
-         'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '1'}
-  proc = subprocess.run(_pinned(
-      [binary, '-model', checkpoint, '-src', path, '-output', pred, '-beam_size',
-       str(beam_size), '-batch_size', str(len(src)), '-min_length', str(length),
-       '-max_length', str(length), '-report_time', '-gpu', '-1'], cpus),
-      capture_output=True, text=True, cwd=workdir, env=env, check=False)
-  log = proc.stdout + proc.stderr
-  ms = re.search(r'Average translation time \(ms\): ([\d.]+)', log)
-  if proc.returncode or not ms:
-    raise RuntimeError(f'onmt_translate failed (exit {proc.returncode}); last lines:\n'
-                       + '\n'.join(log.splitlines()[-20:]))
-  with open(pred) as f:
-    out_lens = [len(line.split()) for line in f]
-  return {'beam_size': beam_size, 'sentences_per_s': 1e3 / float(ms.group(1)),
-          'sentences': len(out_lens), 'mean_output_len': statistics.mean(out_lens)}
-
-
 # ---- equal resources ---------------------------------------------------------------------
 def ours_on_one_core(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
                      settings: Settings) -> list[dict[str, Any]]:
@@ -514,7 +197,7 @@ def ours_on_one_core(configs: Sequence[str], scores: Sequence[str], decoders: Se
   (`taskset -c 0`: XLA sizes its thread pool to the one CPU it may use)."""
   with tempfile.TemporaryDirectory(prefix='bench_one_core_') as tmp:
     path = os.path.join(tmp, 'one_core.json')
-    cmd = _pinned([sys.executable, '-m', 'experiments.benchmark',
+    cmd = pinned([sys.executable, '-m', 'experiments.benchmark',
                    f'--configs={",".join(configs)}', f'--scores={",".join(scores)}',
                    f'--decoders={",".join(decoders)}', f'--windows={settings.windows}',
                    f'--steps={settings.steps}', f'--warmup={settings.warmup}',
@@ -632,86 +315,6 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
   out['load_average_end'] = os.getloadavg()
   out['total_s'] = time.perf_counter() - t_start
   return out
-
-
-def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
-  """The issue's speed targets, each with the measured value and whether it is met."""
-  peer = {p['score']: (p['tokens_per_s'], 'OpenNMT-py on 1 thread in this run, ours on every '
-                                          'core: unequal resources')
-          for p in out.get('peer', []) if p.get('config') == 'char'}
-  peer_beam = {p['score']: p['beam5']['sentences_per_s'] for p in out.get('peer', [])
-               if p.get('config') == 'char' and 'beam5' in p}
-  rows = []
-  for r in out['results']:
-    what = f'{r["config"]}/{r["score"]}/{r["decoder"]}'
-    rows.append({'what': f'{what} compile_s <= {TARGET_COMPILE_S:g}', 'value': r['compile_s'],
-                 'met': r['compile_s'] <= TARGET_COMPILE_S})
-    if r['config'] == 'base':
-      rows.append({'what': f'{what} matmul_ratio >= {TARGET_MATMUL_RATIO}',
-                   'value': r['matmul_ratio'], 'met': r['matmul_ratio'] >= TARGET_MATMUL_RATIO})
-    if r['config'] == 'char' and r['score'] in PEER_REFERENCE_TOK_S:
-      ref, source = peer.get(r['score'], (PEER_REFERENCE_TOK_S[r['score']],
-                                          'OpenNMT-py figure quoted in issue 9'))
-      rows.append({'what': f'{what} tokens_per_s >= {TARGET_PEER_RATIO:g} x {ref:,.0f} '
-                           f'({source})', 'value': r['tokens_per_s'] / ref,
-                   'met': r['tokens_per_s'] >= TARGET_PEER_RATIO * ref})
-    if r['config'] == 'char' and r['score'] in peer_beam:
-      ref = peer_beam[r['score']]
-      rows.append({'what': f'{what} beam5 sentences_per_s >= {TARGET_PEER_BEAM_RATIO:g} x '
-                           f'{ref:.1f} (OpenNMT-py beam-5 on 1 thread in this run, ours on '
-                           f'every core)',
-                   'value': r['beam5']['sentences_per_s'] / ref,
-                   'met': r['beam5']['sentences_per_s'] >= TARGET_PEER_BEAM_RATIO * ref})
-  return rows
-
-
-COLUMNS = ('config', 'score', 'decoder', 'compile s', 'step ms', 'tok/s', 'sent/s',
-           'GFLOP/step', 'GFLOP/s', 'matmul GFLOP/s', 'ratio', 'greedy sent/s', 'beam5 sent/s',
-           'step MiB', 'RSS MiB')
-
-
-def format_row(r: dict[str, Any]) -> str:
-  mem = r['memory']['train_step_bytes']
-  cells = [r['config'], r['score'], r['decoder'], f'{r["compile_s"]:.1f}',
-           f'{1e3 * r["step_s"]:.0f}', f'{r["tokens_per_s"]:,.0f}',
-           f'{r["sentences_per_s"]:.1f}', f'{r["flops_per_step"] / 1e9:.2f}',
-           f'{r["flops_per_s"] / 1e9:.1f}', f'{r["matmul_flops_per_s"] / 1e9:.0f}',
-           f'{100 * r["matmul_ratio"]:.0f}%',
-           f'{r["greedy"]["sentences_per_s"]:.0f}', f'{r["beam5"]["sentences_per_s"]:.1f}',
-           '-' if mem is None else f'{mem / 2 ** 20:.0f}', f'{r["memory"]["maxrss_mb"]:.0f}']
-  return '| ' + ' | '.join(cells) + ' |'
-
-
-def format_table(out: dict[str, Any]) -> str:
-  lines = ['| ' + ' | '.join(COLUMNS) + ' |', '|' + '---|' * len(COLUMNS)]
-  lines += [format_row(r) for r in out['results']]
-  m = out['matmul']
-  lines.append(f'\nmatmul {m["n"]}x{m["n"]} float32: {m["flops_per_s"] / 1e9:.1f} GFLOP/s at '
-               f'the start, {m["flops_per_s_end"] / 1e9:.1f} at the end; load average '
-               f'{out["load_average_start"][0]:.2f} -> {out["load_average_end"][0]:.2f} on '
-               f'{out["machine"]["cpu_count"]} cores; {out["total_s"]:.0f} s in all')
-  lines += [format_loop_matmuls(name, c['loop_matmul'], m['flops_per_s'])
-            for name, c in out['configs'].items()]
-  for setting, e in out.get('equal_resources', {}).items():
-    lines.append(f'\nequal resources, {setting}: ours on {e["cores"]} core(s), OpenNMT-py on '
-                 f'{e["cores"]} core(s) with {e["peer_threads"]} thread(s), config '
-                 f'{e["config"]}, batch {e.get("batch", "64")}, input feeding '
-                 f'{"on" if e.get("input_feeding", True) else "off"} (Luong)')
-    ours = {(r['score'], r['decoder']): r for r in e['ours']}
-    peers = {p['score']: p for p in e['peer']}
-    lines.append('| score (OpenNMT-py) | our decoder | ours tok/s | OpenNMT-py tok/s | ratio | '
-                 'ours beam-5 sent/s | OpenNMT-py beam-5 sent/s | ratio |')
-    lines.append('|---|---|---|---|---|---|---|---|')
-    for x in e['ratios']:
-      r, p = ours[(x['score'], x['decoder'])], peers[x['score']]
-      lines.append(f'| {x["score"]} ({p["attention"]}) | {x["decoder"]} | '
-                   f'{r["tokens_per_s"]:,.0f} | {p["tokens_per_s"]:,.0f} | '
-                   f'{x["train_ratio"]:.2f}x | {r["beam5_sentences_per_s"]:.1f} | '
-                   f'{p["beam5"]["sentences_per_s"]:.1f} | {x["beam5_ratio"]:.2f}x |')
-  lines.append('targets:')
-  lines += [f'  [{"met" if t["met"] else "MISSED"}] {t["what"]}: {t["value"]:.3g}'
-            for t in out['targets']]
-  return '\n'.join(lines)
 
 
 # ---- command line ---------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""The benchmark's parts; the entry point is experiments/benchmark.py."""

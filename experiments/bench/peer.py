@@ -1,0 +1,122 @@
+"""OpenNMT-py as a peer: trains and translates with it on the benchmark's sentences
+(a venv with OpenNMT-py; see experiments/benchmark.py), pinned to given CPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import time
+from typing import Any
+
+from experiments.bench.measure import pinned
+from experiments.bench.workload import Shape, sentences
+
+
+ONMT_ATTENTION = {'general': 'general', 'additive': 'mlp', 'dot': 'dot'}
+PEER_CORPUS_BATCHES = 32
+
+
+def _peer_text(sentences: list[list[int]]) -> str:
+  """Token-id sentences as OpenNMT-py text lines: id i is the word `t{i}`."""
+  return '\n'.join(' '.join(f't{i}' for i in ids) for ids in sentences) + '\n'
+
+
+def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int,
+                      workdir: str, threads: int = 1, cpus: str | None = None,
+                      input_feeding: bool = True) -> dict[str, Any]:
+  """Trains OpenNMT-py (brnn LSTM encoder, rnn LSTM decoder with input feeding unless
+  input_feeding=False, i.e. Luong, global attention `ONMT_ATTENTION[score]`) on the same
+  synthetic sentences, and returns its target tokens/s (as it logs them, data loading
+  included): the median of its report windows after the first. `threads`: OMP/MKL threads
+  of PyTorch (on this 2-core machine, with other work running, 2 OpenMP threads made it
+  10-20x slower than 1)."""
+  binary = os.path.join(venv, 'bin', 'onmt_train')
+  if not os.path.exists(binary):
+    raise FileNotFoundError(f'{binary} not found: install OpenNMT-py into {venv} (see the '
+                            f'docstring of experiments/benchmark.py)')
+  os.makedirs(workdir, exist_ok=True)
+  src, tgt = [], []
+  for k in range(PEER_CORPUS_BATCHES):
+    s, t = sentences(shape, seed + k)
+    src += s
+    tgt += t
+  for name, side in (('src', src), ('tgt', tgt)):
+    with open(os.path.join(workdir, f'train.{name}'), 'w') as f:
+      f.write(_peer_text(side))
+    with open(os.path.join(workdir, f'vocab.{name}'), 'w') as f:
+      f.write(''.join(f't{i}\t1\n' for i in range(4, shape.vocab)))
+  report = max(steps // 4, 1)
+  cfg = {
+      'save_data': os.path.join(workdir, 'run'),
+      'save_model': os.path.join(workdir, 'model'),
+      'src_vocab': os.path.join(workdir, 'vocab.src'),
+      'tgt_vocab': os.path.join(workdir, 'vocab.tgt'),
+      'data': {'corpus_1': {'path_src': os.path.join(workdir, 'train.src'),
+                            'path_tgt': os.path.join(workdir, 'train.tgt')}},
+      'src_seq_length': shape.padded * 2, 'tgt_seq_length': shape.padded * 2,
+      'encoder_type': 'brnn', 'decoder_type': 'rnn', 'rnn_type': 'LSTM',
+      'enc_layers': 1, 'dec_layers': 1, 'enc_hid_size': 2 * shape.enc_hidden,
+      'dec_hid_size': shape.dec_hidden, 'word_vec_size': shape.emb_dim,
+      'global_attention': ONMT_ATTENTION[score], 'input_feed': int(input_feeding),
+      'dropout': [0.1],
+      'batch_size': shape.batch, 'batch_type': 'sents', 'optim': 'adam',
+      'learning_rate': 0.002, 'train_steps': steps, 'report_every': report,
+      # the last step's checkpoint is what peer_beam_sentences_per_s translates with
+      'valid_steps': 10 * steps, 'save_checkpoint_steps': steps, 'seed': seed,
+      # one bucket = the whole corpus: with the default (262,144 examples) OpenNMT-py
+      # re-reads a small corpus hundreds of times before its first step
+      'num_workers': 0, 'bucket_size': PEER_CORPUS_BATCHES * shape.batch,
+  }
+  path = os.path.join(workdir, 'config.yaml')
+  with open(path, 'w') as f:
+    json.dump(cfg, f)   # JSON is YAML
+  t0 = time.perf_counter()
+  env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)}
+  proc = subprocess.run(pinned([binary, '-config', path], cpus), capture_output=True,
+                        text=True, cwd=workdir, env=env, check=False)
+  wall = time.perf_counter() - t0
+  log = proc.stdout + proc.stderr
+  rates = [float(m.group(2)) for m in re.finditer(r'(\d+)/\s*(\d+) tok/s', log)]
+  if proc.returncode or not rates:
+    raise RuntimeError(f'onmt_train failed (exit {proc.returncode}); last lines:\n'
+                       + '\n'.join(log.splitlines()[-20:]))
+  kept = rates[1:] or rates
+  return {'attention': ONMT_ATTENTION[score], 'tokens_per_s': statistics.median(kept),
+          'report_windows': rates, 'steps': steps, 'threads': threads, 'cpus': cpus,
+          'wall_s': wall,
+          'checkpoint': os.path.join(workdir, f'model_step_{steps}.pt')}
+
+
+def peer_beam_sentences_per_s(venv: str, checkpoint: str, src: list[list[int]], length: int,
+                              workdir: str, threads: int = 1, beam_size: int = 5,
+                              repeats: int = 3, cpus: str | None = None) -> dict[str, Any]:
+  """OpenNMT-py's beam search (onmt_translate) on the sentences `src` (repeated `repeats`
+  times, one batch of len(src) each) with -min_length = -max_length = `length`: like our
+  EOS-suppressed decoding, every output has `length` tokens. -> sentences/s as OpenNMT-py
+  reports it (its translation loop only: model loading and process start excluded)."""
+  binary = os.path.join(venv, 'bin', 'onmt_translate')
+  path = os.path.join(workdir, 'beam.src')
+  with open(path, 'w') as f:
+    f.write(_peer_text(src * repeats))
+  pred = os.path.join(workdir, 'beam.pred')
+  # OpenNMT-py 3.5.1 pickles its options into the checkpoint, which torch >= 2.6 refuses to
+  # load by default (weights_only); the checkpoint was written by the run just before
+  env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads),
+         'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '1'}
+  proc = subprocess.run(pinned(
+      [binary, '-model', checkpoint, '-src', path, '-output', pred, '-beam_size',
+       str(beam_size), '-batch_size', str(len(src)), '-min_length', str(length),
+       '-max_length', str(length), '-report_time', '-gpu', '-1'], cpus),
+      capture_output=True, text=True, cwd=workdir, env=env, check=False)
+  log = proc.stdout + proc.stderr
+  ms = re.search(r'Average translation time \(ms\): ([\d.]+)', log)
+  if proc.returncode or not ms:
+    raise RuntimeError(f'onmt_translate failed (exit {proc.returncode}); last lines:\n'
+                       + '\n'.join(log.splitlines()[-20:]))
+  with open(pred) as f:
+    out_lens = [len(line.split()) for line in f]
+  return {'beam_size': beam_size, 'sentences_per_s': 1e3 / float(ms.group(1)),
+          'sentences': len(out_lens), 'mean_output_len': statistics.mean(out_lens)}
