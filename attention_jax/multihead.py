@@ -52,15 +52,17 @@ def check(score: str, heads: int, dim: int, what: str = 'self-attention',
 
 
 class Memory(NamedTuple):
-  """Keys and values read by a multi-head attention, per head."""
-  pre: tuple        # H arrays [B, S, A_i]: score_i.precompute(k_i)
-  values: jax.Array  # [B, S, H, d]
+  """Keys and values read by a multi-head attention, per head: one contiguous array per
+  head, so that a read takes a head's keys and values without copying them out of a wider
+  array (beam search over a Transformer's cache spent a quarter of its time in such copies)."""
+  pre: tuple     # H arrays [B, S, A_i]: score_i.precompute(k_i)
+  values: tuple  # H arrays [B, S, d]
 
 
 class KVCache(NamedTuple):
   """A decoder self-attention's memory of the first L positions (fixed size L)."""
-  pre: tuple         # H arrays [N, L, A_i]
-  values: jax.Array  # [N, L, H, d]
+  pre: tuple     # H arrays [N, L, A_i]
+  values: tuple  # H arrays [N, L, d]
 
 
 class MultiHeadAttention(nnx.Module):
@@ -90,7 +92,7 @@ class MultiHeadAttention(nnx.Module):
     b, s, _ = m.shape
     k, v = jnp.split(self.kv(m).reshape(b, s, 2, self.heads, self.d), 2, axis=2)
     return Memory(tuple(sc.precompute(k[:, :, 0, i]) for i, sc in enumerate(self.scores)),
-                  v[:, :, 0])
+                  tuple(v[:, :, 0, i] for i in range(self.heads)))
 
   def read(self, x: jax.Array, mem: Memory | KVCache, mask: jax.Array,
            dropout_key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
@@ -100,7 +102,7 @@ class MultiHeadAttention(nnx.Module):
     N = B·G: each memory sentence b is read by rows b·G .. b·G + G - 1 of x (G = 1 unless
     beam search groups a sentence's hypotheses; then T must be 1)."""
     n, t, dim = x.shape
-    b = mem.values.shape[0]
+    b = mem.values[0].shape[0]
     g = n // b
     q = self.q(x).reshape(n, t, self.heads, self.d)
     if g > 1:   # G hypotheses of one sentence read it as G queries
@@ -112,7 +114,7 @@ class MultiHeadAttention(nnx.Module):
       a = self.normalise(sc(q[:, :, i], mem.pre[i]), mask)                  # [B, G·T, S]
       weights.append(a)
       a = dropout(a, self.attention_dropout, keys[i])
-      outs.append(jnp.einsum('bts,bsd->btd', a.astype(mem.values.dtype), mem.values[:, :, i]))
+      outs.append(jnp.einsum('bts,bsd->btd', a.astype(mem.values[i].dtype), mem.values[i]))
     y = self.out(jnp.concatenate(outs, axis=-1).reshape(n, t, dim))         # [N, T, D]
     w = jnp.stack(weights, axis=1)                                          # [B, H, G·T, S]
     if g > 1:
@@ -129,7 +131,7 @@ class MultiHeadAttention(nnx.Module):
     """A cache for n rows of up to `length` positions (filled by `step`)."""
     probe = self.memory(jnp.zeros((1, 1, self.kv.in_features), dtype))
     return KVCache(tuple(jnp.zeros((n, length) + p.shape[2:], p.dtype) for p in probe.pre),
-                   jnp.zeros((n, length, self.heads, self.d), probe.values.dtype))
+                   tuple(jnp.zeros((n, length, self.d), v.dtype) for v in probe.values))
 
   def step(self, x: jax.Array, cache: KVCache, t: jax.Array) -> tuple[jax.Array, jax.Array,
                                                                        KVCache]:
@@ -138,7 +140,7 @@ class MultiHeadAttention(nnx.Module):
     new = self.memory(x)
     put = lambda c, u: jax.lax.dynamic_update_slice_in_dim(c, u.astype(c.dtype), t, axis=1)
     cache = KVCache(tuple(put(c, u) for c, u in zip(cache.pre, new.pre)),
-                    put(cache.values, new.values))
-    mask = (jnp.arange(cache.values.shape[1]) <= t)[None, None, :]          # [1, 1, L]
+                    tuple(put(c, u) for c, u in zip(cache.values, new.values)))
+    mask = (jnp.arange(cache.values[0].shape[1]) <= t)[None, None, :]       # [1, 1, L]
     y, w = self.read(x, cache, mask)
     return y, w, cache
