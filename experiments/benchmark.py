@@ -105,6 +105,14 @@ def suppress_eos(params: dict) -> dict:
   return {**params, 'decoder': {**params['decoder'], 'out': out}}
 
 
+def decoders(graphdef, max_len: int) -> dict[str, Callable]:
+  """The decodings timed: name -> fn(params, src [B, S]) -> tokens [B, max_len]."""
+  return {
+      'greedy': lambda p, s: decode.greedy(nnx.merge(graphdef, p), s, max_len)[0],
+      'beam5': lambda p, s: beam.beam_search(nnx.merge(graphdef, p), s, beam_size=5,
+                                             max_len=max_len)[0]}
+
+
 def decode_speed(fn: Callable, params, src: jax.Array, windows: int) -> dict[str, float]:
   """fn(params, src [B, S]) -> tokens [B, L]: compile time, and the median seconds of
   `windows` calls (already compiled, so the first call counts too)."""
@@ -166,12 +174,8 @@ def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) ->
   # differ by chance: with EOS suppressed every variant decodes exactly max_len tokens
   params = suppress_eos(params)
   src, max_len = batch['src'], shape.padded
-  decoders = {
-      'greedy': lambda p, s: decode.greedy(nnx.merge(graphdef, p), s, max_len)[0],
-      'beam5': lambda p, s: beam.beam_search(nnx.merge(graphdef, p), s, beam_size=5,
-                                             max_len=max_len)[0]}
   decoding = {name: decode_speed(fn, params, src, settings.decode_windows)
-              for name, fn in decoders.items()}
+              for name, fn in decoders(graphdef, max_len).items()}
 
   flops = dot + other
   return {

@@ -1,11 +1,14 @@
-"""Where one train step's time goes, operation by operation (a jax.profiler trace).
+"""Where one train step's (or decoding call's) time goes, operation by operation (a
+jax.profiler trace).
 
   bash launch.sh profile --config=char --score=general --decoder=luong
   taskset -c 0 bash launch.sh profile --config=char --score=general --decoder=luong   # one core
   bash launch.sh profile --config=char --score=general --decoder=luong --noinput_feeding --top=40
+  bash launch.sh profile --config=char --score=scaled_dot --decoder=transformer --what=beam5
 
 The step is the benchmark's (experiments/benchmark.py: same synthetic batch, model and
-optimizer). It is compiled, warmed up, timed, then traced for --steps steps; the trace's
+optimizer; --what=greedy|beam5: its decoding of that batch, EOS suppressed). It is compiled,
+warmed up, timed, then traced for --steps calls; the trace's
 per-operation events are summed and matched to the compiled HLO, which gives each one's
 output shape and the JAX operation it came from. Printed: the step time, the time inside
 each `while` loop (a `lax.scan`: the decoder's and encoder's time loops, forward and
@@ -54,7 +57,7 @@ def trace_events(trace_dir: str) -> list[dict[str, Any]]:
 
 
 def summarize(events: list[dict], hlo: dict[str, dict], steps: int) -> dict[str, Any]:
-  """Per HLO operation: milliseconds and executions per step. Events that are not HLO
+  """Per HLO operation: milliseconds and executions per call (step). Events that are not HLO
   instructions (Python frames, the executor's own spans) are left out."""
   total, count = collections.Counter(), collections.Counter()
   for e in events:
@@ -74,25 +77,40 @@ def summarize(events: list[dict], hlo: dict[str, dict], steps: int) -> dict[str,
           'matmul_ms': sum(o['ms'] for o in leaves if is_matmul(o))}
 
 
+WHAT = ('train', 'greedy', 'beam5')
+
+
 def profile(config: str, score: str, decoder: str, steps: int = 5,
-            settings: benchmark.Settings = benchmark.Settings()) -> dict[str, Any]:
-  """Compiles, times and traces the benchmark's train step of (config, score, decoder)."""
+            settings: benchmark.Settings = benchmark.Settings(),
+            what: str = 'train') -> dict[str, Any]:
+  """Compiles, times and traces `what` of the benchmark's (config, score, decoder): its
+  train step, or greedy / beam-5 decoding of one batch (EOS suppressed, as there)."""
   shape = settings.shape(config)
   cfg = benchmark.experiment_config(shape, score, decoder, settings.seed,
                                     settings.input_feeding)
   mcfg = train.model_config(cfg, shape.vocab, shape.vocab)
   graphdef, state = train.init_state(mcfg, train.make_optimizer(cfg.train), cfg.seed)
   batch = jax.device_put(benchmark.make_batch(shape, settings.seed))
-  compiled = train.Steps.of(graphdef, cfg).train.lower(state, batch).compile()
+  if what == 'train':
+    compiled = train.Steps.of(graphdef, cfg).train.lower(state, batch).compile()
+
+    def run():
+      nonlocal state
+      state, _ = compiled(state, batch)
+      return state
+  else:
+    params = benchmark.suppress_eos(state['params'])
+    fn = benchmark.decoders(graphdef, shape.padded)[what]
+    compiled = jax.jit(fn).lower(params, batch['src']).compile()
+    run = lambda: compiled(params, batch['src'])
   for _ in range(max(settings.warmup, 1)):
-    state, _ = compiled(state, batch)
+    jax.block_until_ready(run())
 
   def timed():
-    nonlocal state
     t0 = time.perf_counter()
     for _ in range(steps):
-      state, _ = compiled(state, batch)
-    jax.block_until_ready(state)
+      out = run()
+    jax.block_until_ready(out)
     return (time.perf_counter() - t0) / steps
 
   step_s = statistics.median(timed() for _ in range(3))
@@ -100,16 +118,17 @@ def profile(config: str, score: str, decoder: str, steps: int = 5,
     with jax.profiler.trace(tmp, create_perfetto_trace=True):
       timed()
     events = trace_events(tmp)
-  return {'config': config, 'score': score, 'decoder': decoder, 'batch': shape.batch,
-          'input_feeding': settings.input_feeding, 'step_ms': step_s * 1e3,
+  return {'what': what, 'config': config, 'score': score, 'decoder': decoder,
+          'batch': shape.batch, 'input_feeding': settings.input_feeding,
+          'step_ms': step_s * 1e3,
           'devices': str(jax.devices()), **summarize(events, hlo_index(compiled.as_text()), steps)}
 
 
 def report(p: dict[str, Any], top: int = 30) -> str:
-  lines = [f'{p["config"]} {p["score"]}/{p["decoder"]}, batch {p["batch"]}'
+  lines = [f'{p["what"]}: {p["config"]} {p["score"]}/{p["decoder"]}, batch {p["batch"]}'
            f'{"" if p["input_feeding"] else ", no input feeding"}, {p["devices"]}: '
-           f'{p["step_ms"]:.1f} ms per step (untraced); traced operations '
-           f'{p["leaf_ms"]:.1f} ms per step, {p["in_loop_ms"]:.1f} of it inside loops, '
+           f'{p["step_ms"]:.1f} ms per call (untraced); traced operations '
+           f'{p["leaf_ms"]:.1f} ms per call, {p["in_loop_ms"]:.1f} of it inside loops, '
            f'{p["matmul_ms"]:.1f} in matrix products']
   lines.append('loops (lax.scan / while, the time of their whole body): ' + ', '.join(
       f'{o["name"]} {o["ms"]:.1f} ms' for o in p['loops'] if o['ms'] >= 0.5))
@@ -125,7 +144,9 @@ def define_flags():
   flags.DEFINE_string('config', 'char', f'Benchmark config: {", ".join(benchmark.CONFIGS)}.')
   flags.DEFINE_string('score', 'general', 'Score (the Transformer\'s cross-attention\'s).')
   flags.DEFINE_string('decoder', 'luong', f'One of {", ".join(benchmark.ARCHITECTURES)}.')
-  flags.DEFINE_integer('steps', 5, 'Train steps traced (and per timed window).')
+  flags.DEFINE_enum('what', 'train', WHAT, 'The train step, or greedy / beam-5 decoding '
+                    'of one batch.')
+  flags.DEFINE_integer('steps', 5, 'Calls traced (and per timed window).')
   flags.DEFINE_integer('batch', 0, 'Sentences per batch (0: the config\'s).')
   flags.DEFINE_bool('input_feeding', True, 'Luong decoder with input feeding.')
   flags.DEFINE_integer('top', 30, 'Operations listed.')
@@ -143,7 +164,7 @@ def main(argv):
     if name not in valid:
       raise ValueError(f'unknown name {name!r}; valid: {", ".join(sorted(valid))}')
   settings = benchmark.Settings(batch=FLAGS.batch or None, input_feeding=FLAGS.input_feeding)
-  p = profile(FLAGS.config, FLAGS.score, FLAGS.decoder, FLAGS.steps, settings)
+  p = profile(FLAGS.config, FLAGS.score, FLAGS.decoder, FLAGS.steps, settings, FLAGS.what)
   print(report(p, FLAGS.top))
   if FLAGS.out:
     with open(FLAGS.out, 'w') as f:

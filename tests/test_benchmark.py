@@ -136,7 +136,14 @@ def test_profile_names_where_the_step_time_goes():
              for o in p['ops'])
   assert all(o['shape'] and o['opcode'] for o in p['ops'])
   text = profile_step.report(p, top=5)
-  assert 'ms per step' in text and text.count('\n| ') == 5 + 1
+  assert 'ms per call' in text and text.count('\n| ') == 5 + 1
+
+
+def test_profile_of_beam_search_runs_its_loop_once_per_output_position():
+  from experiments import profile_step
+  p = profile_step.profile('tiny', 'scaled_dot', 'transformer', steps=1, what='beam5')
+  assert p['what'] == 'beam5' and p['leaf_ms'] > 0
+  assert any(o['per_step'] == benchmark.CONFIGS['tiny'].padded for o in p['ops'])
 
 
 def test_hlo_index_reads_shapes_tuples_and_op_names():
