@@ -177,8 +177,10 @@ class LuongDecoder(Decoder):
     return cfg.dec_hidden if cfg.input_feeding else 0
 
   def _attentional(self, h, c):
-    """h [..., H], context c [..., K] -> h̃ [..., H]."""
-    return jnp.tanh(self.w_c(jnp.concatenate([c.astype(h.dtype), h], axis=-1)))
+    """h [..., H], context c [..., K] -> h̃ [..., H]. One 2-D matmul (as `Cell.project`):
+    its weight gradient then contracts a single axis."""
+    x = jnp.concatenate([c.astype(h.dtype), h], axis=-1)
+    return jnp.tanh(self.w_c(x.reshape(-1, x.shape[-1]))).reshape(*h.shape[:-1], -1)
 
   def step(self, carry, xp_t, mem, key=None, tap=None):
     rnn, feed = carry[:2]
