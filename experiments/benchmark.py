@@ -130,13 +130,18 @@ def decode_speed(fn: Callable, params, src: jax.Array, windows: int) -> dict[str
           'sentences_per_s': src.shape[0] / seconds, 'output_len': last['tokens'].shape[1]}
 
 
-def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) -> dict[str, Any]:
-  """Every measurement of one (shape, score, decoder)."""
+def variant(shape: Shape, score: str, decoder: str, settings: Settings):
+  """One (shape, score, decoder) ready to run: (experiment config, graphdef, fresh train
+  state, the synthetic batch as NumPy arrays)."""
   cfg = experiment_config(shape, score, decoder, settings.seed, settings.input_feeding)
   mcfg = train.model_config(cfg, shape.vocab, shape.vocab)
-  tx = train.make_optimizer(cfg.train)
-  graphdef, state = train.init_state(mcfg, tx, cfg.seed)
-  batch_np = make_batch(shape, settings.seed)
+  graphdef, state = train.init_state(mcfg, train.make_optimizer(cfg.train), cfg.seed)
+  return cfg, graphdef, state, make_batch(shape, settings.seed)
+
+
+def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) -> dict[str, Any]:
+  """Every measurement of one (shape, score, decoder)."""
+  cfg, graphdef, state, batch_np = variant(shape, score, decoder, settings)
   batch = jax.device_put(batch_np)
   tokens = int((batch_np['tgt_out'] != 0).sum())
   steps = train.Steps.of(graphdef, cfg)

@@ -24,9 +24,7 @@ import glob
 import gzip
 import json
 import re
-import statistics
 import tempfile
-import time
 from typing import Any
 
 import jax
@@ -35,6 +33,7 @@ from absl import flags
 from attention_jax import train
 from experiments import benchmark
 from experiments import cli
+from experiments.bench.measure import median_window
 
 # `%name = shape opcode(operands), ..., metadata={op_name="..."}`; a shape may be a tuple
 _HLO_LINE = re.compile(r'^\s*(?:ROOT )?%?([\w.-]+) = (\([^\n]*?\)|\S+) ([\w-]+)\('
@@ -86,11 +85,8 @@ def profile(config: str, score: str, decoder: str, steps: int = 5,
   """Compiles, times and traces `what` of the benchmark's (config, score, decoder): its
   train step, or greedy / beam-5 decoding of one batch (EOS suppressed, as there)."""
   shape = settings.shape(config)
-  cfg = benchmark.experiment_config(shape, score, decoder, settings.seed,
-                                    settings.input_feeding)
-  mcfg = train.model_config(cfg, shape.vocab, shape.vocab)
-  graphdef, state = train.init_state(mcfg, train.make_optimizer(cfg.train), cfg.seed)
-  batch = jax.device_put(benchmark.make_batch(shape, settings.seed))
+  cfg, graphdef, state, batch = benchmark.variant(shape, score, decoder, settings)
+  batch = jax.device_put(batch)
   if what == 'train':
     compiled = train.Steps.of(graphdef, cfg).train.lower(state, batch).compile()
 
@@ -105,18 +101,10 @@ def profile(config: str, score: str, decoder: str, steps: int = 5,
     run = lambda: compiled(params, batch['src'])
   for _ in range(max(settings.warmup, 1)):
     jax.block_until_ready(run())
-
-  def timed():
-    t0 = time.perf_counter()
-    for _ in range(steps):
-      out = run()
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t0) / steps
-
-  step_s = statistics.median(timed() for _ in range(3))
+  step_s, _ = median_window(run, 3, steps)
   with tempfile.TemporaryDirectory(prefix='profile_step_') as tmp:
     with jax.profiler.trace(tmp, create_perfetto_trace=True):
-      timed()
+      median_window(run, 1, steps)
     events = trace_events(tmp)
   return {'what': what, 'config': config, 'score': score, 'decoder': decoder,
           'batch': shape.batch, 'input_feeding': settings.input_feeding,
