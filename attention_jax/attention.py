@@ -25,7 +25,6 @@ An all-padding row (a batch filler) gets all-zero weights and a zero context, ne
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, NamedTuple
 
 import jax

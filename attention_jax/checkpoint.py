@@ -132,11 +132,14 @@ class Checkpoints:
     self.best.close()
 
 
-def _differences(saved: dict, expected: dict, defaults: dict) -> list[str]:
-  """Fields whose saved value differs; a field the checkpoint predates counts as its default."""
+def differences(saved: dict, expected: dict, defaults: dict, *, prefix: str = '',
+                words: tuple[str, str] = ('checkpoint', 'expected')) -> list[str]:
+  """'<prefix><field>: <saved word> <old>, <expected word> <new>' for each field of `expected`
+  whose saved value differs; a field the saved config predates counts as its default (so
+  checkpoints and workdirs written before a field existed still load and resume)."""
   saved = {**defaults, **saved}
-  return [f'{k}: checkpoint {saved.get(k)!r}, expected {v!r}' for k, v in expected.items()
-          if saved.get(k) != v]
+  return [f'{prefix}{k}: {words[0]} {saved.get(k)!r}, {words[1]} {v!r}'
+          for k, v in expected.items() if saved.get(k) != v]
 
 
 def restore(manager: ocp.CheckpointManager, step: int, template, *,
@@ -157,7 +160,7 @@ def restore(manager: ocp.CheckpointManager, step: int, template, *,
   except Exception as e:  # Orbax errors: say which checkpoint, keep the cause
     raise CheckpointError(f'could not read {where}: {type(e).__name__}: {e}') from e
   if model_config is not None and 'model_config' in meta:
-    diffs = _differences(meta['model_config'], model_config, model_defaults or {})
+    diffs = differences(meta['model_config'], model_config, model_defaults or {})
     if diffs:
       raise CheckpointMismatch(f'{where} belongs to another model: ' + '; '.join(diffs))
   if tokenizers is not None and meta.get('tokenizers', tokenizers) != tokenizers:

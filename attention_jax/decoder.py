@@ -92,11 +92,9 @@ class Decoder(nnx.Module):
 
   def _rnn_step(self, rnn, xp0):
     """One step of the stacked cells: xp0 [B, G] -> (new carries, top output [B, H])."""
-    new, xp = [], xp0
-    for layer, cell in enumerate(self.cells):
-      if layer > 0:
-        xp = cell.project(h)
-      c, h = cell.step(rnn[layer], xp)
+    new, h = [], None
+    for layer, cell in enumerate(self.cells):   # layer 0 reads xp0, layer l > 0 layer l-1's h
+      c, h = cell.step(rnn[layer], xp0 if h is None else cell.project(h))
       new.append(c)
     return tuple(new), h
 
@@ -197,10 +195,10 @@ class LuongDecoder(Decoder):
       return super().features(carry, xp, mem, key)
     rnn = carry[0]
     everywhere = jnp.ones(xp.shape[:2], bool)
+    h = None
     for layer, cell in enumerate(self.cells):
-      if layer > 0:
-        xp = cell.project(h)
-      h, _ = cells.run(cell, xp, everywhere, carry=rnn[layer])              # [B, T, H]
+      h, _ = cells.run(cell, xp if h is None else cell.project(h), everywhere,
+                       carry=rnn[layer])                                    # [B, T, H]
     r = self.attention.read(h, mem, key=key)                                 # all t at once
     return self._attentional(h, r.context), r._replace(context=None)
 

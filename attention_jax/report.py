@@ -74,7 +74,7 @@ def write(sweep_dir: str, split: str = 'test') -> dict[str, str]:
   for row in rows:
     groups.setdefault(_group(row['variant']), []).append(row)
   cols = [c for c in COLUMNS if any(np.isfinite(r[c]) for r in rows)]
-  md = [f'| variant | seeds | ' + ' | '.join(cols) + ' | steps/s | wall (s) |',
+  md = ['| variant | seeds | ' + ' | '.join(cols) + ' | steps/s | wall (s) |',
         '|---|---|' + '---|' * (len(cols) + 2)]
   for g, rs in groups.items():
     def stat(c):

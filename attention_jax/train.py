@@ -199,11 +199,9 @@ def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str)
   so a run saved before the field existed still resumes."""
   now = json.loads(cfg.to_json())
   defaults = {'model': ModelConfig.defaults(), 'data': {}}
-  diffs = []
-  for sec in ('model', 'data'):
-    old = {**defaults[sec], **saved.get(sec, {})}
-    diffs += [f'{sec}.{k}: saved {old.get(k)!r}, now {v!r}' for k, v in now[sec].items()
-              if old.get(k) != v]
+  diffs = [d for sec in ('model', 'data')
+           for d in ckpt_lib.differences(saved.get(sec, {}), now[sec], defaults[sec],
+                                         prefix=f'{sec}.', words=('saved', 'now'))]
   if diffs:
     raise ValueError(f'workdir {workdir!r} holds a run with another config; differences: '
                      + '; '.join(diffs) + '. Use another --workdir, or train.resume=False '

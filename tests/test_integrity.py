@@ -152,8 +152,8 @@ def test_a_checkpoint_older_than_a_config_field_counts_it_as_its_default():
   new = aj.ModelConfig(src_vocab=5, tgt_vocab=6).to_dict()
   old = {k: v for k, v in new.items() if k not in ('arch', 'd_model', 'positions')}
   defaults = aj.ModelConfig.defaults()
-  assert ckpt_lib._differences(old, new, defaults) == []
-  assert ckpt_lib._differences(old, {**new, 'arch': 'transformer'}, defaults) == [
+  assert ckpt_lib.differences(old, new, defaults) == []
+  assert ckpt_lib.differences(old, {**new, 'arch': 'transformer'}, defaults) == [
       "arch: checkpoint 'rnn', expected 'transformer'"]
-  assert ckpt_lib._differences({**old, 'd_model': 64}, new, defaults) == [
+  assert ckpt_lib.differences({**old, 'd_model': 64}, new, defaults) == [
       'd_model: checkpoint 64, expected 128']
