@@ -15,10 +15,10 @@ validation WER.
 Model: biLSTM encoder (2 layers, 256 per direction), Luong decoder (LSTM 512, `general`
 score, input feeding), dropout 0.3, label smoothing 0.1, batch 128, AdamW 2e-3 with warmup and
 cosine decay. The full budget (train.steps) takes about 80-95 minutes on this project's
-2-core CPU: test WER 25.1 / PER 5.86 (beam 5). Training that run on to 44k steps (a warm
-restart: copy the workdir, resume with --config.train.steps=44000; 67 more minutes here)
-reached WER 23.8 / PER 5.60, and a second restart to 54k (32 minutes) 23.2 / 5.46; see the
-README's "Real data: CMUdict G2P".
+2-core CPU: test WER 25.1 / PER 5.86 (beam 5). Warm restarts (copy the workdir, resume with
+a larger --config.train.steps) carry it on: to 44k steps (67 more minutes here) WER 23.8 /
+PER 5.60, to 54k (32 minutes) 23.2 / 5.46, to 88k (108 minutes) 22.9 / 5.43; see the README's
+"Real data: CMUdict G2P".
 """
 
 from experiments.configs import common
