@@ -245,9 +245,10 @@ def load(workdir: str, step: int | None = None) -> Translator:
     raise ckpt_lib.CheckpointError(f'no checkpoint in {workdir!r}/checkpoints')
   graphdef, template = steps_lib.init_state(mcfg, steps_lib.make_optimizer(train_cfg), 0)
   try:
-    params = ckpt_lib.restore(manager, step, template, model_config=mcfg.to_dict(),
-                              model_defaults=ModelConfig.defaults(),
-                              tokenizers=ckpt_lib.fingerprint(tok_dir))[0]['params']
+    state = ckpt_lib.restore(manager, step, template, model_config=mcfg.to_dict(),
+                             model_defaults=ModelConfig.defaults(),
+                             tokenizers=ckpt_lib.fingerprint(tok_dir))[0]
+    params = steps_lib.eval_params(state)   # the EMA of the parameters when the run kept one
   finally:
     ckpts.close()
   return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step, max_train_len)

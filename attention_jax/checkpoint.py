@@ -84,6 +84,19 @@ def _unflat(flat: dict[str, Any], template):
   return jax.tree_util.tree_unflatten(treedef, [flat[k] for k in keys])
 
 
+def _like_saved(template, meta: dict):
+  """The template with an 'ema' entry (the EMA of the parameters, shaped like 'params')
+  exactly when the checkpoint holds one, whatever the caller's train.ema_decay: the caller
+  decides what to do with it (train.py starts or drops it; api.py translates with it)."""
+  if not isinstance(template, dict) or 'params' not in template:
+    return template
+  saved = meta.get('arrays') or list(meta.get('checksums') or ())
+  out = {k: v for k, v in template.items() if k != 'ema'}
+  if any(k.startswith("['ema']") for k in saved):
+    out['ema'] = template['params']
+  return out
+
+
 def _abstract(tree):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
                                                      sharding=getattr(x, 'sharding', None)),
@@ -109,7 +122,7 @@ class Checkpoints:
     if step in manager.all_steps():
       return   # written before an interruption; a resumed run recomputes the same state
     # the arrays' checksums are saved with them (one atomic step), checked on restore
-    meta = {**meta, 'checksums': checksums(state)}
+    meta = {**meta, 'checksums': checksums(state), 'arrays': sorted(_flat(state))}
     try:
       manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_flat(state)),
                                                  meta=ocp.args.JsonSave(meta)),
@@ -166,6 +179,7 @@ def restore(manager: ocp.CheckpointManager, step: int, template, *,
   if tokenizers is not None and meta.get('tokenizers', tokenizers) != tokenizers:
     raise CheckpointMismatch(f'{where} was trained with other tokenizers (fingerprint '
                              f'{meta["tokenizers"]}, the workdir\'s are {tokenizers})')
+  template = _like_saved(template, meta)
   try:   # the arrays (meta was read above)
     out = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(_abstract(_flat(template)))))

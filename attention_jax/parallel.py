@@ -40,12 +40,12 @@ def check_batch(batch_size: int, n: int) -> None:
     raise ValueError(f'data.batch_size={batch_size} is not divisible by the device count {n}')
 
 
-def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None):
+def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None, ema_decay: float = 0.0):
   """-> jit(shard_map(train_step)): (state, batch [B, ...]) -> (state, metrics), state
   replicated, batch split over the mesh's 'data' axis, buffers donated."""
   mesh = mesh or make_mesh()
   step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
-                           axis_name=AXIS)
+                           axis_name=AXIS, ema_decay=ema_decay)
   # check_vma=False: the RNN scans start from replicated zero carries that become per-device
   f = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()),
                     check_vma=False)
@@ -64,12 +64,12 @@ def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None):
   return run
 
 
-def pmap_train_step(graphdef, tx, obj, seed: int):
+def pmap_train_step(graphdef, tx, obj, seed: int, ema_decay: float = 0.0):
   """-> pmap(train_step): (state, batch [B, ...]) -> (state, metrics) on host-shaped trees;
   the state is broadcast to every device (in_axes None) and device 0's copy comes back."""
   n = jax.device_count()
   step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
-                           axis_name=AXIS)
+                           axis_name=AXIS, ema_decay=ema_decay)
   pmapped = jax.pmap(step, axis_name=AXIS, in_axes=(None, 0))
 
   def run(state, batch):

@@ -1,7 +1,7 @@
 """The train state and the pure train step.
 
 The train state is a plain pytree {'step', 'params', 'opt'} (plus 'baseline' for the hard
-attention modes); the model is rebuilt inside the step with `nnx.merge(graphdef, params)`, so
+attention modes, 'ema' with train.ema_decay > 0); the model is rebuilt inside the step with `nnx.merge(graphdef, params)`, so
 the step is a pure function of its inputs, run as is under `jax.jit` or per device under
 `jax.shard_map` / `jax.pmap` (parallel.py). Dropout key = fold_in(key(seed), step): a resumed
 run draws the same masks. Used by train.py (the loop), parallel.py and api.py (the template
@@ -41,21 +41,32 @@ def make_optimizer(t: ml_collections.ConfigDict) -> optax.GradientTransformation
   return optax.chain(*chain, optax.adamw(schedule, weight_decay=t.weight_decay))
 
 
-def init_state(mcfg: ModelConfig, tx, seed: int):
-  """-> (graphdef, state {'step', 'params', 'opt'})."""
+def init_state(mcfg: ModelConfig, tx, seed: int, ema: bool = False):
+  """-> (graphdef, state {'step', 'params', 'opt'} (+ 'ema': a copy of params if `ema`))."""
   model = model_lib.build(mcfg, rngs=nnx.Rngs(seed))
   graphdef, params = nnx.split(model)
   params = nnx.to_pure_dict(params)
   state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
   if mcfg.stochastic:   # the REINFORCE baseline of the hard attention modes
     state['baseline'] = jnp.zeros((), jnp.float32)
+  if ema:   # a copy, not the same buffers: the train step donates its state
+    state['ema'] = jax.tree.map(jnp.copy, params)
   return graphdef, state
 
 
+def eval_params(state):
+  """The parameters to evaluate and translate with: the EMA when the state has one."""
+  return state.get('ema', state['params'])
+
+
 def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
-               axis_name: str | None = None):
+               axis_name: str | None = None, ema_decay: float = 0.0):
   """One optimiser step. A non-finite loss or gradient leaves params and opt unchanged
   (metrics['finite'] = 0), so the caller can stop with the last good state intact.
+
+  With state['ema'] (train.ema_decay > 0), an exponential moving average of the parameters
+  follows the new ones, ema <- d * ema + (1 - d) * params (Polyak & Juditsky 1992; the
+  averaged weights of e.g. Vaswani et al. 2017's checkpoint averaging, online).
 
   Data parallel (axis_name set, run under shard_map or pmap): each device holds a shard of
   the batch; its loss is normalised by the *global* token count, so the psum of the
@@ -87,6 +98,10 @@ def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
                'opt': keep(opt, state['opt'])}
   if baseline is not None:
     new_state['baseline'] = keep(baseline, state['baseline'])
+  if 'ema' in state:
+    ema = jax.tree.map(lambda e, p: ema_decay * e + (1.0 - ema_decay) * p, state['ema'],
+                       new_state['params'])
+    new_state['ema'] = keep(ema, state['ema'])
   # 'loss': the (label-smoothed) cross-entropy per token; 'objective': what the gradient is
   # of (differs with coverage loss or REINFORCE terms, whose surrogate is no loss value)
   ce = sums['train_loss_sum'] / jnp.maximum(sums['tokens'], 1.0)

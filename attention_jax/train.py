@@ -23,8 +23,8 @@ from attention_jax import parallel
 from attention_jax import preemption
 from attention_jax import workdir as workdir_lib
 from attention_jax.model import ModelConfig
-from attention_jax.steps import (SCHEDULES, init_state, make_optimizer, model_config,
-                                 train_step)
+from attention_jax.steps import (SCHEDULES, eval_params, init_state, make_optimizer,
+                                 model_config, train_step)
 
 __all__ = ['SCHEDULES', 'Steps', 'init_state', 'make_optimizer', 'model_config', 'train_step',
            'train_and_evaluate', 'validate']
@@ -54,6 +54,9 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
                       ('train.coverage_weight', t.coverage_weight)):
     if not isinstance(value, (int, float)) or not 0 <= value < float('inf'):
       raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
+  if not isinstance(t.get('ema_decay', 0.0), (int, float)) or not 0.0 <= t.get('ema_decay',
+                                                                              0.0) < 1.0:
+    raise ValueError(f'train.ema_decay must be in [0, 1) (0: no EMA), got {t.ema_decay!r}')
   if not 0.0 <= t.label_smoothing < 1.0:
     raise ValueError(f'train.label_smoothing must be in [0, 1), got {t.label_smoothing}')
   if t.decay not in SCHEDULES:
@@ -78,7 +81,7 @@ class Steps:
     t = cfg.train
     key = (graphdef, cfg.parallel, jax.device_count(), cfg.seed, t.lr, t.warmup_steps,
            t.decay, t.weight_decay, t.clip_norm, objective.Objective.of(t),
-           t.steps if t.decay != 'constant' else None)
+           t.steps if t.decay != 'constant' else None, t.get('ema_decay', 0.0))
     if key not in cls._cache:
       cls._cache.clear()  # keep one model's executables alive, not every model's
       cls._cache[key] = cls(graphdef, make_optimizer(cfg.train), cfg)
@@ -87,12 +90,13 @@ class Steps:
   def __init__(self, graphdef, tx, cfg):
     self.mode = parallel.resolve(cfg.parallel)
     args = (graphdef, tx, objective.Objective.of(cfg.train), cfg.seed)
+    ema = dict(ema_decay=cfg.train.get('ema_decay', 0.0))
     if self.mode == 'shard_map':
-      self.train = parallel.shard_map_train_step(*args)
+      self.train = parallel.shard_map_train_step(*args, **ema)
     elif self.mode == 'pmap':
-      self.train = parallel.pmap_train_step(*args)
+      self.train = parallel.pmap_train_step(*args, **ema)
     else:
-      self.train = jax.jit(functools.partial(train_step, *args), donate_argnums=0)
+      self.train = jax.jit(functools.partial(train_step, *args, **ema), donate_argnums=0)
     eval_step = eval_lib.make_teacher_forced(graphdef)
     predict = inference.make_decoder(graphdef, beam=1)
     # evaluation and decoding: the batch is split over the devices too (XLA partitions the
@@ -250,7 +254,8 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
                              json.dumps(mcfg.to_dict(), indent=2))
 
   tx = make_optimizer(t)
-  graphdef, state = init_state(mcfg, tx, cfg.seed)
+  use_ema = t.get('ema_decay', 0.0) > 0
+  graphdef, state = init_state(mcfg, tx, cfg.seed, ema=use_ema)
   steps = Steps.of(graphdef, cfg)
   ckpts = ckpt_lib.Checkpoints(workdir, keep=t.keep_checkpoints)
   it = task.train_iterator(d.batch_size, seed=cfg.seed)
@@ -268,6 +273,13 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
     train_time = meta.get('train_seconds', 0.0)
     skips = meta.get('nonfinite_skipped', 0)
     log(f'resumed from {latest_dir} step {step0}')
+    if use_ema and 'ema' not in state:   # EMA switched on for a run saved without one
+      state['ema'] = jax.tree.map(lambda x: x.copy(), state['params'])
+      log(f'  train.ema_decay={t.ema_decay}: the EMA starts from the step-{step0} parameters')
+    elif not use_ema and 'ema' in state:
+      del state['ema']
+      log('  train.ema_decay=0: the saved EMA of the parameters is dropped; evaluation uses '
+          'the trained parameters')
 
   writer = _writer(os.path.join(workdir, 'tensorboard'))
   step = int(state['step'])
@@ -313,7 +325,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
       progress.update(step, m)
       if step % t.eval_every == 0 or step == t.steps:
         t_eval = time.time()
-        val, _ = evaluate_(local(state['params']), task, 'validation')
+        val, _ = evaluate_(local(eval_params(state)), task, 'validation')
         progress.t0 += time.time() - t_eval  # rates and ETA count training time only
         log(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
             f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}'
@@ -332,9 +344,9 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
 
   # final evaluation with the best checkpoint
   best_step = ckpts.best.best_step()
-  params = local(state['params'])
+  params = local(eval_params(state))
   if best_step is not None and best_step != step:
-    params = ckpt_lib.restore(ckpts.best, best_step, state)[0]['params']
+    params = eval_params(ckpt_lib.restore(ckpts.best, best_step, state)[0])
   results = {}
   for split in ('validation', 'test'):
     results[split], kept = evaluate_(params, task, split,

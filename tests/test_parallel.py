@@ -1,5 +1,5 @@
 """Data parallelism on 8 simulated CPU devices: jit+shard_map, pmap and one device agree
-after 5 steps on the same global batches (in a subprocess: the device count is fixed when
+after 5 steps on the same global batches, EMA of the parameters included (in a subprocess: the device count is fixed when
 JAX starts)."""
 
 import os
@@ -25,7 +25,7 @@ for decoder in ('bahdanau', 'luong', 'transformer'):
   t = ml_collections.ConfigDict(dict(lr=1e-2, warmup_steps=1, decay='constant', steps=5,
                                      weight_decay=0.0, clip_norm=1.0))
   tx = train.make_optimizer(t)
-  graphdef, state0 = train.init_state(mc, tx, 0)
+  graphdef, state0 = train.init_state(mc, tx, 0, ema=True)   # the EMA follows on every path
   rng = np.random.default_rng(0)
   batches = []
   for _ in range(5):                       # uneven padding: shards hold unequal token counts
@@ -33,9 +33,10 @@ for decoder in ('bahdanau', 'luong', 'transformer'):
     tgt = rng.integers(3, 10, (16, 6)).astype(np.int32); tgt[::2, 3:] = 0
     batches.append({'src': src, 'tgt_in': tgt, 'tgt_out': tgt,
                     'weight': np.ones(16, np.float32), 'index': np.arange(16, dtype=np.int32)})
-  steps = {'single': jax.jit(functools.partial(train.train_step, graphdef, tx, OBJ, 0)),
-           'shard_map': parallel.shard_map_train_step(graphdef, tx, OBJ, 0),
-           'pmap': parallel.pmap_train_step(graphdef, tx, OBJ, 0)}
+  steps = {'single': jax.jit(functools.partial(train.train_step, graphdef, tx, OBJ, 0,
+                                                ema_decay=0.9)),
+           'shard_map': parallel.shard_map_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9),
+           'pmap': parallel.pmap_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9)}
   final = {}
   for name, step in steps.items():
     state = jax.tree.map(jnp.array, state0)

@@ -113,6 +113,37 @@ def test_resume_is_bit_identical(arch, data_dir, tmp_path):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+def test_ema_of_params_resumes_evaluates_and_loads(data_dir, tmp_path, capsys):
+  """train.ema_decay=d: after each step ema = d * ema + (1 - d) * params; switched on when
+  resuming a run saved without one, it starts from the saved parameters; aj.load translates
+  with it; switched off on a later resume, it is dropped (both said in the log)."""
+  def cfg(steps, d):
+    return smoke(dates, data_dir, **{'train.steps': steps, 'train.decay': 'constant',
+                                     'train.checkpoint_every': 1, 'train.eval_every': 2,
+                                     'train.keep_checkpoints': 9, 'train.ema_decay': d})
+  a = str(tmp_path / 'a')
+  train.train_and_evaluate(cfg(2, 0.0), a)
+  train.train_and_evaluate(cfg(4, 0.5), a)
+  assert 'the EMA starts from the step-2 parameters' in capsys.readouterr().out
+  template = train.init_state(aj.ModelConfig.from_dict(json.load(open(
+      os.path.join(a, 'model_config.json')))), train.make_optimizer(cfg(4, 0.5).train), 0)[1]
+  latest = ckpt_lib.Checkpoints(a).latest
+  s2, s3, s4 = (ckpt_lib.restore(latest, k, template)[0] for k in (2, 3, 4))
+  assert 'ema' not in s2 and 'ema' in s3 and 'ema' in s4
+  flat = lambda tree: [np.asarray(x) for x in jax.tree.leaves(tree)]
+  for e3, p2, p3 in zip(flat(s3['ema']), flat(s2['params']), flat(s3['params'])):
+    np.testing.assert_allclose(e3, 0.5 * p2 + 0.5 * p3, rtol=1e-6, atol=1e-7)
+  for e4, e3, p4 in zip(flat(s4['ema']), flat(s3['ema']), flat(s4['params'])):
+    np.testing.assert_allclose(e4, 0.5 * e3 + 0.5 * p4, rtol=1e-6, atol=1e-7)
+  assert any(not np.array_equal(e, p) for e, p in zip(flat(s4['ema']), flat(s4['params'])))
+  t = aj.load(a, step=4)
+  for x, e in zip(flat(t.params), flat(s4['ema'])):
+    np.testing.assert_array_equal(x, e)
+  train.train_and_evaluate(cfg(5, 0.0), a)
+  assert 'the saved EMA of the parameters is dropped' in capsys.readouterr().out
+  assert 'ema' not in ckpt_lib.restore(ckpt_lib.Checkpoints(a).latest, 5, template)[0]
+
+
 def test_fresh_start_refuses_a_non_empty_workdir(dates_run, data_dir):
   c = smoke(dates, data_dir, **{'train.resume': False})
   with pytest.raises(FileExistsError, match='--overwrite'):
@@ -134,6 +165,7 @@ def test_resume_with_another_model_config_is_refused(dates_run, data_dir):
      'error: train.max_decode_factor must be a finite number > 0, got -1.0'),
     ('--config.train.lr=inf', 'error: train.lr must be a finite number > 0, got inf'),
     ('--config.eval.beam_size=0', 'error: eval.beam_size must be a positive integer, got 0'),
+    ('--config.train.ema_decay=1', 'error: train.ema_decay must be in [0, 1) (0: no EMA), got 1'),
     ('--config.train.bogus=1', "error: unknown config field 'train.bogus' in "
                                "--config.train.bogus=1; fields of train: baseline_decay,"),
 ])

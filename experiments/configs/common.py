@@ -96,6 +96,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.weight_decay = 0.0
   t.clip_norm = 1.0
   t.label_smoothing = 0.0
+  t.ema_decay = 0.0         # > 0: evaluate/save an EMA of the parameters (e.g. 0.999); 0: off
   t.coverage_weight = 0.0   # coverage loss weight λ_cov (See et al. 2017 use 1.0)
   t.reinforce_weight = 1.0  # hard attention: REINFORCE term λ_r (Xu et al. 2015)
   t.entropy_weight = 0.01   # hard attention: entropy bonus λ_e
