@@ -90,9 +90,9 @@ def _like_saved(template, meta: dict):
   decides what to do with it (train.py starts or drops it; api.py translates with it)."""
   if not isinstance(template, dict) or 'params' not in template:
     return template
-  saved = meta.get('arrays') or list(meta.get('checksums') or ())
   out = {k: v for k, v in template.items() if k != 'ema'}
-  if any(k.startswith("['ema']") for k in saved):
+  # 'arrays' (the saved paths) came with the EMA: a checkpoint without it has none
+  if any(k.startswith("['ema']") for k in meta.get('arrays', ())):
     out['ema'] = template['params']
   return out
 

@@ -54,8 +54,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
                       ('train.coverage_weight', t.coverage_weight)):
     if not isinstance(value, (int, float)) or not 0 <= value < float('inf'):
       raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
-  if not isinstance(t.get('ema_decay', 0.0), (int, float)) or not 0.0 <= t.get('ema_decay',
-                                                                              0.0) < 1.0:
+  if not isinstance(t.ema_decay, (int, float)) or not 0.0 <= t.ema_decay < 1.0:
     raise ValueError(f'train.ema_decay must be in [0, 1) (0: no EMA), got {t.ema_decay!r}')
   if not 0.0 <= t.label_smoothing < 1.0:
     raise ValueError(f'train.label_smoothing must be in [0, 1), got {t.label_smoothing}')
@@ -81,7 +80,7 @@ class Steps:
     t = cfg.train
     key = (graphdef, cfg.parallel, jax.device_count(), cfg.seed, t.lr, t.warmup_steps,
            t.decay, t.weight_decay, t.clip_norm, objective.Objective.of(t),
-           t.steps if t.decay != 'constant' else None, t.get('ema_decay', 0.0))
+           t.steps if t.decay != 'constant' else None, t.ema_decay)
     if key not in cls._cache:
       cls._cache.clear()  # keep one model's executables alive, not every model's
       cls._cache[key] = cls(graphdef, make_optimizer(cfg.train), cfg)
@@ -90,7 +89,7 @@ class Steps:
   def __init__(self, graphdef, tx, cfg):
     self.mode = parallel.resolve(cfg.parallel)
     args = (graphdef, tx, objective.Objective.of(cfg.train), cfg.seed)
-    ema = dict(ema_decay=cfg.train.get('ema_decay', 0.0))
+    ema = dict(ema_decay=cfg.train.ema_decay)
     if self.mode == 'shard_map':
       self.train = parallel.shard_map_train_step(*args, **ema)
     elif self.mode == 'pmap':
@@ -254,7 +253,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
                              json.dumps(mcfg.to_dict(), indent=2))
 
   tx = make_optimizer(t)
-  use_ema = t.get('ema_decay', 0.0) > 0
+  use_ema = t.ema_decay > 0
   graphdef, state = init_state(mcfg, tx, cfg.seed, ema=use_ema)
   steps = Steps.of(graphdef, cfg)
   ckpts = ckpt_lib.Checkpoints(workdir, keep=t.keep_checkpoints)

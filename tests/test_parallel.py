@@ -1,6 +1,6 @@
 """Data parallelism on 8 simulated CPU devices: jit+shard_map, pmap and one device agree
-after 5 steps on the same global batches, EMA of the parameters included (in a subprocess: the device count is fixed when
-JAX starts)."""
+after 5 steps on the same global batches, EMA of the parameters included (in a subprocess:
+the device count is fixed when JAX starts)."""
 
 import os
 import subprocess
