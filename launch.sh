@@ -6,7 +6,10 @@
 #   bash launch.sh train CONFIG [flags] run any experiment, e.g.
 #        bash launch.sh train experiments/configs/reverse.py --config.model.score=general
 #   bash launch.sh data-info CONFIG     prepare a dataset offline and print its statistics
-#   bash launch.sh sweep SWEEP_FILE     run every variant of a sweep (e.g. experiments/configs/length_study.py)
+#   bash launch.sh sweep SWEEP_FILE [--seeds=N]   run every variant of a sweep (e.g.
+#                                       experiments/configs/length_study.py), under N seeds each
+#   bash launch.sh compare RUN_OR_GROUP ... [--split=test] [--metric=bleu,exact_match]
+#                                       means, intervals and significance tests between runs
 #   bash launch.sh length-study         the length experiment: none/additive/general/dot on reverse
 #   bash launch.sh evaluate --workdir=runs/X [--beam=5]   evaluate a checkpoint (by length, alignment)
 #   bash launch.sh evaluate --workdir=runs/X --src=F --ref=G [--beam=5]   ... on any text files
@@ -84,13 +87,17 @@ case "$cmd" in
     ;;
   sweep)
     setup
-    [[ $# -ge 1 ]] || { echo "usage: bash launch.sh sweep SWEEP_FILE[:arg] [--parallel=N]" >&2; exit 2; }
+    [[ $# -ge 1 ]] || { echo "usage: bash launch.sh sweep SWEEP_FILE[:arg] [--seeds=N] [--parallel=N]" >&2; exit 2; }
     sweep=$1; shift
     exec python -m experiments.sweep --sweep="$sweep" "$@"
     ;;
   length-study)
     setup
     exec python -m experiments.sweep --sweep=experiments/configs/length_study.py "$@"
+    ;;
+  compare)
+    setup
+    exec python -m experiments.compare "$@"
     ;;
   evaluate)
     setup
@@ -115,7 +122,7 @@ case "$cmd" in
     exec python -m experiments.data_info --config="$config" "$@"
     ;;
   *)
-    echo "unknown command '$cmd'; valid: (none), test, train, sweep, length-study, evaluate, translate, bench, data-info" >&2
+    echo "unknown command '$cmd'; valid: (none), test, train, sweep, compare, length-study, evaluate, translate, bench, profile, data-info" >&2
     exit 2
     ;;
 esac

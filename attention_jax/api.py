@@ -39,6 +39,7 @@ from attention_jax import decode as decode_lib
 from attention_jax import evaluate as eval_lib
 from attention_jax import inference
 from attention_jax import plots
+from attention_jax import records as records_lib
 from attention_jax import steps as steps_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.data import textfiles
@@ -304,7 +305,7 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
   if length_edges is None:
     length_edges = cfg.eval.get('length_edges', eval_lib.DEFAULT_LENGTH_EDGES)
   graphdef, params = translator.graphdef, translator.params
-  report, kept = eval_lib.evaluate(
+  report, kept, (header, recs) = eval_lib.evaluate(
       params, task, split, tf_fn=eval_lib.make_teacher_forced(graphdef),
       decode_fn=translator.decoder(beam, alpha, nbest=0), batch_size=cfg.data.batch_size,
       factor=cfg.train.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize,
@@ -323,6 +324,8 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
       if translator.config.arch == 'transformer' else None
   report['heatmaps'] = eval_lib.heatmaps(task, kept, os.path.join(workdir, f'{name}_heatmaps'),
                                          'test' if src is None else 'file', heads)
+  report['sentences_file'] = records_lib.write(
+      os.path.join(workdir, f'{name}.sentences.jsonl'), header, recs)
   workdir_lib.write_atomic(os.path.join(workdir, f'{name}.json'), json.dumps(report, indent=2))
   if verbose:
     print(format_report(report, workdir, name))

@@ -20,6 +20,7 @@ from flax import nnx
 from attention_jax import decode as decode_lib
 from attention_jax import metrics as metrics_lib
 from attention_jax import plots
+from attention_jax import records as records_lib
 from attention_jax.data.tokenizers import EOS
 
 
@@ -59,12 +60,13 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
   """Scores a whole split.
 
   tf_fn(params, batch) -> (sums, argmax attention [B, T]); decode_fn(params, src, max_len) ->
-  (tokens [B, L], weights [B, L, S]). Returns (report, kept) where kept holds the first
-  `keep_outputs` (src, hyp, ref, ids, weights) for heatmaps.
+  (tokens [B, L], weights [B, L, S]). Returns (report, kept, records): kept holds the first
+  `keep_outputs` (src, hyp, ref, ids, weights) for heatmaps; records = (header, per-sentence
+  records) of attention_jax.records, to be written beside the report.
   """
   texts = task.texts(split)
   all_refs = task.references(split)   # several references per source (G2P), or None
-  total, rows, kept = None, [], []
+  total, rows, kept, per_sentence = None, [], [], []
   align_hits = align_total = 0
   for batch in task.eval_batches(split, batch_size):
     sums, argmax = tf_fn(params, batch)
@@ -86,6 +88,9 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
         align_total += total_steps
       rows.append((src_len, hyp, ref, hits, total_steps,
                    all_refs[idx] if all_refs is not None else None))
+      per_sentence.append({'id': idx, 'src': src_text, 'src_len': src_len, 'hyp': hyp,
+                           'ref': ref, 'refs': rows[-1][5],
+                           'align': [hits, total_steps] if gold is not None else None})
       if len(kept) < keep_outputs:
         kept.append((src_text, hyp, ref, tokens[r], weights[r]))
   report = metrics_lib.summarise(total)
@@ -117,29 +122,13 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
         entry['alignment_accuracy'] = 100.0 * sum(x[3] for x in sel) / steps
       by_len.append(entry)
     report['by_length'] = by_len
-  return report, kept
+  return report, kept, records_lib.build(split, per_sentence, bleu_tokenize)
 
 
 def selection_score(report: dict) -> float:
   """What picks the best checkpoint on validation (higher is better): 100 - WER where the task
   has several references per source (G2P), else corpus BLEU."""
   return 100.0 - report['wer'] if 'wer' in report else report['bleu']
-
-
-def by_length_markdown(curves: dict[str, list[dict]], metric: str = 'bleu') -> str:
-  """{variant: by_length rows} -> a markdown table, variants as rows, buckets as columns."""
-  buckets = []
-  for rows in curves.values():
-    for r in rows:
-      if r['bucket'] not in buckets:
-        buckets.append(r['bucket'])
-  lines = [f'| {metric} by source length | ' + ' | '.join(buckets) + ' |',
-           '|---|' + '---|' * len(buckets)]
-  for name, rows in curves.items():
-    got = {r['bucket']: r[metric] for r in rows}
-    lines.append(f'| {name} | ' + ' | '.join(
-        f'{got[b]:.1f}' if b in got else '' for b in buckets) + ' |')
-  return '\n'.join(lines)
 
 
 def heatmaps(task, kept, directory: str, prefix: str,

@@ -55,12 +55,18 @@ def plot_attention_grid(items, path: str, cols: int = 3) -> str:
 def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu',
                    title: str = '', train_max_len: int | None = None) -> str:
   """curves: {variant: report['by_length']} -> one line per variant, metric vs source length
-  (the figure of Bahdanau et al. 2015, Fig. 2). A dashed line marks the longest training
-  length, if given."""
+  (the figure of Bahdanau et al. 2015, Fig. 2). Rows with 'ci_lo' / 'ci_hi' (a mean over
+  seeds) get their confidence interval drawn as a band. A dashed line marks the longest
+  training length, if given."""
   fig, ax = plt.subplots(figsize=(7, 4.2))
   for name, rows in curves.items():
     xs = [(r['lo'] + r['hi']) / 2 for r in rows]
-    ax.plot(xs, [r[metric] for r in rows], marker='o', label=name)
+    line, = ax.plot(xs, [r[metric] for r in rows], marker='o', label=name)
+    band = [(x, r['ci_lo'], r['ci_hi']) for x, r in zip(xs, rows)
+            if np.isfinite(r.get('ci_lo', np.nan))]
+    if band:
+      bx, lo, hi = zip(*band)
+      ax.fill_between(bx, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
   if train_max_len:
     ax.axvline(train_max_len, color='grey', linestyle='--', linewidth=1)
     ax.text(train_max_len, ax.get_ylim()[0], ' longest training sentence', color='grey',
@@ -78,13 +84,19 @@ def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu
   return path
 
 
-def plot_bars(values: dict[str, list[float]], path: str, ylabel: str = 'BLEU') -> str:
-  """{variant: [value per seed]} -> a bar chart of the means with std error bars."""
-  names = list(values)
-  means = [float(np.mean(values[n])) for n in names]
-  stds = [float(np.std(values[n])) for n in names]
+def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
+              ylabel: str = 'BLEU', title: str = '') -> str:
+  """{variant: (mean, ci_lo, ci_hi)} -> a bar chart of the means with their confidence
+  intervals as error bars (none where the interval is nan, e.g. one seed)."""
+  names = list(intervals)
+  means = np.array([intervals[n][0] for n in names], np.float64)
+  lo = np.array([intervals[n][1] for n in names], np.float64)
+  hi = np.array([intervals[n][2] for n in names], np.float64)
+  err = np.nan_to_num(np.stack([means - lo, hi - means]), nan=0.0)
   fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(names) + 2), 4.2))
-  ax.bar(range(len(names)), means, yerr=stds, capsize=3, color='#4878a8')
+  ax.bar(range(len(names)), means, yerr=err, capsize=3, color='#4878a8')
+  if title:
+    ax.set_title(title, fontsize=10)
   ax.set_xticks(range(len(names)), names, rotation=60, ha='right', fontsize=8)
   ax.set_ylabel(ylabel)
   ax.grid(axis='y', alpha=0.3)

@@ -1,40 +1,30 @@
-"""Reports over a sweep directory (runs/<sweep>/<variant>/results.json): a table of every
-variant (markdown and CSV), mean and std over seeds, a bar chart, and the BLEU-by-length
-curves of all variants in one figure with their markdown table. Tasks with several references
-per source (G2P) are charted by word error rate (WER) instead of BLEU."""
+"""The report of a sweep directory (runs/<sweep>/<variant>[/seed_<k>]/results.json): every
+variant's mean, standard deviation and 95% interval over seeds, overall and per source-length
+bucket, and every variant against the best one (or the sweep file's BASELINE) with intervals,
+p-values over seeds and over sentences, Holm-adjusted (attention_jax.compare). Writes
+
+  summary.md        the tables, one plain sentence per comparison, and how it was tested
+  summary.csv       one row per variant: <metric>_mean/_std/_ci_lo/_ci_hi, steps/s, wall
+  comparisons.csv   one row per (variant, metric) against the baseline
+  runs.csv          one row per run (each seed): its metrics
+  bars.png          the primary metric's means with their intervals as error bars
+  <metric>_by_length.png   the primary metric by source length, intervals as bands
+
+Tasks with several references per source (G2P) lead with word error rate (WER), others with
+BLEU.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
-import re
 
-import numpy as np
-
+from attention_jax import compare as compare_lib
 from attention_jax import plots
-from attention_jax.evaluate import by_length_markdown
 
-COLUMNS = ('wer', 'per', 'bleu', 'chrf', 'exact_match', 'token_accuracy', 'alignment_accuracy')
-
-
-def collect(sweep_dir: str) -> dict[str, dict]:
-  """{variant: {'results': ..., 'wall_s': ..., 'steps_per_s': ...}} for finished variants."""
-  out = {}
-  for name in sorted(os.listdir(sweep_dir)):
-    path = os.path.join(sweep_dir, name, 'results.json')
-    if not os.path.exists(path):
-      continue
-    with open(path) as f:
-      res = json.load(f)
-    wall = 0.0
-    wt = os.path.join(sweep_dir, name, 'wall_time.json')
-    if os.path.exists(wt):
-      with open(wt) as f:
-        wall = sum(json.loads(line)['seconds'] for line in f if line.strip())
-    out[name] = {'results': res['results'], 'wall_s': wall,
-                 'steps_per_s': res.get('train_steps_per_s') or float('nan')}
-  return out
+RUN_COLUMNS = ('wer', 'per', 'bleu', 'chrf', 'exact_match', 'token_accuracy',
+               'alignment_accuracy')
 
 
 def _train_max_len(workdir: str) -> int | None:
@@ -47,62 +37,50 @@ def _train_max_len(workdir: str) -> int | None:
   return data.get('max_len') if data.get('name') in ('copy', 'reverse', 'sort') else None
 
 
-def _group(name: str) -> str:
-  """Variants that differ only in their seed share a group: 'additive_bahdanau_s1' ->
-  'additive_bahdanau'."""
-  return re.sub(r'_s(eed)?\d+$', '', name)
-
-
-def write(sweep_dir: str, split: str = 'test') -> dict[str, str]:
-  """Writes summary.md, summary.csv, bars.png and bleu_by_length.png (wer_by_length.png for
-  G2P) into sweep_dir."""
-  runs = collect(sweep_dir)
-  if not runs:
-    raise FileNotFoundError(f'no finished variant (results.json) under {sweep_dir}')
-  rows = []
-  for name, r in runs.items():
-    m = r['results'][split]
-    rows.append({'variant': name, **{c: m.get(c, float('nan')) for c in COLUMNS},
-                 'steps_per_s': r['steps_per_s'], 'wall_s': r['wall_s']})
-  csv_path = os.path.join(sweep_dir, 'summary.csv')
-  with open(csv_path, 'w', newline='') as f:
+def _write_csv(path: str, rows: list[dict]) -> str:
+  with open(path, 'w', newline='') as f:
     w = csv.DictWriter(f, fieldnames=list(rows[0]))
     w.writeheader()
     w.writerows(rows)
+  return path
 
-  groups: dict[str, list[dict]] = {}
-  for row in rows:
-    groups.setdefault(_group(row['variant']), []).append(row)
-  cols = [c for c in COLUMNS if any(np.isfinite(r[c]) for r in rows)]
-  md = ['| variant | seeds | ' + ' | '.join(cols) + ' | steps/s | wall (s) |',
-        '|---|---|' + '---|' * (len(cols) + 2)]
-  for g, rs in groups.items():
-    def stat(c):
-      v = np.array([r[c] for r in rs], float)
-      if not np.isfinite(v).any():
-        return '-'
-      return f'{v.mean():.2f}' + (f' ± {v.std():.2f}' if len(v) > 1 else '')
-    md.append(f'| {g} | {len(rs)} | ' + ' | '.join(stat(c) for c in cols) +
-              f' | {stat("steps_per_s")} | {stat("wall_s")} |')
-  metric = 'wer' if all(np.isfinite(r['wer']) for r in rows) else 'bleu'
-  label = {'wer': 'WER (%)', 'bleu': 'BLEU'}[metric]
-  curves = {n: r['results'][split].get('by_length', []) for n, r in runs.items()}
-  curves = {n: c for n, c in curves.items() if c}
-  md_text = (f'Test split, {len(runs)} variants ({os.path.basename(sweep_dir)}).\n\n'
-             + '\n'.join(md) + '\n')
-  if curves:
-    md_text += '\n' + by_length_markdown(curves, metric) + '\n'
-  md_path = os.path.join(sweep_dir, 'summary.md')
-  with open(md_path, 'w') as f:
-    f.write(md_text)
-  paths = {'markdown': md_path, 'csv': csv_path}
-  paths['bars'] = plots.plot_bars({g: [r[metric] for r in rs] for g, rs in groups.items()},
-                                  os.path.join(sweep_dir, 'bars.png'), ylabel=f'{split} {label}')
+
+def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
+          metrics: tuple[str, ...] = (), verbose: bool = True) -> dict[str, str]:
+  """Writes the files of the module docstring into sweep_dir; returns their paths."""
+  groups = compare_lib.sweep_groups(sweep_dir, split)
+  if not groups:
+    raise FileNotFoundError(f'no finished run (results.json) under {sweep_dir}')
+  c = compare_lib.compare(groups, split, metrics, baseline=baseline)
+  name = os.path.basename(os.path.normpath(sweep_dir))
+  paths = {'markdown': os.path.join(sweep_dir, 'summary.md')}
+  text = compare_lib.markdown(c, title=(
+      f'{name}, {split} split: {len(groups)} variants, '
+      f'{sum(len(g.runs) for g in groups)} runs, {c["sentences"]:,} sentences.'))
+  with open(paths['markdown'], 'w') as f:
+    f.write(text)
+  paths['csv'] = _write_csv(os.path.join(sweep_dir, 'summary.csv'), c['summary'])
+  if c['comparisons']:
+    paths['comparisons'] = _write_csv(os.path.join(sweep_dir, 'comparisons.csv'),
+                                      c['comparisons'])
+  run_rows = [{'variant': g.name, 'run': os.path.relpath(r.workdir, sweep_dir),
+               **{k: r.split(split).get(k, float('nan')) for k in RUN_COLUMNS},
+               'steps_per_s': r.results.get('train_steps_per_s'), 'wall_s': r.wall_s}
+              for g in groups for r in g.runs]
+  paths['runs'] = _write_csv(os.path.join(sweep_dir, 'runs.csv'), run_rows)
+  metric = c['metrics'][0]
+  label = f'{split} {compare_lib.LABELS[metric]}'
+  paths['bars'] = plots.plot_bars(
+      {s['variant']: (s[f'{metric}_mean'], s[f'{metric}_ci_lo'], s[f'{metric}_ci_hi'])
+       for s in c['summary']}, os.path.join(sweep_dir, 'bars.png'),
+      ylabel=label, title=f'{name}: mean over seeds, 95% interval')
+  curves = {n: rows for n, rows in c['by_length'].items() if rows}
   if curves:
     paths['by_length'] = plots.plot_by_length(
         curves, os.path.join(sweep_dir, f'{metric}_by_length.png'), metric=metric,
-        title=f'{os.path.basename(sweep_dir)}: {split} {label} by source length',
-        train_max_len=_train_max_len(os.path.join(sweep_dir, next(iter(curves)))))
-  print(md_text)
-  print('wrote ' + ', '.join(paths.values()))
+        title=f'{name}: {label} by source length (mean over seeds, 95% band)',
+        train_max_len=_train_max_len(groups[0].runs[0].workdir))
+  if verbose:
+    print(text)
+    print('wrote ' + ', '.join(paths.values()))
   return paths

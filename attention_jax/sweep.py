@@ -4,12 +4,19 @@ A sweep file is an experiment config file with one more function:
 
   def get_config(arg) -> ConfigDict            # the experiment the variants vary
   def get_sweep(arg) -> list[tuple[str, dict]]  # (variant name, {'model.score': 'dot', ...})
+  SEEDS = 3                                     # optional: seeds per variant (--seeds wins)
+  BASELINE = 'additive'                         # optional: the report compares all with it
 
-Each variant runs as `python -m experiments.main --config=<sweep file>:<arg>
---config.<field>=<value> ... --workdir=<root>/<sweep>/<variant>` in its own process, so a
-failure stays with its variant. A variant whose workdir has results.json is finished and
-skipped; an interrupted one resumes from its checkpoint. With accelerators, variants run in
-parallel, one per device (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS), as devices free up.
+Each run executes `python -m experiments.main --config=<sweep file>:<arg>
+--config.<field>=<value> ... --workdir=<workdir>` in its own process, so a failure stays with
+its run. Without seeds a variant is one run at the config's seed, in <root>/<sweep>/<variant>;
+with N seeds it is N runs, `--config.seed=k` for k = 1..N, in
+<root>/<sweep>/<variant>/seed_<k>. The seed changes parameter init, dropout and batch order;
+the data set (data.seed) is the same for every seed, so every run is tested on the same
+sentences. A run whose workdir has results.json is finished and skipped (so raising N later
+runs only the new seeds); an interrupted one resumes from its checkpoint. With accelerators,
+runs go in parallel, one per device (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS), as devices
+free up.
 """
 
 from __future__ import annotations
@@ -32,16 +39,23 @@ from attention_jax import workdir as workdir_lib
 SAFE_NAME = re.compile(r'[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}')   # a variant's workdir name
 
 
+SEED_DIR = 'seed_{}'
+
+
 @dataclasses.dataclass
 class Variant:
+  """One run of a sweep: a variant, at one seed (or at the config's seed when seed is None)."""
   name: str
   overrides: dict
   workdir: str
+  seed: int | None = None
+
+  @property
+  def label(self) -> str:
+    return self.name if self.seed is None else f'{self.name}/{SEED_DIR.format(self.seed)}'
 
 
-def load_sweep(path_arg: str, root: str = 'runs') -> tuple[str, list[Variant]]:
-  """'experiments/configs/x.py[:arg]' -> (sweep name, variants)."""
-  path, _, arg = path_arg.partition(':')
+def _module(path: str):
   if not os.path.isfile(path):
     raise FileNotFoundError(f'no sweep file {path!r}')
   spec = importlib.util.spec_from_file_location('sweep_config', path)
@@ -49,6 +63,20 @@ def load_sweep(path_arg: str, root: str = 'runs') -> tuple[str, list[Variant]]:
   spec.loader.exec_module(module)
   if not hasattr(module, 'get_sweep'):
     raise ValueError(f'{path} has no get_sweep(arg): not a sweep file')
+  return module
+
+
+def baseline(path_arg: str) -> str | None:
+  """The variant the sweep file names as BASELINE for its report (None: the best one)."""
+  return getattr(_module(path_arg.partition(':')[0]), 'BASELINE', None)
+
+
+def load_sweep(path_arg: str, root: str = 'runs',
+               seeds: int | None = None) -> tuple[str, list[Variant]]:
+  """'experiments/configs/x.py[:arg]' -> (sweep name, runs): every variant once, or under
+  seeds 1..N where N is `seeds`, else the sweep file's SEEDS (if it sets one)."""
+  path, _, arg = path_arg.partition(':')
+  module = _module(path)
   name = os.path.splitext(os.path.basename(path))[0] + (f'_{arg.replace(",", "_")}' if arg
                                                          else '')
   variants, seen = [], set()
@@ -60,7 +88,18 @@ def load_sweep(path_arg: str, root: str = 'runs') -> tuple[str, list[Variant]]:
       raise ValueError(f'variant name {vname!r} appears twice in {path}')
     seen.add(vname)
     variants.append(Variant(vname, dict(overrides), os.path.join(root, name, vname)))
-  return name, variants
+  seeds = seeds if seeds is not None else getattr(module, 'SEEDS', None)
+  if seeds is None:
+    return name, variants
+  if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+    raise ValueError(f'seeds must be a whole number >= 1, got {seeds!r}')
+  for v in variants:
+    if os.path.exists(os.path.join(v.workdir, 'config.json')):
+      raise ValueError(f'{v.workdir} holds a single-seed run of variant {v.name!r}; with '
+                       f'seeds its runs go to {v.workdir}/{SEED_DIR.format("<k>")}: move it '
+                       f'there (named after its config seed) or use another --root')
+  return name, [Variant(v.name, v.overrides, os.path.join(v.workdir, SEED_DIR.format(k)), k)
+                for v in variants for k in range(1, seeds + 1)]
 
 
 def accelerators() -> list[str]:
@@ -77,6 +116,7 @@ def accelerators() -> list[str]:
 
 def command(config_arg: str, v: Variant) -> list[str]:
   flags = [f'--config.{k}={val}' for k, val in v.overrides.items()]
+  flags += [] if v.seed is None else [f'--config.seed={v.seed}']
   return [sys.executable, '-m', 'experiments.main', f'--config={config_arg}', *flags,
           f'--workdir={v.workdir}']
 
@@ -97,10 +137,11 @@ def select(variants: list[Variant], only: Sequence[str]) -> list[Variant]:
 
 
 def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
-        extra_flags: Sequence[str] = (), only: Sequence[str] = ()) -> tuple[str, dict[str, str]]:
-  """Runs every unfinished variant (of those matching `only`, if given); returns
-  (sweep dir, {variant: finished|skipped|failed})."""
-  name, variants = load_sweep(config_arg, root)
+        extra_flags: Sequence[str] = (), only: Sequence[str] = (),
+        seeds: int | None = None) -> tuple[str, dict[str, str]]:
+  """Runs every unfinished run (of the variants matching `only`, if given) under `seeds`
+  seeds (see load_sweep); returns (sweep dir, {run label: finished|skipped|failed})."""
+  name, variants = load_sweep(config_arg, root, seeds)
   variants = select(variants, only)
   sweep_dir = os.path.join(root, name)
   with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
@@ -110,14 +151,14 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
 def _run(config_arg, name, variants, sweep_dir, parallel, extra_flags):
   devices = accelerators()
   slots = devices or [None] * max(1, parallel or 1)
-  print(f'sweep {name}: {len(variants)} variants -> {sweep_dir}/ '
+  print(f'sweep {name}: {len(variants)} runs -> {sweep_dir}/ '
         f'({len(slots)} at a time{", devices " + ",".join(devices) if devices else ""})',
         flush=True)
   status, queue, running = {}, [], {}
   for v in variants:
     if finished(v):
-      status[v.name] = 'skipped'
-      print(f'[{v.name}] finished earlier (results.json exists), skipping', flush=True)
+      status[v.label] = 'skipped'
+      print(f'[{v.label}] finished earlier (results.json exists), skipping', flush=True)
     else:
       queue.append(v)
   free = list(slots)
@@ -129,8 +170,9 @@ def _run(config_arg, name, variants, sweep_dir, parallel, extra_flags):
       if slot is not None:
         env['CUDA_VISIBLE_DEVICES'] = env['TPU_VISIBLE_CHIPS'] = slot
       how = 'resuming' if os.path.isdir(os.path.join(v.workdir, 'checkpoints')) else 'starting'
-      print(f'[{v.name}] {how}{" on device " + slot if slot else ""}: '
-            f'{" ".join(f"{k}={x}" for k, x in v.overrides.items())}', flush=True)
+      print(f'[{v.label}] {how}{" on device " + slot if slot else ""}: '
+            f'{" ".join(f"{k}={x}" for k, x in v.overrides.items())}'
+            + ('' if v.seed is None else f' seed={v.seed}'), flush=True)
       log = open(os.path.join(v.workdir, 'train.log'), 'a')
       proc = subprocess.Popen(command(config_arg, v) + list(extra_flags), stdout=log,
                               stderr=subprocess.STDOUT, env=env)
@@ -142,10 +184,10 @@ def _run(config_arg, name, variants, sweep_dir, parallel, extra_flags):
       log.close()
       free.append(slot)
       ok = proc.returncode == 0 and finished(v)
-      status[v.name] = 'finished' if ok else 'failed'
+      status[v.label] = 'finished' if ok else 'failed'
       with open(os.path.join(v.workdir, 'wall_time.json'), 'a') as f:
         f.write(json.dumps({'seconds': time.time() - t0, 'returncode': proc.returncode}) + '\n')
-      print(f'[{v.name}] {"finished" if ok else f"FAILED (exit {proc.returncode})"} in '
+      print(f'[{v.label}] {"finished" if ok else f"FAILED (exit {proc.returncode})"} in '
             f'{time.time() - t0:.0f} s' + ('' if ok else
                                             f'; see {os.path.join(v.workdir, "train.log")}'),
             flush=True)

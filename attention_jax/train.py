@@ -21,6 +21,7 @@ from attention_jax import inference
 from attention_jax import objective
 from attention_jax import parallel
 from attention_jax import preemption
+from attention_jax import records as records_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.model import ModelConfig
 from attention_jax.steps import (SCHEDULES, eval_params, init_state, make_optimizer,
@@ -324,7 +325,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
       progress.update(step, m)
       if step % t.eval_every == 0 or step == t.steps:
         t_eval = time.time()
-        val, _ = evaluate_(local(eval_params(state)), task, 'validation')
+        val, _, _ = evaluate_(local(eval_params(state)), task, 'validation')
         progress.t0 += time.time() - t_eval  # rates and ETA count training time only
         log(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
             f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}'
@@ -346,10 +347,10 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   params = local(eval_params(state))
   if best_step is not None and best_step != step:
     params = eval_params(ckpt_lib.restore(ckpts.best, best_step, state)[0])
-  results = {}
+  results, sentences = {}, {}
   for split in ('validation', 'test'):
-    results[split], kept = evaluate_(params, task, split,
-                                     keep_outputs=3 if split == 'test' else 0)
+    results[split], kept, sentences[split] = evaluate_(
+        params, task, split, keep_outputs=3 if split == 'test' else 0)
   heads = functools.partial(inference.layer_weights, graphdef, params) \
       if mcfg.arch == 'transformer' else None
   paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test',
@@ -359,6 +360,8 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
              'train_steps_per_s': step / train_time if train_time else None,
              'model_config': mcfg.to_dict(), 'heatmaps': paths}
   if lead():
+    for split, (header, recs) in sentences.items():   # for comparisons later (records.py)
+      records_lib.write(records_lib.path(workdir, split), header, recs)
     # written whole, then renamed: results.json marks a finished run
     workdir_lib.write_atomic(os.path.join(workdir, 'results.json'), json.dumps(summary, indent=2))
   for split, m in results.items():

@@ -12,7 +12,7 @@ import pytest
 
 import attention_jax as aj
 from attention_jax import checkpoint as ckpt_lib
-from attention_jax import train
+from attention_jax import records, train
 from experiments.configs import addition, dates, reverse, textfiles
 
 from helpers import smoke
@@ -186,6 +186,11 @@ def test_evaluate_workdir_writes_report_plot_and_heatmaps(dates_run):
   assert os.path.exists(report['bleu_by_length_plot'])
   assert len(report['heatmaps']) == 3 and all(os.path.exists(p) for p in report['heatmaps'])
   assert os.path.exists(os.path.join(workdir, 'eval_test_beam1_a0.6.json'))
+  # per-sentence records beside it, the same outputs as training's own (greedy) evaluation
+  _, again = records.read(report['sentences_file'])
+  _, final = records.read(records.path(workdir, 'test'))
+  assert report['sentences_file'].endswith('eval_test_beam1_a0.6.sentences.jsonl')
+  assert [r['hyp'] for r in again] == [r['hyp'] for r in final] and len(final) == 32
 
 
 def test_resume_refuses_another_config_but_accepts_fields_the_run_predates():

@@ -6,12 +6,17 @@ lengths depends on its positions.
   bash launch.sh length-study        # = python -m experiments.sweep --sweep=experiments/configs/length_study.py
 
 Trains `none`, `additive`, `general` and `dot` on `reverse` (training lengths 1-50, test
-lengths 1-100) with equal budgets, and `additive` with coverage (Tu et al. 2016: the coverage
-term in the score and the coverage loss discourage attending a position again); then four
-Transformers (3+3 layers, d_model 128, 4 heads) with the same budget: sinusoidal or learned
-positions, scaled_dot or additive cross-attention. Writes
+lengths 1-100) with equal budgets, and `additive` with coverage (Tu et al. 2016: the
+coverage term in the score and the coverage loss discourage attending a position again);
+then four Transformers (3+3 layers, d_model 128, 4 heads) with the same budget: sinusoidal
+or learned positions, scaled_dot or additive cross-attention; every variant under seeds 1-3
+(SEEDS). Writes
 runs/length_study/bleu_by_length.png and runs/length_study/summary.md (BLEU by
-source-length bucket per variant).
+source-length bucket per variant: means over seeds with 95% intervals, and every variant
+against the best). The RNN variants alone, two at a time:
+
+  bash launch.sh sweep experiments/configs/length_study.py --parallel=2 \
+      --only=none,additive,general,dot,additive_coverage
 """
 
 from experiments.configs import reverse
@@ -19,6 +24,9 @@ from experiments.configs import reverse
 VARIANTS = ('none', 'additive', 'general', 'dot')
 TRANSFORMERS = [(positions, score) for positions in ('sinusoidal', 'learned')
                 for score in ('scaled_dot', 'additive')]
+
+
+SEEDS = 3   # every variant under seeds 1, 2, 3 (--seeds=N overrides)
 
 
 def get_config(arg: str | None = None):

@@ -1,15 +1,18 @@
 """Every score function x both decoders on `dates`.
 
-  bash launch.sh sweep experiments/configs/score_sweep.py          # 18 variants, 600 steps each
-  bash launch.sh sweep experiments/configs/score_sweep.py:smoke    # seconds per variant
+  bash launch.sh sweep experiments/configs/score_sweep.py --parallel=2   # 18 variants x 3 seeds
+  bash launch.sh sweep experiments/configs/score_sweep.py:smoke --seeds=1  # seconds per variant
 
-Variants go to runs/score_sweep[_smoke]/<score>_<decoder>; the report (summary.md/.csv,
-bars.png, bleu_by_length.png) is written at the end. Add seeds with --config.seed via a
-copy of this file, or list them in get_sweep (variants named <name>_s<seed> are grouped).
+Runs go to runs/score_sweep[_smoke]/<score>_<decoder>/seed_<k> (600 steps each); the report
+(summary.md/.csv, comparisons.csv, bars.png, bleu_by_length.png: means over seeds with 95%
+intervals, every variant against the best) is written at the end.
 """
 
 from attention_jax import scores
 from experiments.configs import dates
+
+
+SEEDS = 3   # every variant under seeds 1, 2, 3 (--seeds=N overrides)
 
 
 def get_config(arg: str | None = None):

@@ -1,0 +1,357 @@
+"""Comparing runs and groups of runs (a variant's seeds) evaluated on the same split.
+
+  groups = resolve(['runs/length_study/additive', 'runs/length_study/dot'])  # seed groups
+  c = compare(groups, split='test', metrics=['bleu', 'exact_match'])
+  print(markdown(c))
+
+A group is one finished run (a workdir with results.json) or a directory of them (a sweep
+variant's seed_<k> workdirs). For every group and metric: the mean over seeds, its standard
+deviation and 95% t interval, overall and per source-length bucket. For every group against
+the baseline (the best group on the first metric, unless named): the difference, its interval
+over seeds (Welch) and over sentences (bootstrap), p over seeds (Welch's t-test) and over
+sentences (paired approximate randomisation by default), both Holm-adjusted over the family
+of comparisons on that metric, and one plain sentence. See attention_jax.stats for the tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+
+from attention_jax import records as records_lib
+from attention_jax import stats
+
+ALPHA = 0.05
+LABELS = {'bleu': 'BLEU', 'chrf': 'chrF', 'exact_match': 'exact match', 'wer': 'WER',
+          'per': 'PER', 'alignment_accuracy': 'alignment accuracy',
+          'token_accuracy': 'token accuracy'}
+# data fields that do not change which sentences a split holds
+_NOT_THE_SPLIT = ('data_dir', 'batch_size', 'num_buckets', 'max_src_len', 'max_tgt_len')
+
+
+@dataclasses.dataclass
+class Run:
+  workdir: str
+  results: dict            # results.json
+  records: dict            # split -> (header, records), where the run wrote them
+
+  def split(self, split: str) -> dict:
+    return self.results['results'][split]
+
+  @property
+  def wall_s(self) -> float:
+    path = os.path.join(self.workdir, 'wall_time.json')
+    if not os.path.exists(path):
+      return float('nan')
+    with open(path) as f:
+      return sum(json.loads(line)['seconds'] for line in f if line.strip())
+
+  def data_config(self) -> dict:
+    try:
+      with open(os.path.join(self.workdir, 'config.json')) as f:
+        return json.load(f).get('data', {})
+    except (OSError, ValueError):
+      return {}
+
+
+@dataclasses.dataclass
+class Group:
+  name: str
+  runs: list[Run]
+
+
+def is_run(path: str) -> bool:
+  return os.path.isfile(os.path.join(path, 'results.json'))
+
+
+def load_run(workdir: str, splits: Sequence[str] = ('test',)) -> Run:
+  with open(os.path.join(workdir, 'results.json')) as f:
+    results = json.load(f)
+  recs = {}
+  for split in splits:
+    path = records_lib.path(workdir, split)
+    if os.path.exists(path):
+      recs[split] = records_lib.read(path)
+  return Run(workdir, results, recs)
+
+
+def _runs_under(path: str) -> list[str]:
+  return sorted((os.path.join(path, d) for d in os.listdir(path)
+                 if is_run(os.path.join(path, d))), key=_natural)
+
+
+def _natural(path: str):
+  base = os.path.basename(path)
+  digits = ''.join(ch for ch in base if ch.isdigit())
+  return (base.rstrip('0123456789'), int(digits) if digits else -1, base)
+
+
+def resolve(paths: Sequence[str], split: str = 'test') -> list[Group]:
+  """Run or group directories -> groups (named by their directory; a seed_<k> run, or two
+  directories named alike, with their parent's name too)."""
+  groups = []
+  for p in paths:
+    p = os.path.normpath(p)
+    if not os.path.isdir(p):
+      raise FileNotFoundError(f'no such run or group directory: {p}')
+    if is_run(p):
+      runs = [p]
+    else:
+      runs = _runs_under(p)
+      if not runs:
+        raise ValueError(f'{p} is neither a finished run (no results.json) nor a group of '
+                         'runs (no subdirectory holds results.json)')
+    name = os.path.basename(p)
+    if re.fullmatch(r'seed_\d+', name):   # one seed of a variant: say which variant
+      name = os.path.join(os.path.basename(os.path.dirname(p)), name)
+    groups.append(Group(name, [load_run(r, (split,)) for r in runs]))
+  names = [g.name for g in groups]
+  for g, p in zip(groups, paths):
+    if names.count(g.name) > 1:
+      g.name = os.path.join(os.path.basename(os.path.dirname(os.path.normpath(p))), g.name)
+  if len({g.name for g in groups}) < len(groups):
+    raise ValueError(f'the same run or group was given twice: {", ".join(paths)}')
+  return groups
+
+
+def sweep_groups(sweep_dir: str, split: str = 'test') -> list[Group]:
+  """Every variant of a sweep directory that has at least one finished run."""
+  out = []
+  for name in sorted(os.listdir(sweep_dir)):
+    path = os.path.join(sweep_dir, name)
+    if os.path.isdir(path) and (is_run(path) or _runs_under(path)):
+      out.extend(resolve([path], split))
+  return out
+
+
+def check_same_split(groups: Sequence[Group], split: str) -> int:
+  """Refuses (ValueError naming the difference) runs evaluated on different sentences;
+  returns the number of sentences. Runs with per-sentence records are compared by their
+  split's fingerprint, others by their data config and sentence count."""
+  runs = [r for g in groups for r in g.runs]
+  for r in runs:
+    if split not in r.results['results']:
+      raise ValueError(f'{r.workdir} has no {split!r} results; splits: '
+                       f'{", ".join(r.results["results"])}')
+  first = runs[0]
+  for r in runs[1:]:
+    a, b = first.records.get(split), r.records.get(split)
+    same = (a[0]['fingerprint'] == b[0]['fingerprint']) if a and b else (
+        first.split(split)['sentences'] == r.split(split)['sentences'] and not _data_diffs(
+            first, r))
+    if not same:
+      diffs = _data_diffs(first, r)
+      raise ValueError(
+          f'{first.workdir} and {r.workdir} were evaluated on different {split} splits '
+          f'({first.split(split)["sentences"]} vs {r.split(split)["sentences"]} sentences'
+          + (f'; fingerprints {a[0]["fingerprint"]} vs {b[0]["fingerprint"]}' if a and b else '')
+          + (f'; data config: {"; ".join(diffs)}' if diffs else '') + '): they cannot be '
+          'compared sentence by sentence')
+  return int(first.split(split)['sentences'])
+
+
+def _data_diffs(a: Run, b: Run) -> list[str]:
+  da, db = a.data_config(), b.data_config()
+  return [f'data.{k} {da.get(k)!r} vs {db.get(k)!r}' for k in sorted(set(da) | set(db))
+          if k not in _NOT_THE_SPLIT and da.get(k) != db.get(k)]
+
+
+def default_metrics(groups: Sequence[Group], split: str = 'test') -> list[str]:
+  """The primary metric first (WER for tasks with several references, else BLEU), then one
+  more (PER, or exact match)."""
+  m = groups[0].runs[0].split(split)
+  return ['wer', 'per'] if 'wer' in m else ['bleu', 'exact_match']
+
+
+def values(group: Group, split: str, metric: str) -> list[float]:
+  return [float(r.split(split).get(metric, np.nan)) for r in group.runs]
+
+
+def _mean_stats(group: Group, split: str, metric: str) -> np.ndarray | None:
+  """Per-sentence statistics averaged over the group's seeds, or None without records."""
+  if not all(split in r.records for r in group.runs):
+    return None
+  return np.mean([records_lib.stats(r.records[split][1], metric) for r in group.runs], 0)
+
+
+def _interval_row(v: Sequence[float]) -> dict:
+  i = stats.t_interval(v)
+  return {'mean': i.mean, 'std': i.std, 'ci_lo': i.lo, 'ci_hi': i.hi, 'n': i.n}
+
+
+def by_length(group: Group, split: str, metric: str) -> list[dict]:
+  """Per source-length bucket: the metric's mean over seeds with its t interval."""
+  buckets: dict[str, dict] = {}
+  for r in group.runs:
+    for row in r.split(split).get('by_length', []):
+      if metric in row:
+        b = buckets.setdefault(row['bucket'], {'bucket': row['bucket'], 'lo': row['lo'],
+                                               'hi': row['hi'], 'sentences': row['sentences'],
+                                               'values': []})
+        b['values'].append(row[metric])
+  out = []
+  for b in sorted(buckets.values(), key=lambda b: b['lo']):
+    iv = _interval_row(b.pop('values'))
+    out.append({**b, metric: iv['mean'], 'std': iv['std'], 'ci_lo': iv['ci_lo'],
+                'ci_hi': iv['ci_hi'], 'seeds': iv['n']})
+  return out
+
+
+def compare(groups: Sequence[Group], split: str = 'test', metrics: Sequence[str] = (),
+            baseline: str | None = None, trials: int = 10_000) -> dict:
+  """The statistics of the module docstring, as a dict of rows (see markdown())."""
+  if not groups:
+    raise ValueError('nothing to compare: no finished runs')
+  sentences = check_same_split(groups, split)
+  metrics = list(metrics) or default_metrics(groups, split)
+  for m in metrics:
+    if m not in records_lib.KEYS:
+      raise ValueError(f'unknown metric {m!r}; valid: {", ".join(records_lib.KEYS)}')
+    missing = [g.name for g in groups if not np.isfinite(values(g, split, m)).all()]
+    if missing:
+      raise ValueError(f'metric {m!r} is not in the {split} results of {", ".join(missing)}')
+  lower = {m: m in records_lib.LOWER_IS_BETTER for m in metrics}
+  summary = [{'variant': g.name, 'seeds': len(g.runs),
+              **{f'{m}_{k}': v for m in metrics
+                 for k, v in _interval_row(values(g, split, m)).items() if k != 'n'},
+              'steps_per_s': float(np.nanmean([r.results.get('train_steps_per_s') or np.nan
+                                               for r in g.runs])),
+              'wall_s': float(np.nansum([r.wall_s for r in g.runs]))}
+             for g in groups]
+  primary = metrics[0]
+  by_name = {g.name: g for g in groups}
+  named = baseline is not None
+  if baseline is None:
+    means = {g.name: np.mean(values(g, split, primary)) for g in groups}
+    baseline = (min if lower[primary] else max)(means, key=means.get)
+  elif baseline not in by_name:
+    raise ValueError(f'baseline {baseline!r} is not among the compared: {", ".join(by_name)}')
+  base = by_name[baseline]
+  tokenize = next((r.records[split][0].get('bleu_tokenize', '13a') for g in groups
+                   for r in g.runs if split in r.records), '13a')
+  rows = []
+  for m in metrics:
+    family = []
+    for g in groups:
+      if g is base:
+        continue
+      seed = stats.welch(values(g, split, m), values(base, split, m))
+      sa, sb = _mean_stats(g, split, m), _mean_stats(base, split, m)
+      if sa is not None and sb is not None:
+        p_sent = stats.sentence_test(sa, sb, m, bleu_tokenize=tokenize, trials=trials)
+        s_lo, s_hi = stats.sentence_interval(sa, sb, m, bleu_tokenize=tokenize)
+      else:
+        p_sent = s_lo = s_hi = float('nan')
+      family.append({'variant': g.name, 'baseline': base.name, 'metric': m,
+                     'variant_mean': float(np.mean(values(g, split, m))),
+                     'baseline_mean': float(np.mean(values(base, split, m))),
+                     'diff': seed.diff, 'ci_seeds_lo': seed.lo, 'ci_seeds_hi': seed.hi,
+                     'ci_sentences_lo': s_lo, 'ci_sentences_hi': s_hi,
+                     'p_seeds': seed.p, 'p_sentences': p_sent,
+                     'seeds': f'{len(g.runs)}+{len(base.runs)}'})
+    for key in ('p_seeds', 'p_sentences'):
+      for row, adj in zip(family, stats.holm([r[key] for r in family])):
+        row[f'{key}_holm'] = adj
+    for row in family:
+      ps = [row[k] for k in ('p_seeds_holm', 'p_sentences_holm') if np.isfinite(row[k])]
+      row['significant'] = bool(ps) and all(p < ALPHA for p in ps)
+      row['sentence'] = _sentence(row, split, lower[m], sentences)
+    rows.extend(family)
+  return {'split': split, 'sentences': sentences, 'metrics': metrics, 'baseline': base.name,
+          'baseline_named': named, 'trials': trials, 'summary': summary,
+          'comparisons': rows,
+          'by_length': {g.name: by_length(g, split, primary) for g in groups}}
+
+
+def _fmt_p(p: float) -> str:
+  return 'n/a' if not np.isfinite(p) else ('< 0.0001' if p < 1e-4 else f'{p:.2g}')
+
+
+def _sentence(row: dict, split: str, lower_better: bool, sentences: int) -> str:
+  """One plain sentence: which is better, by how much, on what, how sure."""
+  m, v, b, d = LABELS[row['metric']], row['variant'], row['baseline'], row['diff']
+  better = (d < 0) == lower_better
+  ci = (f'95% CI {row["ci_seeds_lo"]:+.2f} to {row["ci_seeds_hi"]:+.2f} over seeds'
+        if np.isfinite(row['ci_seeds_lo']) else
+        f'95% CI {row["ci_sentences_lo"]:+.2f} to {row["ci_sentences_hi"]:+.2f} over sentences'
+        if np.isfinite(row['ci_sentences_lo']) else 'no interval')
+  how = (f'Holm-adjusted p = {_fmt_p(row["p_seeds_holm"])} over {row["seeds"]} seeds, '
+         f'{_fmt_p(row["p_sentences_holm"])} over {sentences:,} sentences'
+         + ('; with one seed on a side, seed-to-seed variation is untested'
+            if not np.isfinite(row['p_seeds']) else ''))
+  if d == 0:
+    return f'{v} and {b} score the same {split} {m} ({row["variant_mean"]:.2f}; {how}).'
+  if row['significant']:
+    return (f'{v if better else b} is better than {b if better else v} on {split} {m}: '
+            f'{row["variant_mean"]:.2f} vs {row["baseline_mean"]:.2f} ({d:+.2f}; {ci}); '
+            f'significant ({how}).')
+  return (f'{v} and {b} do not differ significantly on {split} {m}: {row["variant_mean"]:.2f} '
+          f'vs {row["baseline_mean"]:.2f} ({d:+.2f}; {ci}; {how}).')
+
+
+def _cell(mean: float, lo: float, hi: float) -> str:
+  if not np.isfinite(mean):
+    return '-'
+  return f'{mean:.2f}' + (f' [{lo:.2f}, {hi:.2f}]' if np.isfinite(lo) else '')
+
+
+def markdown(c: dict, title: str = '') -> str:
+  """The comparison as markdown: summary table, by-length table, comparisons, sentences, and
+  how it was tested."""
+  ms, split = c['metrics'], c['split']
+  seeds = sorted({s['seeds'] for s in c['summary']})
+  out = [title or f'{split.capitalize()} split: {len(c["summary"])} variants, '
+         f'{"/".join(map(str, seeds))} seed(s) each, {c["sentences"]:,} sentences.', '',
+         'Mean over seeds [95% t interval]:', '',
+         '| variant | seeds | ' + ' | '.join(LABELS[m] for m in ms) + ' | steps/s | wall (s) |',
+         '|---|---|' + '---|' * (len(ms) + 2)]
+  for s in c['summary']:
+    out.append(f'| {s["variant"]} | {s["seeds"]} | ' + ' | '.join(
+        _cell(s[f'{m}_mean'], s[f'{m}_ci_lo'], s[f'{m}_ci_hi']) for m in ms)
+        + f' | {s["steps_per_s"]:.1f} | {s["wall_s"]:.0f} |')
+  curves = c['by_length']
+  buckets = []
+  for rows in curves.values():
+    buckets += [r['bucket'] for r in rows if r['bucket'] not in buckets]
+  if buckets:
+    out += ['', f'{LABELS[ms[0]]} by source length, mean over seeds [95% t interval]:', '',
+            '| variant | ' + ' | '.join(buckets) + ' |', '|---|' + '---|' * len(buckets)]
+    for name, rows in curves.items():
+      got = {r['bucket']: r for r in rows}
+      out.append(f'| {name} | ' + ' | '.join(
+          _cell(got[b][ms[0]], got[b]['ci_lo'], got[b]['ci_hi']) if b in got else ''
+          for b in buckets) + ' |')
+  why = 'named as the baseline' if c['baseline_named'] else f'the best mean {LABELS[ms[0]]}'
+  out += ['', f'Against **{c["baseline"]}** ({why}); difference = variant - baseline:', '',
+          '| variant | metric | mean | baseline | difference | 95% CI, seeds | '
+          '95% CI, sentences | p seeds (Holm) | p sentences (Holm) | significant |',
+          '|---|---|---|---|---|---|---|---|---|---|']
+  for r in c['comparisons']:
+    out.append(
+        f'| {r["variant"]} | {LABELS[r["metric"]]} | {r["variant_mean"]:.2f} | '
+        f'{r["baseline_mean"]:.2f} | {r["diff"]:+.2f} | '
+        + ' | '.join('-' if not np.isfinite(r[f'ci_{k}_lo']) else
+                     f'{r[f"ci_{k}_lo"]:+.2f} to {r[f"ci_{k}_hi"]:+.2f}'
+                     for k in ('seeds', 'sentences'))
+        + f' | {_fmt_p(r["p_seeds"])} ({_fmt_p(r["p_seeds_holm"])}) | '
+          f'{_fmt_p(r["p_sentences"])} ({_fmt_p(r["p_sentences_holm"])}) | '
+          f'{"yes" if r["significant"] else "no"} |')
+  out += [''] + [f'- {r["sentence"]}' for r in c['comparisons']]
+  out += ['', f'How this was tested: over seeds, Welch\'s t-test and t intervals (few seeds: '
+          'a permutation test over 3+3 seeds cannot reach p < 0.1); over the '
+          f'{c["sentences"]:,} {split} sentences, paired approximate randomisation '
+          f'({c["trials"]:,} trials, scipy.stats.permutation_test; Riezler & Maxwell 2005 found '
+          'it less prone to false positives than the paired bootstrap) on per-sentence statistics '
+          '(a system with several seeds is the mean of its seeds\' statistics per sentence; '
+          'ties count as extreme, so identical systems get p = 1), and a paired percentile '
+          'bootstrap (scipy.stats.bootstrap, '
+          '1,000 resamples) for the interval. p-values are Holm-adjusted within each metric\'s '
+          f'family of {max(len(c["summary"]) - 1, 0)} comparisons; "significant" means every '
+          f'available adjusted p is below {ALPHA} (over seeds and over sentences: a difference '
+          'must hold beyond both seed-to-seed variation and the choice of test sentences).']
+  return '\n'.join(out) + '\n'

@@ -1,0 +1,50 @@
+"""Compare any finished runs, or groups of runs (a sweep variant's seeds), evaluated on the
+same split: means and 95% intervals over seeds, differences against a baseline with p-values
+over seeds and over sentences (Holm-adjusted), one plain sentence per comparison.
+
+  bash launch.sh compare runs/length_study/additive runs/length_study/dot
+  bash launch.sh compare runs/a runs/b runs/c --split=validation --metric=chrf,exact_match
+  bash launch.sh compare runs/cmudict_attention/* --baseline=global_additive --out=cmp.md
+
+A directory with results.json is one run; a directory whose subdirectories hold results.json
+is a group (its runs are seeds). Runs evaluated on different sentences are refused, naming
+the difference. The per-sentence records (sentences_<split>.jsonl, written by training) are
+what the sentence-level test resamples; runs without them get the seed-level statistics only.
+"""
+
+from absl import app, flags
+
+from attention_jax import compare as compare_lib
+from attention_jax import records as records_lib
+from experiments import cli
+
+flags.DEFINE_enum('split', 'test', ['validation', 'test'], 'Which split to compare.')
+flags.DEFINE_list('metric', [], 'Metrics, the first one leading (default: bleu,exact_match; '
+                  f'wer,per for G2P). Valid: {", ".join(records_lib.KEYS)}.')
+flags.DEFINE_string('baseline', None, 'The run or group every other is compared with '
+                    '(default: the best on the first metric).')
+flags.DEFINE_integer('trials', 10_000, 'Approximate-randomisation trials.', lower_bound=100)
+flags.DEFINE_string('out', None, 'Also write the markdown report to this file.')
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  paths = argv[1:]
+  if len(paths) < 2 and not (len(paths) == 1 and not compare_lib.is_run(paths[0])):
+    raise app.UsageError('give at least two runs or groups (or one group of several runs): '
+                         'bash launch.sh compare RUN_OR_GROUP ...')
+  groups = compare_lib.resolve(paths, FLAGS.split)
+  if len(groups) == 1:   # one group: compare its runs with each other
+    groups = compare_lib.resolve([r.workdir for r in groups[0].runs], FLAGS.split)
+  c = compare_lib.compare(groups, FLAGS.split, FLAGS.metric, baseline=FLAGS.baseline,
+                          trials=FLAGS.trials)
+  text = compare_lib.markdown(c)
+  print(text)
+  if FLAGS.out:
+    with open(FLAGS.out, 'w') as f:
+      f.write(text)
+    print(f'wrote {FLAGS.out}')
+
+
+if __name__ == '__main__':
+  cli.run(main)
