@@ -30,6 +30,8 @@ ALPHA = 0.05
 LABELS = {'bleu': 'BLEU', 'chrf': 'chrF', 'exact_match': 'exact match', 'wer': 'WER',
           'per': 'PER', 'alignment_accuracy': 'alignment accuracy',
           'token_accuracy': 'token accuracy'}
+# every metric of a results.json split that the summary reports where all runs have it
+REPORTED = ('bleu', 'chrf', 'exact_match', 'wer', 'per', 'token_accuracy', 'alignment_accuracy')
 # data fields that do not change which sentences a split holds
 _NOT_THE_SPLIT = ('data_dir', 'batch_size', 'num_buckets', 'max_src_len', 'max_tgt_len')
 
@@ -216,8 +218,10 @@ def compare(groups: Sequence[Group], split: str = 'test', metrics: Sequence[str]
     if missing:
       raise ValueError(f'metric {m!r} is not in the {split} results of {", ".join(missing)}')
   lower = {m: m in records_lib.LOWER_IS_BETTER for m in metrics}
+  reported = metrics + [m for m in REPORTED if m not in metrics and all(
+      np.isfinite(values(g, split, m)).all() for g in groups)]
   summary = [{'variant': g.name, 'seeds': len(g.runs),
-              **{f'{m}_{k}': v for m in metrics
+              **{f'{m}_{k}': v for m in reported
                  for k, v in _interval_row(values(g, split, m)).items() if k != 'n'},
               'steps_per_s': float(np.nanmean([r.results.get('train_steps_per_s') or np.nan
                                                for r in g.runs])),
@@ -262,10 +266,14 @@ def compare(groups: Sequence[Group], split: str = 'test', metrics: Sequence[str]
       row['significant'] = bool(ps) and all(p < ALPHA for p in ps)
       row['sentence'] = _sentence(row, split, lower[m], sentences)
     rows.extend(family)
-  return {'split': split, 'sentences': sentences, 'metrics': metrics, 'baseline': base.name,
+  return {'split': split, 'sentences': sentences, 'metrics': metrics, 'reported': reported,
+          'baseline': base.name,
           'baseline_named': named, 'trials': trials, 'summary': summary,
           'comparisons': rows,
-          'by_length': {g.name: by_length(g, split, primary) for g in groups}}
+          'by_length': {g.name: by_length(g, split, primary) for g in groups},
+          'by_length_all': [{'variant': g.name, 'metric': m, **row}
+                            for g in groups for m in reported
+                            for row in by_length(g, split, m)]}
 
 
 def _fmt_p(p: float) -> str:
@@ -294,10 +302,11 @@ def _sentence(row: dict, split: str, lower_better: bool, sentences: int) -> str:
           f'vs {row["baseline_mean"]:.2f} ({d:+.2f}; {ci}; {how}).')
 
 
-def _cell(mean: float, lo: float, hi: float) -> str:
+def _cell(mean: float, lo: float, hi: float, std: float = float('nan')) -> str:
   if not np.isfinite(mean):
     return '-'
-  return f'{mean:.2f}' + (f' [{lo:.2f}, {hi:.2f}]' if np.isfinite(lo) else '')
+  return (f'{mean:.2f}' + (f' ± {std:.2f}' if np.isfinite(std) else '')
+          + (f' [{lo:.2f}, {hi:.2f}]' if np.isfinite(lo) else ''))
 
 
 def markdown(c: dict, title: str = '') -> str:
@@ -307,12 +316,14 @@ def markdown(c: dict, title: str = '') -> str:
   seeds = sorted({s['seeds'] for s in c['summary']})
   out = [title or f'{split.capitalize()} split: {len(c["summary"])} variants, '
          f'{"/".join(map(str, seeds))} seed(s) each, {c["sentences"]:,} sentences.', '',
-         'Mean over seeds [95% t interval]:', '',
-         '| variant | seeds | ' + ' | '.join(LABELS[m] for m in ms) + ' | steps/s | wall (s) |',
-         '|---|---|' + '---|' * (len(ms) + 2)]
+         'Mean ± standard deviation over seeds [95% t interval]:', '',
+         '| variant | seeds | ' + ' | '.join(LABELS[m] for m in c['reported'])
+         + ' | steps/s | wall (s, all seeds) |',
+         '|---|---|' + '---|' * (len(c['reported']) + 2)]
   for s in c['summary']:
     out.append(f'| {s["variant"]} | {s["seeds"]} | ' + ' | '.join(
-        _cell(s[f'{m}_mean'], s[f'{m}_ci_lo'], s[f'{m}_ci_hi']) for m in ms)
+        _cell(s[f'{m}_mean'], s[f'{m}_ci_lo'], s[f'{m}_ci_hi'], s[f'{m}_std'])
+        for m in c['reported'])
         + f' | {s["steps_per_s"]:.1f} | {s["wall_s"]:.0f} |')
   curves = c['by_length']
   buckets = []

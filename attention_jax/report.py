@@ -4,7 +4,9 @@ bucket, and every variant against the best one (or the sweep file's BASELINE) wi
 p-values over seeds and over sentences, Holm-adjusted (attention_jax.compare). Writes
 
   summary.md        the tables, one plain sentence per comparison, and how it was tested
-  summary.csv       one row per variant: <metric>_mean/_std/_ci_lo/_ci_hi, steps/s, wall
+  summary.csv       one row per variant: <metric>_mean/_std/_ci_lo/_ci_hi of every metric,
+                    steps/s, wall
+  by_length.csv     one row per (variant, metric, source-length bucket): mean, std, interval
   comparisons.csv   one row per (variant, metric) against the baseline
   runs.csv          one row per run (each seed): its metrics
   bars.png          the primary metric's means with their intervals as error bars
@@ -60,6 +62,10 @@ def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
   with open(paths['markdown'], 'w') as f:
     f.write(text)
   paths['csv'] = _write_csv(os.path.join(sweep_dir, 'summary.csv'), c['summary'])
+  if c['by_length_all']:
+    rows = [{k: v for k, v in r.items() if k != r['metric']} | {'mean': r[r['metric']]}
+            for r in c['by_length_all']]
+    paths['by_length_csv'] = _write_csv(os.path.join(sweep_dir, 'by_length.csv'), rows)
   if c['comparisons']:
     paths['comparisons'] = _write_csv(os.path.join(sweep_dir, 'comparisons.csv'),
                                       c['comparisons'])

@@ -96,7 +96,8 @@ def test_runs_on_other_sentences_are_refused(tmp_path, sweep_dir):
 
 def test_sweep_report_files(sweep_dir):
   paths = report.write(sweep_dir, verbose=False)
-  assert sorted(paths) == ['bars', 'by_length', 'comparisons', 'csv', 'markdown', 'runs']
+  assert sorted(paths) == ['bars', 'by_length', 'by_length_csv', 'comparisons', 'csv', 'markdown',
+                          'runs']
   md = open(paths['markdown']).read()
   assert '| good | 3 |' in md and 'Against **good** (the best mean BLEU)' in md
   assert '- good is better than bad on test BLEU' in md and 'Holm' in md
