@@ -179,3 +179,23 @@ print('ok')
   out = subprocess.run([sys.executable, '-c', code], cwd=root, env=env, capture_output=True,
                        text=True, timeout=120)
   assert out.returncode == 0 and 'ok' in out.stdout, out.stderr[-3000:]
+
+
+def test_concurrent_prepares_of_one_data_set_all_succeed(tmp_path):
+  """A sweep's runs start together: each may find the data set missing; all must get it
+  (unlocked, all but one failed renaming their copy into place)."""
+  code = f"""
+from experiments.configs import common
+from attention_jax import data
+d = common.base_config().data
+d.update(dict(name='copy', data_dir={str(tmp_path)!r}, num_train=2000, num_valid=5,
+              num_test=5, max_len=8, test_max_len=8))
+print(len(data.prepare('copy', d).as_data_source()['train']))
+"""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = {**os.environ, 'PYTHONPATH': root + os.pathsep + os.environ.get('PYTHONPATH', '')}
+  procs = [subprocess.Popen([sys.executable, '-c', code], cwd=root, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+  outs = [p.communicate(timeout=300) for p in procs]
+  for p, (out, err) in zip(procs, outs):
+    assert p.returncode == 0 and out.split()[-1:] == ['2000'], err[-2000:]

@@ -24,9 +24,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import fcntl
 import functools
 import inspect
 import logging
+import os
 import string
 from typing import Any, Callable, Iterator
 
@@ -132,6 +134,23 @@ def quiet_tfds():
   finally:
     logging.getLogger('absl').removeFilter(log_filter)
     tfds.display_progress_bar(active)
+
+
+def prepared(make: Callable[[], tfds.core.DatasetBuilder]) -> tfds.core.DatasetBuilder:
+  """make() prepared: download_and_prepare() under an exclusive lock beside its data dir.
+
+  Runs of a sweep start together and may all find the data set missing: unlocked, each
+  generates it and all but the first fail renaming theirs into place. Locked, the first
+  generates it; the others wait, then build again (a builder made before the data existed
+  knows no splits) and find it prepared. (flock: local disks and NFS.)
+  """
+  parent = os.path.dirname(os.fspath(make().data_dir).rstrip('/'))
+  os.makedirs(parent, exist_ok=True)
+  with open(os.path.join(parent, '.prepare.lock'), 'a') as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes (or the process dies)
+    builder = make()
+    builder.download_and_prepare()
+  return builder
 
 
 class TaskBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
@@ -317,10 +336,9 @@ def prepare(task: str, data_cfg: Any) -> tfds.core.DatasetBuilder:
   if task not in BUILDERS:
     raise ValueError(f'no offline builder for task {task!r}; valid: {", ".join(BUILDERS)}')
   with quiet_tfds():
-    builder = BUILDERS[task](config=make_config(task, data_cfg),
-                             data_dir=data_cfg.data_dir or None, file_format='array_record')
-    builder.download_and_prepare()
-  return builder
+    return prepared(lambda: BUILDERS[task](config=make_config(task, data_cfg),
+                                           data_dir=data_cfg.data_dir or None,
+                                           file_format='array_record'))
 
 
 # ---- gold alignments ---------------------------------------------------------------------

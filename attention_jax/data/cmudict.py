@@ -127,7 +127,6 @@ class AjCmudict(builders.TaskBuilder, skip_registration=True):
 def prepare(data_cfg: Any) -> tfds.core.DatasetBuilder:
   """Writes the splits into data_cfg.data_dir ('' = ~/tensorflow_datasets) once."""
   with builders.quiet_tfds():
-    builder = AjCmudict(config=make_config(data_cfg), data_dir=data_cfg.data_dir or None,
-                        file_format='array_record')
-    builder.download_and_prepare()
-  return builder
+    return builders.prepared(lambda: AjCmudict(config=make_config(data_cfg),
+                                               data_dir=data_cfg.data_dir or None,
+                                               file_format='array_record'))

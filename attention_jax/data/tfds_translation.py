@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 import tensorflow_datasets as tfds
 
+from attention_jax.data import builders
+
 # Our split name -> the names builders use for it, in order of preference.
 SPLIT_NAMES = {'train': ('train',), 'validation': ('validation', 'dev', 'valid'),
                'test': ('test',)}
@@ -83,7 +85,8 @@ def load_pairs(name: str, src_lang: str, tgt_lang: str, *,
   except Exception as e:  # an unknown name, a bad config name, ...
     raise ValueError(f'cannot open TFDS data set {name!r} (data.tfds_name): {e}') from e
   try:
-    builder.download_and_prepare()
+    builder = builders.prepared(
+        lambda: tfds.builder(name, data_dir=data_dir or None, file_format='array_record'))
   except Exception as e:
     raise RuntimeError(
         f'TFDS data set {name!r} is not prepared in {builder.data_dir} and could not be '
