@@ -8,6 +8,8 @@
 #   bash launch.sh data-info CONFIG     prepare a dataset offline and print its statistics
 #   bash launch.sh sweep SWEEP_FILE [--seeds=N]   run every variant of a sweep (e.g.
 #                                       experiments/configs/length_study.py), under N seeds each
+#   bash launch.sh sweep SWEEP_FILE --executor=ray [--ray_address=auto] [--trial_gpus=1]
+#                                       ... as Ray tasks on a Ray cluster (local or joined)
 #   bash launch.sh compare RUN_OR_GROUP ... [--split=test] [--metric=bleu,exact_match]
 #                                       means, intervals and significance tests between runs
 #   bash launch.sh length-study         the length experiment: none/additive/general/dot on reverse

@@ -5,7 +5,7 @@
   c_t     = Σ_s a[t, s] h̄_s   (soft modes)  or  h̄_{s_t}, s_t ~ a_t (hard modes)
 
 Normalisers (NORMALISERS): softmax, sparsemax (Martins & Astudillo 2016: exact zeros).
-Modes (MODES), see ../shared/design/attention.md:
+Modes (MODES), each from its paper:
   global    soft attention over every source position (Bahdanau et al. 2015).
   local_m   a window [p_t - D, p_t + D] around p_t = t (Luong et al. 2015, monotonic).
   local_p   p_t = S · sigmoid(v_pᵀ tanh(W_p q_t)) with S the sentence's true length; the

@@ -1,8 +1,8 @@
 """Orbax checkpoints of a run: the train state, and JSON metadata (config, data-iterator
 position, metrics) saved together, so that a restart continues exactly.
 
-Two managers, because with `best_fn` Orbax keeps only the best steps and may delete the
-latest (see ../shared/design/environment.md):
+Two managers, because with `best_fn` Orbax keeps only the `max_to_keep` best steps and may
+delete the latest:
   <workdir>/checkpoints/latest  the newest `keep` steps, for resuming
   <workdir>/checkpoints/best    the step with the best validation BLEU, for using
 The train state is stored as a flat {path: array} dict, so it restores into any pytree

@@ -47,11 +47,28 @@ class Run:
 
   @property
   def wall_s(self) -> float:
+    """Seconds the sweep ran it, summed over its attempts (nan if not run by a sweep)."""
+    lines = self._attempts()
+    return sum(a['seconds'] for a in lines) if lines else float('nan')
+
+  def _attempts(self) -> list[dict]:
     path = os.path.join(self.workdir, 'wall_time.json')
     if not os.path.exists(path):
-      return float('nan')
+      return []
     with open(path) as f:
-      return sum(json.loads(line)['seconds'] for line in f if line.strip())
+      return [json.loads(line) for line in f if line.strip()]
+
+  @property
+  def attempts(self) -> int:
+    """How many times the sweep started it (a killed run is retried)."""
+    return len(self._attempts())
+
+  @property
+  def ran_on(self) -> str:
+    """Where its last attempt ran (host, and the Ray node for a Ray sweep), '' if unknown."""
+    last = (self._attempts() or [{}])[-1]
+    node = last.get('node_id')
+    return ' '.join(x for x in (last.get('host', ''), f'node {node[:8]}' if node else '') if x)
 
   def data_config(self) -> dict:
     try:

@@ -8,7 +8,7 @@ p-values over seeds and over sentences, Holm-adjusted (attention_jax.compare). W
                     steps/s, wall
   by_length.csv     one row per (variant, metric, source-length bucket): mean, std, interval
   comparisons.csv   one row per (variant, metric) against the baseline
-  runs.csv          one row per run (each seed): its metrics
+  runs.csv          one row per run (each seed): its metrics, wall time, attempts, where it ran
   bars.png          the primary metric's means with their intervals as error bars
   <metric>_by_length.png   the primary metric by source length, intervals as bands
 
@@ -71,7 +71,8 @@ def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
                                       c['comparisons'])
   run_rows = [{'variant': g.name, 'run': os.path.relpath(r.workdir, sweep_dir),
                **{k: r.split(split).get(k, float('nan')) for k in RUN_COLUMNS},
-               'steps_per_s': r.results.get('train_steps_per_s'), 'wall_s': r.wall_s}
+               'steps_per_s': r.results.get('train_steps_per_s'), 'wall_s': r.wall_s,
+               'attempts': r.attempts, 'ran_on': r.ran_on}
               for g in groups for r in g.runs]
   paths['runs'] = _write_csv(os.path.join(sweep_dir, 'runs.csv'), run_rows)
   metric = c['metrics'][0]

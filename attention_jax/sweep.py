@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -136,31 +137,75 @@ def select(variants: list[Variant], only: Sequence[str]) -> list[Variant]:
           if not only or any(fnmatch.fnmatchcase(v.name, p) for p in only)]
 
 
+EXECUTORS = ('local', 'ray')
+
+
 def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
         extra_flags: Sequence[str] = (), only: Sequence[str] = (),
-        seeds: int | None = None) -> tuple[str, dict[str, str]]:
+        seeds: int | None = None, executor: str = 'local',
+        **executor_options) -> tuple[str, dict[str, str]]:
   """Runs every unfinished run (of the variants matching `only`, if given) under `seeds`
-  seeds (see load_sweep); returns (sweep dir, {run label: finished|skipped|failed})."""
+  seeds (see load_sweep) on `executor`: 'local' (subprocesses of this machine, `parallel` at
+  a time or one per accelerator) or 'ray' (one Ray task per run on a Ray cluster; options in
+  attention_jax.ray_executor.run). Returns (sweep dir, {run label: finished|skipped|failed})."""
+  if executor not in EXECUTORS:
+    raise ValueError(f'unknown executor {executor!r}; valid: {", ".join(EXECUTORS)}')
+  if executor == 'local' and executor_options:
+    raise ValueError(f'{", ".join(sorted(executor_options))} only apply to --executor=ray')
   name, variants = load_sweep(config_arg, root, seeds)
   variants = select(variants, only)
   sweep_dir = os.path.join(root, name)
   with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
-    return _run(config_arg, name, variants, sweep_dir, parallel, extra_flags)
+    status, queue = {}, []
+    for v in variants:
+      if finished(v):
+        status[v.label] = 'skipped'
+        print(f'[{v.label}] finished earlier (results.json exists), skipping', flush=True)
+      else:
+        queue.append(v)
+    if executor == 'ray':
+      from attention_jax import ray_executor  # pylint: disable=g-import-not-at-top
+      status |= ray_executor.run(config_arg, name, queue, sweep_dir, extra_flags,
+                                 **executor_options)
+    else:
+      status |= _run_local(config_arg, name, queue, sweep_dir, parallel, extra_flags)
+  failed = [k for k, s in status.items() if s == 'failed']
+  print(f'sweep {name}: {sum(s == "finished" for s in status.values())} finished, '
+        f'{sum(s == "skipped" for s in status.values())} skipped, {len(failed)} failed'
+        + (f' ({", ".join(failed)})' if failed else ''), flush=True)
+  return sweep_dir, status
 
 
-def _run(config_arg, name, variants, sweep_dir, parallel, extra_flags):
+def describe(v: Variant) -> str:
+  """'model.score=dot seed=2': what a run changes, for the progress lines."""
+  return (' '.join(f'{k}={x}' for k, x in v.overrides.items())
+          + ('' if v.seed is None else f' seed={v.seed}')).strip()
+
+
+def record_attempt(workdir: str, seconds: float, returncode: int | None, **where) -> None:
+  """Appends one attempt (its running time, exit status and where it ran) to
+  <workdir>/wall_time.json; a run's wall time is the sum over its attempts."""
+  with open(os.path.join(workdir, 'wall_time.json'), 'a') as f:
+    f.write(json.dumps({'seconds': seconds, 'returncode': returncode, **where}) + '\n')
+
+
+def die_with_parent() -> None:
+  """preexec_fn of a run's process (Linux): SIGTERM it when the process that started it
+  dies, so a killed sweep or Ray worker leaves no orphan training (SIGTERM: it saves a
+  checkpoint and exits, and the next attempt resumes)."""
+  if sys.platform.startswith('linux'):
+    import ctypes  # pylint: disable=g-import-not-at-top
+    import signal  # pylint: disable=g-import-not-at-top
+    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+
+def _run_local(config_arg, name, queue, sweep_dir, parallel, extra_flags):
   devices = accelerators()
   slots = devices or [None] * max(1, parallel or 1)
-  print(f'sweep {name}: {len(variants)} runs -> {sweep_dir}/ '
+  print(f'sweep {name}: {len(queue)} runs to do -> {sweep_dir}/ '
         f'({len(slots)} at a time{", devices " + ",".join(devices) if devices else ""})',
         flush=True)
-  status, queue, running = {}, [], {}
-  for v in variants:
-    if finished(v):
-      status[v.label] = 'skipped'
-      print(f'[{v.label}] finished earlier (results.json exists), skipping', flush=True)
-    else:
-      queue.append(v)
+  status, queue, running = {}, list(queue), {}
   free = list(slots)
   while queue or running:
     while queue and free:
@@ -170,12 +215,11 @@ def _run(config_arg, name, variants, sweep_dir, parallel, extra_flags):
       if slot is not None:
         env['CUDA_VISIBLE_DEVICES'] = env['TPU_VISIBLE_CHIPS'] = slot
       how = 'resuming' if os.path.isdir(os.path.join(v.workdir, 'checkpoints')) else 'starting'
-      print(f'[{v.label}] {how}{" on device " + slot if slot else ""}: '
-            f'{" ".join(f"{k}={x}" for k, x in v.overrides.items())}'
-            + ('' if v.seed is None else f' seed={v.seed}'), flush=True)
+      print(f'[{v.label}] {how}{" on device " + slot if slot else ""}: {describe(v)}',
+            flush=True)
       log = open(os.path.join(v.workdir, 'train.log'), 'a')
       proc = subprocess.Popen(command(config_arg, v) + list(extra_flags), stdout=log,
-                              stderr=subprocess.STDOUT, env=env)
+                              stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
       running[proc] = (v, slot, log, time.time())
     for proc in list(running):
       if proc.poll() is None:
@@ -185,15 +229,11 @@ def _run(config_arg, name, variants, sweep_dir, parallel, extra_flags):
       free.append(slot)
       ok = proc.returncode == 0 and finished(v)
       status[v.label] = 'finished' if ok else 'failed'
-      with open(os.path.join(v.workdir, 'wall_time.json'), 'a') as f:
-        f.write(json.dumps({'seconds': time.time() - t0, 'returncode': proc.returncode}) + '\n')
+      record_attempt(v.workdir, time.time() - t0, proc.returncode, executor='local',
+                     host=socket.gethostname())
       print(f'[{v.label}] {"finished" if ok else f"FAILED (exit {proc.returncode})"} in '
             f'{time.time() - t0:.0f} s' + ('' if ok else
                                             f'; see {os.path.join(v.workdir, "train.log")}'),
             flush=True)
     time.sleep(0.5)
-  failed = [k for k, s in status.items() if s == 'failed']
-  print(f'sweep {name}: {sum(s == "finished" for s in status.values())} finished, '
-        f'{sum(s == "skipped" for s in status.values())} skipped, {len(failed)} failed'
-        + (f' ({", ".join(failed)})' if failed else ''), flush=True)
-  return sweep_dir, status
+  return status

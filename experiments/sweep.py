@@ -4,11 +4,14 @@
   bash launch.sh sweep experiments/configs/length_study.py
   bash launch.sh sweep experiments/configs/length_study.py --only='transformer_*'
   bash launch.sh sweep experiments/configs/score_sweep.py --seeds=3    # 3 seeds per variant
+  bash launch.sh sweep experiments/configs/score_sweep.py --executor=ray --ray_address=auto
 
 Re-running skips finished variants and resumes interrupted ones. See attention_jax/sweep.py.
 """
 
-from absl import flags
+import sys
+
+from absl import app, flags
 
 from attention_jax import report, sweep
 from experiments import cli
@@ -22,12 +25,35 @@ flags.DEFINE_integer('parallel', 1, 'Variants at once on a CPU-only machine (wit
 flags.DEFINE_integer('seeds', None, 'Run every variant under seeds 1..N (config.seed), each '
                      'into <variant>/seed_<k>; default: the sweep file\'s SEEDS, else one run '
                      'at the config\'s seed.', lower_bound=1)
+flags.DEFINE_enum('executor', 'local', sweep.EXECUTORS, 'local: subprocesses of this '
+                  'machine; ray: one Ray task per run on a Ray cluster '
+                  '(attention_jax/ray_executor.py).')
+flags.DEFINE_string('ray_address', None, 'Ray cluster to join (auto, HOST:PORT); default: '
+                    'start a local one for the sweep.')
+flags.DEFINE_float('trial_cpus', None, 'CPUs one run asks the Ray cluster for (default 1).')
+flags.DEFINE_float('trial_gpus', None, 'GPUs one run asks for (default 0).')
+flags.DEFINE_float('trial_tpus', None, 'TPU chips one run asks for (default 0).')
+flags.DEFINE_integer('max_retries', None, 'Times a killed run is started again, resuming '
+                     'from its checkpoint (default 3); failing runs are never retried.')
+flags.DEFINE_integer('ray_cpus', None, 'CPUs of the local Ray cluster (default: all).')
 FLAGS = flags.FLAGS
+RAY_FLAGS = {'ray_address': 'address', 'trial_cpus': 'trial_cpus', 'trial_gpus': 'trial_gpus',
+             'trial_tpus': 'trial_tpus', 'max_retries': 'max_retries', 'ray_cpus': 'num_cpus'}
 
 
 def main(argv):
-  sweep_dir, status = sweep.run(FLAGS.sweep, FLAGS.root, FLAGS.parallel, extra_flags=argv[1:],
-                                only=FLAGS.only, seeds=FLAGS.seeds)
+  options = {arg: FLAGS[f].value for f, arg in RAY_FLAGS.items() if FLAGS[f].value is not None}
+  if FLAGS.executor == 'local' and options:
+    raise app.UsageError(f'{", ".join("--" + f for f in RAY_FLAGS if FLAGS[f].value is not None)}'
+                         ' only apply to --executor=ray')
+  try:
+    sweep_dir, status = sweep.run(FLAGS.sweep, FLAGS.root, FLAGS.parallel,
+                                  extra_flags=argv[1:], only=FLAGS.only, seeds=FLAGS.seeds,
+                                  executor=FLAGS.executor, **options)
+  except KeyboardInterrupt:
+    print('error: sweep stopped by Ctrl-C; run the same command again to resume it',
+          file=sys.stderr, flush=True)
+    raise SystemExit(130) from None
   report.write(sweep_dir, baseline=sweep.baseline(FLAGS.sweep))
   if any(s == 'failed' for s in status.values()):
     raise SystemExit(1)

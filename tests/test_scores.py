@@ -32,7 +32,7 @@ def _p(score, *path):
 
 
 # score(q [B,T,Q], k [B,S,K], module) -> e [B,T,S], written from the formulas in
-# ../shared/design/attention.md, reading the module's parameters.
+# papers cited in attention_jax/scores.py, reading the module's parameters.
 NUMPY_REFERENCES = {
     'dot': lambda q, k, m: np.einsum('btd,bsd->bts', q, k),
     'scaled_dot': lambda q, k, m: np.einsum('btd,bsd->bts', q, k) / np.sqrt(k.shape[-1]),

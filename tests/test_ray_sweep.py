@@ -1,0 +1,141 @@
+"""Ray as the sweep executor: on a local Ray cluster (2 CPUs) and on a simulated two-node
+cluster (ray.cluster_utils.Cluster, as Ray's own tests do), a sweep of 2 variants x 2 seeds
+gives every run the final metrics of the local executor's, bit for bit, though one run's
+process is SIGKILLed mid-training (it is retried and resumes from its checkpoint); runs land
+on both nodes and the sweep says where; a run with a bad config fails once, unretried, and
+the others finish."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ray = pytest.importorskip('ray')
+from ray.cluster_utils import Cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SWEEP = '''
+from experiments.configs import dates
+
+def get_config(arg=None):
+  return dates.get_config(arg)
+
+def get_sweep(arg=None):
+  return [('additive', {'model.score': 'additive'}),
+          ('general', {'model.score': 'general', 'model.decoder': 'luong'}),
+          ('broken', {'model.attn_dim': -3})]
+'''
+RUNS = [f'{v}/seed_{k}' for v in ('additive', 'general') for k in (1, 2)]
+# long enough to be killed between checkpoints; the same for both executors
+TRAIN = ['--config.train.steps=300', '--config.train.checkpoint_every=50',
+         '--config.train.eval_every=300', '--config.train.log_every=50']
+
+
+def sweep_cmd(path, root, data_dir, *flags):
+  return [sys.executable, '-m', 'experiments.sweep', f'--sweep={path}:smoke', f'--root={root}',
+          '--seeds=2', *flags, '--', f'--config.data.data_dir={data_dir}', *TRAIN]
+
+
+def metrics(sweep_dir, run):
+  with open(os.path.join(sweep_dir, run, 'results.json')) as f:
+    return json.load(f)['results']
+
+
+def attempts(sweep_dir, run):
+  with open(os.path.join(sweep_dir, run, 'wall_time.json')) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+@pytest.fixture(scope='module')
+def setup(tmp_path_factory):
+  """The sweep file, a data dir, and the local executor's results of the 4 good runs."""
+  tmp = tmp_path_factory.mktemp('ray_sweep')
+  path = tmp / 'ray_sweep.py'
+  path.write_text(SWEEP)
+  data_dir = tmp / 'tfds'
+  out = subprocess.run(sweep_cmd(path, tmp / 'local', data_dir, '--parallel=2',
+                                 '--only=additive,general'),
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stdout + out.stderr
+  local = tmp / 'local' / 'ray_sweep_smoke'
+  return path, data_dir, {run: metrics(local, run) for run in RUNS}
+
+
+def test_a_killed_run_is_retried_and_every_run_matches_the_local_executor(setup, tmp_path):
+  path, data_dir, local = setup
+  proc = subprocess.Popen(sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=2',
+                                    '--only=additive,general'),
+                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  victim = tmp_path / 'ray_sweep_smoke' / 'additive' / 'seed_1'
+  latest, killed, deadline = victim / 'checkpoints' / 'latest', None, time.time() + 400
+  while killed is None and proc.poll() is None and time.time() < deadline:
+    steps = [int(s) for s in os.listdir(latest) if s.isdigit()] if latest.is_dir() else []
+    lock = (victim / '.lock').read_text() if (victim / '.lock').exists() else ''
+    if steps and max(steps) < 300 and lock.startswith('process '):
+      killed = int(lock.split()[1])
+      os.kill(killed, signal.SIGKILL)      # the run's training process, mid-training
+    time.sleep(0.02)
+  out, _ = proc.communicate(timeout=600)
+  assert killed, 'the run finished before it could be killed:\n' + out
+  assert proc.returncode == 0, out
+  sweep_dir = tmp_path / 'ray_sweep_smoke'
+  first, second = attempts(sweep_dir, 'additive/seed_1')
+  assert first['returncode'] == -signal.SIGKILL and second['returncode'] == 0
+  log = (victim / 'train.log').read_text()
+  assert 'attempt 2 on' in log and 'resum' in log.split('attempt 2 on')[1].lower(), log[-3000:]
+  for run in RUNS:
+    assert metrics(sweep_dir, run) == local[run], run   # bit-identical final metrics
+  assert '4 finished, 0 skipped, 0 failed' in out and 'where each run ran:' in out
+  assert (sweep_dir / 'summary.md').exists()
+
+
+def test_two_nodes_share_the_runs_and_a_bad_config_fails_once(setup, tmp_path):
+  path, data_dir, local = setup
+  cluster = Cluster(initialize_head=True, head_node_args={'num_cpus': 1})
+  try:
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    out = subprocess.run(sweep_cmd(path, tmp_path, data_dir, '--executor=ray',
+                                   f'--ray_address={cluster.address}'),
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+  finally:
+    cluster.shutdown()
+  text = out.stdout + out.stderr
+  assert out.returncode == 1, text                  # the broken variant failed ...
+  assert '4 finished, 0 skipped, 2 failed (broken/seed_1, broken/seed_2)' in text
+  sweep_dir = tmp_path / 'ray_sweep_smoke'
+  for k in (1, 2):                                  # ... once each: exit 2, not retried
+    assert [a['returncode'] for a in attempts(sweep_dir, f'broken/seed_{k}')] == [2]
+  for run in RUNS:
+    assert metrics(sweep_dir, run) == local[run], run
+  nodes = {attempts(sweep_dir, run)[-1]['node_id'] for run in RUNS}
+  assert len(nodes) == 2, nodes                     # both nodes ran some
+  where = text.split('where each run ran:')[1]
+  assert sum('Ray node' in line for line in where.splitlines()) == 2, where
+  runs_csv = (sweep_dir / 'runs.csv').read_text()
+  assert all(n[:8] in runs_csv for n in nodes)      # the report says where each ran
+
+
+def test_a_trial_no_node_can_run_and_storage_a_node_cannot_see_are_refused(setup, tmp_path):
+  path, data_dir, _ = setup
+  out = subprocess.run(sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=1',
+                                 '--only=additive', '--trial_gpus=1'),
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 2, out.stdout + out.stderr
+  assert out.stderr.strip().splitlines()[-1].startswith(
+      'error: no node of the Ray cluster offers what one run asks for (CPU=1, GPU=1)')
+  assert not (tmp_path / 'ray_sweep_smoke' / 'additive').exists()   # nothing was started
+
+  from attention_jax import ray_executor  # pylint: disable=g-import-not-at-top
+  ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+  try:   # a node whose view of the project differs from the driver's (here: none there)
+    with pytest.raises(OSError, match='storage every node sees: Ray node .* has no project'):
+      ray_executor.check_shared_storage(ray, str(tmp_path / 'sweep'), str(tmp_path))
+    assert ray_executor.check_shared_storage(ray, str(tmp_path / 'sweep'), ROOT)
+    assert os.listdir(tmp_path / 'sweep') == []     # the probe files are removed
+  finally:
+    ray.shutdown()
