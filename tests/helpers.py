@@ -9,3 +9,17 @@ def smoke(module, data_dir, **overrides):
     section, field = key.split('.')
     c[section][field] = value
   return c
+
+
+# a sweep file of two variants and one whose config is invalid (model.attn_dim < 1)
+TINY_SWEEP = """
+from experiments.configs import dates
+
+def get_config(arg=None):
+  return dates.get_config(arg)
+
+def get_sweep(arg=None):
+  return [('additive', {'model.score': 'additive'}),
+          ('broken', {'model.attn_dim': -3}),
+          ('general', {'model.score': 'general', 'model.decoder': 'luong'})]
+"""

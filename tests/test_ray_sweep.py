@@ -13,22 +13,12 @@ import sys
 import time
 
 import pytest
+import ray
+from ray.cluster_utils import Cluster
 
-ray = pytest.importorskip('ray')
-from ray.cluster_utils import Cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
+from helpers import TINY_SWEEP as SWEEP
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SWEEP = '''
-from experiments.configs import dates
-
-def get_config(arg=None):
-  return dates.get_config(arg)
-
-def get_sweep(arg=None):
-  return [('additive', {'model.score': 'additive'}),
-          ('general', {'model.score': 'general', 'model.decoder': 'luong'}),
-          ('broken', {'model.attn_dim': -3})]
-'''
 RUNS = [f'{v}/seed_{k}' for v in ('additive', 'general') for k in (1, 2)]
 # long enough to be killed between checkpoints; the same for both executors
 TRAIN = ['--config.train.steps=300', '--config.train.checkpoint_every=50',

@@ -13,20 +13,9 @@ import numpy as np
 import pytest
 
 from attention_jax import api, multihead, records, stats, sweep
+from helpers import TINY_SWEEP as SWEEP
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-SWEEP = '''
-from experiments.configs import dates
-
-def get_config(arg=None):
-  return dates.get_config(arg)
-
-def get_sweep(arg=None):
-  return [('additive', {'model.score': 'additive'}),
-          ('broken', {'model.attn_dim': -3}),
-          ('general', {'model.score': 'general', 'model.decoder': 'luong'})]
-'''
 
 
 def run_sweep(path, root, data_dir, *flags):
