@@ -82,8 +82,9 @@ def _trial(cmd: list[str], workdir: str, cwd: str, env: dict, label: str, progre
     proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=cwd, stdout=log,
                             stderr=subprocess.STDOUT, env={**os.environ, **env},
                             preexec_fn=_preexec)
-    try:
-      returncode = proc.wait()
+    try:   # polled, not proc.wait(): ray.cancel's KeyboardInterrupt reaches Python code
+      while (returncode := proc.poll()) is None:   # only between bytecodes
+        time.sleep(0.2)
     except KeyboardInterrupt:   # ray.cancel: the run saves a checkpoint and stops
       proc.send_signal(signal.SIGTERM)
       try:
