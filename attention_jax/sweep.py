@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import importlib.util
 import json
 import os
@@ -137,21 +138,20 @@ def select(variants: list[Variant], only: Sequence[str]) -> list[Variant]:
           if not only or any(fnmatch.fnmatchcase(v.name, p) for p in only)]
 
 
-EXECUTORS = ('local', 'ray')
+def local(parallel: int | None = None):
+  """The local executor: the runs as subprocesses of this machine, `parallel` at a time on a
+  CPU, one per accelerator where there are some. (attention_jax.ray_executor.run is the other;
+  an executor is f(config_arg, sweep name, runs to do, sweep dir, extra flags) -> status.)"""
+  return functools.partial(_run_local, parallel=parallel)
 
 
 def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
         extra_flags: Sequence[str] = (), only: Sequence[str] = (),
-        seeds: int | None = None, executor: str = 'local',
-        **executor_options) -> tuple[str, dict[str, str]]:
+        seeds: int | None = None, execute=None) -> tuple[str, dict[str, str]]:
   """Runs every unfinished run (of the variants matching `only`, if given) under `seeds`
-  seeds (see load_sweep) on `executor`: 'local' (subprocesses of this machine, `parallel` at
-  a time or one per accelerator) or 'ray' (one Ray task per run on a Ray cluster; options in
-  attention_jax.ray_executor.run). Returns (sweep dir, {run label: finished|skipped|failed})."""
-  if executor not in EXECUTORS:
-    raise ValueError(f'unknown executor {executor!r}; valid: {", ".join(EXECUTORS)}')
-  if executor == 'local' and executor_options:
-    raise ValueError(f'{", ".join(sorted(executor_options))} only apply to --executor=ray')
+  seeds (see load_sweep) with `execute` (default: local(parallel)); returns (sweep dir,
+  {run label: finished|skipped|failed})."""
+  execute = execute or local(parallel)
   name, variants = load_sweep(config_arg, root, seeds)
   variants = select(variants, only)
   sweep_dir = os.path.join(root, name)
@@ -163,12 +163,7 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
         print(f'[{v.label}] finished earlier (results.json exists), skipping', flush=True)
       else:
         queue.append(v)
-    if executor == 'ray':
-      from attention_jax import ray_executor  # pylint: disable=g-import-not-at-top
-      status |= ray_executor.run(config_arg, name, queue, sweep_dir, extra_flags,
-                                 **executor_options)
-    else:
-      status |= _run_local(config_arg, name, queue, sweep_dir, parallel, extra_flags)
+    status |= execute(config_arg, name, queue, sweep_dir, extra_flags)
   failed = [k for k, s in status.items() if s == 'failed']
   print(f'sweep {name}: {sum(s == "finished" for s in status.values())} finished, '
         f'{sum(s == "skipped" for s in status.values())} skipped, {len(failed)} failed'
@@ -199,7 +194,7 @@ def die_with_parent() -> None:
     ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
 
 
-def _run_local(config_arg, name, queue, sweep_dir, parallel, extra_flags):
+def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None):
   devices = accelerators()
   slots = devices or [None] * max(1, parallel or 1)
   print(f'sweep {name}: {len(queue)} runs to do -> {sweep_dir}/ '

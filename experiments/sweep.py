@@ -9,11 +9,12 @@
 Re-running skips finished variants and resumes interrupted ones. See attention_jax/sweep.py.
 """
 
+import functools
 import sys
 
 from absl import app, flags
 
-from attention_jax import report, sweep
+from attention_jax import ray_executor, report, sweep
 from experiments import cli
 
 flags.DEFINE_string('sweep', None, 'Sweep file (path[:arg]).', required=True)
@@ -25,7 +26,7 @@ flags.DEFINE_integer('parallel', 1, 'Variants at once on a CPU-only machine (wit
 flags.DEFINE_integer('seeds', None, 'Run every variant under seeds 1..N (config.seed), each '
                      'into <variant>/seed_<k>; default: the sweep file\'s SEEDS, else one run '
                      'at the config\'s seed.', lower_bound=1)
-flags.DEFINE_enum('executor', 'local', sweep.EXECUTORS, 'local: subprocesses of this '
+flags.DEFINE_enum('executor', 'local', ('local', 'ray'), 'local: subprocesses of this '
                   'machine; ray: one Ray task per run on a Ray cluster '
                   '(attention_jax/ray_executor.py).')
 flags.DEFINE_string('ray_address', None, 'Ray cluster to join (auto, HOST:PORT); default: '
@@ -46,10 +47,11 @@ def main(argv):
   if FLAGS.executor == 'local' and options:
     raise app.UsageError(f'{", ".join("--" + f for f in RAY_FLAGS if FLAGS[f].value is not None)}'
                          ' only apply to --executor=ray')
+  execute = (functools.partial(ray_executor.run, **options) if FLAGS.executor == 'ray'
+             else sweep.local(FLAGS.parallel))
   try:
-    sweep_dir, status = sweep.run(FLAGS.sweep, FLAGS.root, FLAGS.parallel,
-                                  extra_flags=argv[1:], only=FLAGS.only, seeds=FLAGS.seeds,
-                                  executor=FLAGS.executor, **options)
+    sweep_dir, status = sweep.run(FLAGS.sweep, FLAGS.root, extra_flags=argv[1:],
+                                  only=FLAGS.only, seeds=FLAGS.seeds, execute=execute)
   except KeyboardInterrupt:
     print('error: sweep stopped by Ctrl-C; run the same command again to resume it',
           file=sys.stderr, flush=True)

@@ -1,9 +1,9 @@
-"""Ray as the sweep executor: on a local Ray cluster (2 CPUs) and on a simulated two-node
-cluster (ray.cluster_utils.Cluster, as Ray's own tests do), a sweep of 2 variants x 2 seeds
-gives every run the final metrics of the local executor's, bit for bit, though one run's
-process is SIGKILLed mid-training (it is retried and resumes from its checkpoint); runs land
-on both nodes and the sweep says where; a run with a bad config fails once, unretried, and
-the others finish."""
+"""Ray as the sweep executor: on a simulated two-node cluster (ray.cluster_utils.Cluster, as
+Ray's own tests do), a sweep of 2 variants x 2 seeds gives every run the final metrics of the
+local executor's, bit for bit, though one run's process is SIGKILLed mid-training (it is
+retried and resumes from its checkpoint); runs land on both nodes and the sweep says where; a
+run with a bad config fails once, unretried, and the others finish. Requests no node can meet
+and storage a node cannot see are refused before anything runs."""
 
 import json
 import os
@@ -55,53 +55,42 @@ def setup(tmp_path_factory):
   return path, data_dir, {run: metrics(local, run) for run in RUNS}
 
 
-def test_a_killed_run_is_retried_and_every_run_matches_the_local_executor(setup, tmp_path):
+def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
+  """On a simulated two-node cluster (1 CPU each): the runs land on both nodes and the sweep
+  says where; a run's process SIGKILLed mid-training is retried and resumes; the bad config
+  fails once, unretried; every good run ends with the local executor's metrics, bit for bit."""
   path, data_dir, local = setup
-  proc = subprocess.Popen(sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=2',
-                                    '--only=additive,general'),
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  victim = tmp_path / 'ray_sweep_smoke' / 'additive' / 'seed_1'
-  latest, killed, deadline = victim / 'checkpoints' / 'latest', None, time.time() + 400
-  while killed is None and proc.poll() is None and time.time() < deadline:
-    steps = [int(s) for s in os.listdir(latest) if s.isdigit()] if latest.is_dir() else []
-    lock = (victim / '.lock').read_text() if (victim / '.lock').exists() else ''
-    if steps and max(steps) < 300 and lock.startswith('process '):
-      killed = int(lock.split()[1])
-      os.kill(killed, signal.SIGKILL)      # the run's training process, mid-training
-    time.sleep(0.02)
-  out, _ = proc.communicate(timeout=600)
-  assert killed, 'the run finished before it could be killed:\n' + out
-  assert proc.returncode == 0, out
+  cluster = Cluster(initialize_head=True, head_node_args={'num_cpus': 1})
+  try:
+    cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    proc = subprocess.Popen(sweep_cmd(path, tmp_path, data_dir, '--executor=ray',
+                                      f'--ray_address={cluster.address}'),
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    victim = tmp_path / 'ray_sweep_smoke' / 'additive' / 'seed_1'
+    latest, killed, deadline = victim / 'checkpoints' / 'latest', None, time.time() + 400
+    while killed is None and proc.poll() is None and time.time() < deadline:
+      steps = [int(s) for s in os.listdir(latest) if s.isdigit()] if latest.is_dir() else []
+      lock = (victim / '.lock').read_text() if (victim / '.lock').exists() else ''
+      if steps and max(steps) < 300 and lock.startswith('process '):
+        killed = int(lock.split()[1])
+        os.kill(killed, signal.SIGKILL)      # the run's training process, mid-training
+      time.sleep(0.02)
+    text, _ = proc.communicate(timeout=600)
+  finally:
+    cluster.shutdown()
+  assert killed, 'the run finished before it could be killed:\n' + text
+  assert proc.returncode == 1, text                 # the broken variant failed ...
+  assert '4 finished, 0 skipped, 2 failed (broken/seed_1, broken/seed_2)' in text
   sweep_dir = tmp_path / 'ray_sweep_smoke'
+  for k in (1, 2):                                  # ... once each: exit 2, not retried
+    assert [a['returncode'] for a in attempts(sweep_dir, f'broken/seed_{k}')] == [2]
   first, second = attempts(sweep_dir, 'additive/seed_1')
   assert first['returncode'] == -signal.SIGKILL and second['returncode'] == 0
   log = (victim / 'train.log').read_text()
   assert 'attempt 2 on' in log and 'resum' in log.split('attempt 2 on')[1].lower(), log[-3000:]
   for run in RUNS:
     assert metrics(sweep_dir, run) == local[run], run   # bit-identical final metrics
-  assert '4 finished, 0 skipped, 0 failed' in out and 'where each run ran:' in out
-  assert (sweep_dir / 'summary.md').exists()
-
-
-def test_two_nodes_share_the_runs_and_a_bad_config_fails_once(setup, tmp_path):
-  path, data_dir, local = setup
-  cluster = Cluster(initialize_head=True, head_node_args={'num_cpus': 1})
-  try:
-    cluster.add_node(num_cpus=1)
-    cluster.wait_for_nodes()
-    out = subprocess.run(sweep_cmd(path, tmp_path, data_dir, '--executor=ray',
-                                   f'--ray_address={cluster.address}'),
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
-  finally:
-    cluster.shutdown()
-  text = out.stdout + out.stderr
-  assert out.returncode == 1, text                  # the broken variant failed ...
-  assert '4 finished, 0 skipped, 2 failed (broken/seed_1, broken/seed_2)' in text
-  sweep_dir = tmp_path / 'ray_sweep_smoke'
-  for k in (1, 2):                                  # ... once each: exit 2, not retried
-    assert [a['returncode'] for a in attempts(sweep_dir, f'broken/seed_{k}')] == [2]
-  for run in RUNS:
-    assert metrics(sweep_dir, run) == local[run], run
   nodes = {attempts(sweep_dir, run)[-1]['node_id'] for run in RUNS}
   assert len(nodes) == 2, nodes                     # both nodes ran some
   where = text.split('where each run ran:')[1]
