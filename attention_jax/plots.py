@@ -52,6 +52,10 @@ def plot_attention_grid(items, path: str, cols: int = 3) -> str:
   return path
 
 
+YLABELS = {'bleu': 'BLEU', 'chrf': 'chrF', 'wer': 'WER (%)', 'per': 'PER (%)',
+           'exact_match': 'exact match (%)'}
+
+
 def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu',
                    title: str = '', train_max_len: int | None = None) -> str:
   """curves: {variant: report['by_length']} -> one line per variant, metric vs source length
@@ -72,7 +76,7 @@ def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu
     ax.text(train_max_len, ax.get_ylim()[0], ' longest training sentence', color='grey',
             fontsize=8, va='bottom')
   ax.set_xlabel('source length (tokens)')
-  ax.set_ylabel(metric.replace('_', ' '))
+  ax.set_ylabel(YLABELS.get(metric, metric.replace('_', ' ')))
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   if title:
