@@ -148,7 +148,7 @@ def _nodes(ray) -> list[dict]:
   return [n for n in ray.nodes() if n.get('Alive')]
 
 
-def _check_resources(ray, request: dict) -> None:
+def check_resources(ray, request: dict) -> None:
   """Fails at once if no node can ever run a trial (Ray would wait forever)."""
   nodes = _nodes(ray)
   if not any(all(n['Resources'].get(k, 0) >= v for k, v in request.items() if v)
@@ -231,7 +231,7 @@ def run(config_arg: str, name: str, queue: list, sweep_dir: str, extra_flags=(),
            configure_logging=False)
   try:
     request = {'CPU': trial_cpus, 'GPU': trial_gpus, 'TPU': trial_tpus}
-    _check_resources(ray, request)
+    check_resources(ray, request)
     hosts = check_shared_storage(ray, sweep_dir, os.getcwd())
     print(f'sweep {name}: {len(queue)} runs to do -> {sweep_dir}/ on Ray '
           f'({len(hosts)} nodes, {ray.cluster_resources().get("CPU", 0):g} CPUs, '

@@ -3,11 +3,13 @@ Ray's own tests do), a sweep of 2 variants x 2 seeds gives every run the final m
 local executor's, bit for bit, though one run's process is SIGKILLed mid-training (it is
 retried and resumes from its checkpoint); runs land on both nodes and the sweep says where; a
 run with a bad config fails once, unretried, and the others finish. Requests no node can meet
-and storage a node cannot see are refused before anything runs."""
+and storage a node cannot see are refused before anything runs (the CLI prints such errors in
+one line, exit 2, as every expected failure: experiments/cli.py)."""
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
+from attention_jax import ray_executor
 from helpers import TINY_SWEEP as SWEEP
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,22 +102,20 @@ def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
   assert all(n[:8] in runs_csv for n in nodes)      # the report says where each ran
 
 
-def test_a_trial_no_node_can_run_and_storage_a_node_cannot_see_are_refused(setup, tmp_path):
-  path, data_dir, _ = setup
-  out = subprocess.run(sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=1',
-                                 '--only=additive', '--trial_gpus=1'),
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
-  assert out.returncode == 2, out.stdout + out.stderr
-  assert out.stderr.strip().splitlines()[-1].startswith(
-      'error: no node of the Ray cluster offers what one run asks for (CPU=1, GPU=1)')
-  assert not (tmp_path / 'ray_sweep_smoke' / 'additive').exists()   # nothing was started
-
-  from attention_jax import ray_executor  # pylint: disable=g-import-not-at-top
+def test_a_trial_no_node_can_run_and_storage_a_node_cannot_see_are_refused(tmp_path,
+                                                                         monkeypatch):
+  monkeypatch.setenv('RAY_worker_niceness', '0')   # as the sweep's own local cluster does
   ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-  try:   # a node whose view of the project differs from the driver's (here: none there)
+  try:
+    with pytest.raises(ValueError, match=r'no node of the Ray cluster offers what one run asks '
+                       r'for \(CPU=1, GPU=1\); nodes have: CPU=1'):
+      ray_executor.check_resources(ray, {'CPU': 1, 'GPU': 1, 'TPU': 0})
+    ray_executor.check_resources(ray, {'CPU': 1, 'GPU': 0, 'TPU': 0})
+    # a node whose view of the project differs from the driver's (here: none there)
     with pytest.raises(OSError, match='storage every node sees: Ray node .* has no project'):
       ray_executor.check_shared_storage(ray, str(tmp_path / 'sweep'), str(tmp_path))
-    assert ray_executor.check_shared_storage(ray, str(tmp_path / 'sweep'), ROOT)
+    assert ray_executor.check_shared_storage(ray, str(tmp_path / 'sweep'), ROOT) == [
+        socket.gethostname()]                        # one node, this host
     assert os.listdir(tmp_path / 'sweep') == []     # the probe files are removed
   finally:
     ray.shutdown()
