@@ -16,6 +16,7 @@ of comparisons on that metric, and one plain sentence. See attention_jax.stats f
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -48,10 +49,12 @@ class Run:
   @property
   def wall_s(self) -> float:
     """Seconds the sweep ran it, summed over its attempts (nan if not run by a sweep)."""
-    lines = self._attempts()
+    lines = self._attempts_read
     return sum(a['seconds'] for a in lines) if lines else float('nan')
 
-  def _attempts(self) -> list[dict]:
+  @functools.cached_property
+  def _attempts_read(self) -> list[dict]:
+    """The sweep's attempts of this run (wall_time.json), read once for all the properties."""
     path = os.path.join(self.workdir, 'wall_time.json')
     if not os.path.exists(path):
       return []
@@ -61,12 +64,12 @@ class Run:
   @property
   def attempts(self) -> int:
     """How many times the sweep started it (a killed run is retried)."""
-    return len(self._attempts())
+    return len(self._attempts_read)
 
   @property
   def ran_on(self) -> str:
     """Where its last attempt ran (host, and the Ray node for a Ray sweep), '' if unknown."""
-    last = (self._attempts() or [{}])[-1]
+    last = (self._attempts_read or [{}])[-1]
     node = last.get('node_id')
     return ' '.join(x for x in (last.get('host', ''), f'node {node[:8]}' if node else '') if x)
 
