@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 import warnings
 from typing import Sequence
 
@@ -89,17 +90,25 @@ class Translator:
       src[i, :len(x)] = x
     return src
 
-  def _check_lengths(self, texts: Sequence[str]) -> None:
-    for i, t in enumerate(texts):   # a cheap bound first: a token is at least one character
-      if len(t) > 64 * self.max_input_len:
-        raise ValueError(f'input {i} has {len(t):,} characters, far beyond the limit of '
-                         f'{self.max_input_len} tokens (t.max_input_len); split it or raise '
+  def check(self, texts: Sequence[str], name=lambda i: f'texts[{i}]') -> None:
+    """Raises ValueError/TypeError for inputs that translate() would refuse, naming the
+    first by name(i) (i: its index in texts), before anything is decoded."""
+    self._check_texts(texts, 'check(texts)')
+    self._check_lengths(texts, [i for i, t in enumerate(texts) if t.strip()], name)
+
+  def _check_lengths(self, texts: Sequence[str], rows: Sequence[int],
+                     name=lambda i: f'texts[{i}]') -> None:
+    """Checks texts[i] for i in rows (the non-empty ones)."""
+    for i in rows:   # a cheap bound first: a token is at least one character
+      if len(texts[i]) > 64 * self.max_input_len:
+        raise ValueError(f'{name(i)} has {len(texts[i]):,} characters, far beyond the limit '
+                         f'of {self.max_input_len} tokens (t.max_input_len); split it or raise '
                          't.max_input_len')
-    lengths = [len(self.src_tok.encode(t)) for t in texts]
+    lengths = [len(self.src_tok.encode(texts[i])) for i in rows]
     longest = max(lengths, default=0)
     if longest > self.max_input_len:
-      i = lengths.index(longest)
-      raise ValueError(f'input {i} has {longest:,} tokens; the limit is {self.max_input_len} '
+      i = rows[lengths.index(longest)]
+      raise ValueError(f'{name(i)} has {longest:,} tokens; the limit is {self.max_input_len} '
                        f'(t.max_input_len, 4x the training maximum, at least 512): split it or '
                        'raise t.max_input_len')
     if (self.config.arch == 'rnn' and self.config.score == 'location'
@@ -145,7 +154,7 @@ class Translator:
     for i in set(range(len(texts))) - set(todo):
       out[i] = Hypotheses([''] * nbest, [0.0] * nbest, [np.zeros((0, 0), np.float32)] * nbest,
                           [], [[] for _ in range(nbest)], [np.zeros(0, np.int32)] * nbest)
-    self._check_lengths([texts[i] for i in todo])
+    self._check_lengths(texts, todo)
     todo.sort(key=lambda i: len(texts[i]))          # similar lengths share a chunk
     for rows in self._chunks(todo, [len(texts[i]) for i in todo], beam * nbest):
       src = self._encode([texts[i] for i in rows])
@@ -208,9 +217,12 @@ class Translator:
 def load(workdir: str, step: int | None = None) -> Translator:
   """Rebuilds the model of a run from its saved config and tokenizers, and restores the best
   checkpoint (or `step`, from the latest/best checkpoints). Fails with CheckpointError
-  naming the problem when the workdir, config or checkpoint is missing or corrupt."""
+  naming the problem when the workdir, config or checkpoint is missing or corrupt. While
+  the run trains, a step deleted as it is read (checkpoints rotate) is retried with the
+  newest complete one."""
   if not os.path.isdir(workdir):
     raise ckpt_lib.CheckpointError(f'no such workdir: {workdir!r}')
+  asked = step is not None
   try:
     with open(os.path.join(workdir, 'model_config.json')) as f:
       mcfg = ModelConfig.from_dict(json.load(f))
@@ -221,6 +233,10 @@ def load(workdir: str, step: int | None = None) -> Translator:
       raise ValueError(f'train.max_decode_factor must be a finite number > 0, got {factor!r}')
     with open(os.path.join(workdir, 'config.json')) as f:
       max_train_len = json.load(f).get('data', {}).get('max_src_len')
+    if max_train_len is not None and (not isinstance(max_train_len, int)
+                                      or isinstance(max_train_len, bool) or max_train_len < 1):
+      raise ValueError(f'config.json: data.max_src_len must be a positive integer, got '
+                       f'{max_train_len!r}')
     tok_dir = os.path.join(workdir, 'tokenizers')
     src_tok, tgt_tok = data_lib.load_tokenizers(tok_dir)
   except (OSError, ValueError, KeyError) as e:
@@ -231,28 +247,58 @@ def load(workdir: str, step: int | None = None) -> Translator:
     raise ckpt_lib.CheckpointMismatch(
         f'the tokenizers in {tok_dir} have vocabularies of {sizes[0]} / {sizes[1]} symbols, '
         f'the model {mcfg.src_vocab} / {mcfg.tgt_vocab}: they belong to another run')
-  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
-  if step is None:
-    manager, step = ckpts.best, ckpts.best.best_step()
-    if step is None:
-      manager, step = ckpts.latest, ckpts.latest.latest_step()
-  else:
-    manager = next((m for m in (ckpts.best, ckpts.latest) if step in m.all_steps()), None)
-    if manager is None:
-      raise ckpt_lib.CheckpointError(
-          f'no checkpoint at step {step} in {workdir!r}; available: '
-          f'{sorted(set(ckpts.best.all_steps()) | set(ckpts.latest.all_steps()))}')
-  if step is None:
-    raise ckpt_lib.CheckpointError(f'no checkpoint in {workdir!r}/checkpoints')
   graphdef, template = steps_lib.init_state(mcfg, steps_lib.make_optimizer(train_cfg), 0)
+  for attempt in range(LOAD_ATTEMPTS):
+    try:
+      state, step = _restore(workdir, step, template, mcfg, tok_dir)
+      break
+    except (ckpt_lib.CheckpointError, FileNotFoundError) as e:
+      # a run being trained deletes old steps while we read one: read the newest again
+      if (asked or attempt == LOAD_ATTEMPTS - 1 or isinstance(e, ckpt_lib.CheckpointMismatch)
+          or not _vanished(e)):
+        if isinstance(e, FileNotFoundError):
+          raise ckpt_lib.CheckpointError(f'could not read a checkpoint of {workdir!r}: {e}') from e
+        raise
+      step = None
+      time.sleep(0.2)
+  params = steps_lib.eval_params(state)   # the EMA of the parameters when the run kept one
+  return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step, max_train_len)
+
+
+LOAD_ATTEMPTS = 5   # reads of a run whose trainer keeps deleting the step being read
+
+
+def _vanished(e: BaseException) -> bool:
+  """True if a file or step disappeared under the reader (anywhere in the cause chain)."""
+  while e is not None:
+    if isinstance(e, FileNotFoundError) or 'not found' in str(e):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
+
+
+def _restore(workdir: str, step: int | None, template, mcfg: ModelConfig, tok_dir: str):
+  """(state, step) of the best checkpoint (else the latest), or of `step`."""
+  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
   try:
+    if step is None:
+      manager, step = ckpts.best, ckpts.best.best_step()
+      if step is None:
+        manager, step = ckpts.latest, ckpts.latest.latest_step()
+    else:
+      manager = next((m for m in (ckpts.best, ckpts.latest) if step in m.all_steps()), None)
+      if manager is None:
+        raise ckpt_lib.CheckpointError(
+            f'no checkpoint at step {step} in {workdir!r}; available: '
+            f'{sorted(set(ckpts.best.all_steps()) | set(ckpts.latest.all_steps()))}')
+    if step is None:
+      raise ckpt_lib.CheckpointError(f'no checkpoint in {workdir!r}/checkpoints')
     state = ckpt_lib.restore(manager, step, template, model_config=mcfg.to_dict(),
                              model_defaults=ModelConfig.defaults(),
                              tokenizers=ckpt_lib.fingerprint(tok_dir))[0]
-    params = steps_lib.eval_params(state)   # the EMA of the parameters when the run kept one
+    return state, step
   finally:
     ckpts.close()
-  return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step, max_train_len)
 
 
 def _read_pairs(src: str, ref: str) -> tuple[list[tuple[str, str]], list[list[str]] | None]:
@@ -310,6 +356,10 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
       decode_fn=translator.decoder(beam, alpha, nbest=0), batch_size=cfg.data.batch_size,
       factor=cfg.train.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize,
       length_edges=length_edges, keep_outputs=num_heatmaps)
+  if not np.isfinite(report['loss']):   # finite parameters (load checks), yet no usable model
+    raise FloatingPointError(f'the loss of {workdir!r} step {translator.step} on '
+                             f'{split if src is None else src} is {report["loss"]}: the model gives some reference token '
+                             'probability 0 (or NaN); its metrics would mean nothing')
   report.update({'split': split if src is None else None, 'src': src, 'ref': ref,
                  'beam': beam, 'alpha': alpha, 'step': translator.step,
                  'workdir': os.path.abspath(workdir)})

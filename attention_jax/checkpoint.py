@@ -12,15 +12,19 @@ No pickle anywhere: arrays are written by Orbax (tensorstore), metadata as JSON.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
 import shutil
+import sys
+import threading
 import time
 import warnings
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -52,6 +56,28 @@ def checksums(state) -> dict[str, str]:
     if getattr(x, 'is_fully_addressable', True):
       out[key] = hashlib.sha256(np.ascontiguousarray(jax.device_get(x)).tobytes()).hexdigest()[:16]
   return out
+
+
+def nonfinite(state) -> list[str]:
+  """The paths of a state's floating-point arrays that hold a NaN or an infinity (those
+  fully addressable from this process)."""
+  return [key for key, x in _flat(state).items()
+          if getattr(x, 'is_fully_addressable', True) and jnp.issubdtype(x.dtype, jnp.inexact)
+          and not np.isfinite(np.asarray(jax.device_get(x))).all()]
+
+
+def _arrays(names: list[str]) -> str:
+  return ', '.join(names[:4]) + (f' and {len(names) - 4} more' if len(names) > 4 else '')
+
+
+def _last_good(manager) -> str:
+  step = manager.latest_step()
+  return (f'last good checkpoint: step {step}' if step is not None else
+          f'no earlier checkpoint in {manager.directory}')
+
+
+class NonFiniteCheckpoint(CheckpointError):
+  """A checkpoint whose arrays hold NaN or inf (its checksums may well match)."""
 
 
 def fingerprint(directory: str) -> str:
@@ -103,6 +129,36 @@ def _abstract(tree):
                       tree)
 
 
+@contextlib.contextmanager
+def _stderr_held(keep):
+  """Holds what is written to file descriptor 2 (Orbax's threads log and print tracebacks
+  there as a save fails) and writes it out at the end unless keep(exception) is False: a
+  full disk is then one line (the OSError raised), not 100-200 lines of Orbax/asyncio noise.
+  Held in memory through a pipe (the disk may be full)."""
+  sys.stderr.flush()
+  saved, (r, w) = os.dup(2), os.pipe()
+  chunks = []
+  reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(r, 65536), b'')),
+                            daemon=True)
+  reader.start()
+  os.dup2(w, 2)
+  os.close(w)
+  error = None
+  try:
+    yield
+  except BaseException as e:
+    error = e
+    raise
+  finally:
+    sys.stderr.flush()
+    os.dup2(saved, 2)   # closes the pipe's last write end: the reader ends
+    os.close(saved)
+    reader.join(timeout=5)
+    os.close(r)
+    if chunks and keep(error):
+      os.write(2, b''.join(chunks))
+
+
 class Checkpoints:
   """`latest` and `best` managers under <workdir>/checkpoints."""
 
@@ -121,18 +177,24 @@ class Checkpoints:
   def _save(manager, step, state, meta, metrics=None):
     if step in manager.all_steps():
       return   # written before an interruption; a resumed run recomputes the same state
+    bad = nonfinite(state)   # a model that cannot translate is never saved as if it could
+    if bad:
+      raise FloatingPointError(
+          f'refusing to save step {step} in {manager.directory}: non-finite values (NaN or '
+          f'inf) in {len(bad)} array(s): {_arrays(bad)}; {_last_good(manager)}')
     # the arrays' checksums are saved with them (one atomic step), checked on restore
     meta = {**meta, 'checksums': checksums(state), 'arrays': sorted(_flat(state))}
     try:
-      manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_flat(state)),
-                                                 meta=ocp.args.JsonSave(meta)),
-                   metrics=metrics, force=True)
-      manager.wait_until_finished()
+      with _stderr_held(keep=lambda e: not _disk_full(e)):
+        manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_flat(state)),
+                                                   meta=ocp.args.JsonSave(meta)),
+                     metrics=metrics, force=True)
+        manager.wait_until_finished()
     except Exception as e:
       if not _disk_full(e):
         raise
       raise OSError(errno.ENOSPC, f'disk full while saving step {step} in {manager.directory}; '
-                    f'last good checkpoint: step {manager.latest_step()}') from e
+                    f'{_last_good(manager)}') from e
 
   def save_latest(self, step: int, state, meta: dict) -> None:
     self._save(self.latest, step, state, meta)
@@ -164,7 +226,8 @@ def restore(manager: ocp.CheckpointManager, step: int, template, *,
   model config differs from `model_config`, its tokenizer fingerprint from `tokenizers`, or
   its arrays from the template's (fields missing from an older checkpoint's config count
   as their `model_defaults`); CheckpointError when it cannot be read or an array's
-  checksum differs from the one saved with it (flipped bits).
+  checksum differs from the one saved with it (flipped bits); NonFiniteCheckpoint when an
+  array holds NaN or inf.
   """
   where = f'checkpoint step {step} in {manager.directory}'
   try:
@@ -194,6 +257,10 @@ def restore(manager: ocp.CheckpointManager, step: int, template, *,
       raise CheckpointError(f'{where} is corrupt: {len(bad)} array(s) differ from the checksums '
                             f'saved with them (e.g. {bad[0]} in {manager.directory}/{step}/'
                             'state)')
+  bad = nonfinite(state)
+  if bad:
+    raise NonFiniteCheckpoint(f'{where} holds non-finite values (NaN or inf) in {len(bad)} '
+                              f'array(s): {_arrays(bad)}; the model it holds cannot translate')
   return state, meta
 
 

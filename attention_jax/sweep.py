@@ -62,7 +62,13 @@ def _module(path: str):
     raise FileNotFoundError(f'no sweep file {path!r}')
   spec = importlib.util.spec_from_file_location('sweep_config', path)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as e:   # one line naming the place, not a traceback
+    raise ValueError(f'{path} line {e.lineno}: {e.msg} (the sweep file is not valid '
+                     'Python)') from None
+  except ImportError as e:
+    raise ValueError(f'{path}: {type(e).__name__}: {e}') from None
   if not hasattr(module, 'get_sweep'):
     raise ValueError(f'{path} has no get_sweep(arg): not a sweep file')
   return module
@@ -164,7 +170,7 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
       else:
         queue.append(v)
     status |= execute(config_arg, name, queue, sweep_dir, extra_flags)
-  failed = [k for k, s in status.items() if s == 'failed']
+  failed = sorted(k for k, s in status.items() if s == 'failed')
   print(f'sweep {name}: {sum(s == "finished" for s in status.values())} finished, '
         f'{sum(s == "skipped" for s in status.values())} skipped, {len(failed)} failed'
         + (f' ({", ".join(failed)})' if failed else ''), flush=True)
@@ -182,6 +188,55 @@ def record_attempt(workdir: str, seconds: float, returncode: int | None, **where
   <workdir>/wall_time.json; a run's wall time is the sum over its attempts."""
   with open(os.path.join(workdir, 'wall_time.json'), 'a') as f:
     f.write(json.dumps({'seconds': seconds, 'returncode': returncode, **where}) + '\n')
+
+
+class Attempt:
+  """One attempt of a run as the last line of <workdir>/wall_time.json: written when it
+  starts, its seconds brought up to date every `beat` seconds while it runs, and closed with
+  its exit status. A sweep killed mid-run leaves the time its run really ran (to within
+  `beat`; its process dies with it: die_with_parent), not nothing."""
+
+  def __init__(self, workdir: str, beat: float = 10.0, **where):
+    self.path, self.beat, self.where = os.path.join(workdir, 'wall_time.json'), beat, where
+    try:
+      with open(self.path) as f:
+        self.before = [line for line in f if line.strip()]
+    except FileNotFoundError:
+      self.before = []
+    self.t0 = self.last = time.time()
+    self._write(None)
+
+  @property
+  def seconds(self) -> float:
+    return time.time() - self.t0
+
+  def _write(self, returncode: int | None) -> None:
+    self.last = time.time()
+    line = json.dumps({'seconds': self.seconds, 'returncode': returncode, **self.where})
+    workdir_lib.write_atomic(self.path, ''.join(self.before) + line + '\n')
+
+  def alive(self) -> None:
+    if time.time() - self.last >= self.beat:
+      self._write(None)
+
+  def close(self, returncode: int) -> None:
+    self._write(returncode)
+
+
+def wait_for_workdir(v: Variant, timeout: float = 120.0) -> None:
+  """Waits while another process holds the run's workdir lock: the run of a sweep killed a
+  moment ago saves its checkpoint and exits (SIGTERM from die_with_parent) before the run
+  starts again here. After `timeout`, the run starts anyway (and fails, naming the holder)."""
+  deadline, said = time.time() + timeout, False
+  while time.time() < deadline:
+    try:
+      workdir_lib.WorkdirLock(v.workdir).acquire().release()
+      return
+    except workdir_lib.WorkdirInUse as e:
+      if not said:
+        print(f'[{v.label}] waiting: {e}', flush=True)
+        said = True
+      time.sleep(0.5)
 
 
 def die_with_parent() -> None:
@@ -209,26 +264,29 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None):
       env = dict(os.environ)
       if slot is not None:
         env['CUDA_VISIBLE_DEVICES'] = env['TPU_VISIBLE_CHIPS'] = slot
+      wait_for_workdir(v)
       how = 'resuming' if os.path.isdir(os.path.join(v.workdir, 'checkpoints')) else 'starting'
       print(f'[{v.label}] {how}{" on device " + slot if slot else ""}: {describe(v)}',
             flush=True)
       log = open(os.path.join(v.workdir, 'train.log'), 'a')
       proc = subprocess.Popen(command(config_arg, v) + list(extra_flags), stdout=log,
                               stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
-      running[proc] = (v, slot, log, time.time())
+      running[proc] = (v, slot, log, Attempt(v.workdir, executor='local',
+                                             host=socket.gethostname()))
     for proc in list(running):
+      v, slot, log, attempt = running[proc]
       if proc.poll() is None:
+        attempt.alive()
         continue
-      v, slot, log, t0 = running.pop(proc)
+      del running[proc]
       log.close()
       free.append(slot)
       ok = proc.returncode == 0 and finished(v)
       status[v.label] = 'finished' if ok else 'failed'
-      record_attempt(v.workdir, time.time() - t0, proc.returncode, executor='local',
-                     host=socket.gethostname())
+      attempt.close(proc.returncode)
       print(f'[{v.label}] {"finished" if ok else f"FAILED (exit {proc.returncode})"} in '
-            f'{time.time() - t0:.0f} s' + ('' if ok else
-                                            f'; see {os.path.join(v.workdir, "train.log")}'),
+            f'{attempt.seconds:.0f} s' + ('' if ok else
+                                          f'; see {os.path.join(v.workdir, "train.log")}'),
             flush=True)
     time.sleep(0.5)
   return status

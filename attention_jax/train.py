@@ -8,11 +8,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import time
 
 import jax
 import ml_collections
+import sacrebleu
 
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import data as data_lib
@@ -59,6 +59,16 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     raise ValueError(f'train.ema_decay must be in [0, 1) (0: no EMA), got {t.ema_decay!r}')
   if not 0.0 <= t.label_smoothing < 1.0:
     raise ValueError(f'train.label_smoothing must be in [0, 1), got {t.label_smoothing}')
+  e = cfg.eval
+  if e.bleu_tokenize not in sacrebleu.BLEU.TOKENIZERS:
+    raise ValueError(f'unknown eval.bleu_tokenize {e.bleu_tokenize!r}; valid (sacrebleu): '
+                     f'{", ".join(sacrebleu.BLEU.TOKENIZERS)}')
+  edges = e.length_edges
+  if (isinstance(edges, str) or not hasattr(edges, '__len__')
+      or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in edges)
+      or any(a >= b for a, b in zip(edges, edges[1:]))):
+    raise ValueError('eval.length_edges must be increasing integers >= 0 (source-length '
+                     f'bucket edges, e.g. (10, 20, 30)), got {edges!r}')
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
@@ -185,15 +195,8 @@ def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
       raise FileExistsError(
           f'workdir {workdir!r} is not empty and train.resume=False: pass --overwrite to '
           f'delete it and start fresh, or choose another --workdir')
-    if not os.path.exists(os.path.join(workdir, 'config.json')):
-      raise FileExistsError(f'refusing to delete {workdir!r}: it is not an attention_jax '
-                            f'workdir (no config.json)')
-    if lead():   # everything but the lock file, which this process holds
-      for name in os.listdir(workdir):
-        path = os.path.join(workdir, name)
-        if name != workdir_lib.LOCK_FILE:
-          shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
-              else os.remove(path)
+    if lead():   # a run of this project only, everything but the lock this process holds
+      workdir_lib.clear(workdir)
   os.makedirs(workdir, exist_ok=True)
 
 
@@ -206,6 +209,8 @@ def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str)
   diffs = [d for sec in ('model', 'data')
            for d in ckpt_lib.differences(saved.get(sec, {}), now[sec], defaults[sec],
                                          prefix=f'{sec}.', words=('saved', 'now'))]
+  if 'seed' in saved and saved['seed'] != now['seed']:   # another init and batch order
+    diffs.append(f'seed: saved {saved["seed"]}, now {now["seed"]}')
   if diffs:
     raise ValueError(f'workdir {workdir!r} holds a run with another config; differences: '
                      + '; '.join(diffs) + '. Use another --workdir, or train.resume=False '
@@ -220,10 +225,26 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   workdir fails at once with WorkdirInUse and changes nothing in it.
   """
   validate(cfg)
-  if not lead():   # with several processes, process 0 holds the lock for the run
-    return _train_and_evaluate(cfg, workdir, overwrite)
-  with workdir_lib.WorkdirLock(workdir):
-    return _train_and_evaluate(cfg, workdir, overwrite)
+  try:
+    if not lead():   # with several processes, process 0 holds the lock for the run
+      return _train_and_evaluate(cfg, workdir, overwrite)
+    with workdir_lib.WorkdirLock(workdir):
+      return _train_and_evaluate(cfg, workdir, overwrite)
+  except Exception as e:  # pylint: disable=broad-except  (out of memory: one line, the sizes)
+    if 'out of memory' not in str(e).lower() and not isinstance(e, MemoryError):
+      raise
+    raise MemoryError(f'out of memory ({str(e).strip().splitlines()[0][:200]}) with '
+                      f'{_sizes(cfg)}: make the model or the batch smaller') from None
+
+
+def _sizes(cfg: ml_collections.ConfigDict) -> str:
+  """The config fields that decide memory, for an out-of-memory error."""
+  m, d = cfg.model, cfg.data
+  names = (('d_model', 'ff_dim', 'heads', 'transformer_layers') if m.get('arch') == 'transformer'
+           else ('emb_dim', 'enc_hidden', 'enc_layers', 'dec_hidden', 'dec_layers', 'attn_dim'))
+  return ', '.join([f'model.{k}={m[k]}' for k in names if k in m]
+                   + [f'data.{k}={d[k]}' for k in ('batch_size', 'max_src_len', 'max_tgt_len')
+                      if k in d])
 
 
 def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> dict:
@@ -235,6 +256,8 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   if resuming:
     with open(os.path.join(workdir, 'config.json')) as f:
       check_same_config(json.load(f), cfg, workdir)
+  elif lead():   # a fresh run: the directory is a run of this project from now on
+    workdir_lib.write_atomic(os.path.join(workdir, workdir_lib.MARKER), 'attention_jax run\n')
 
   tok_dir = os.path.join(workdir, 'tokenizers')
   if jax.process_count() > 1 and not lead():
@@ -248,10 +271,6 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   if jax.process_count() > 1 and lead():
     _barrier('data prepared')
   mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
-  if lead():   # written whole, then renamed: a reader never sees half a file
-    workdir_lib.write_atomic(os.path.join(workdir, 'config.json'), cfg.to_json(indent=2))
-    workdir_lib.write_atomic(os.path.join(workdir, 'model_config.json'),
-                             json.dumps(mcfg.to_dict(), indent=2))
 
   tx = make_optimizer(t)
   use_ema = t.ema_decay > 0
@@ -280,6 +299,12 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
       del state['ema']
       log('  train.ema_decay=0: the saved EMA of the parameters is dropped; evaluation uses '
           'the trained parameters')
+  if lead():   # only once the run is accepted (a refused resume changes nothing); written
+    # whole, then renamed: a reader never sees half a file
+    workdir_lib.write_atomic(os.path.join(workdir, 'config.json'), cfg.to_json(indent=2))
+    workdir_lib.write_atomic(os.path.join(workdir, workdir_lib.MARKER), 'attention_jax run\n')
+    workdir_lib.write_atomic(os.path.join(workdir, 'model_config.json'),
+                             json.dumps(mcfg.to_dict(), indent=2))
 
   writer = _writer(os.path.join(workdir, 'tensorboard'))
   step = int(state['step'])

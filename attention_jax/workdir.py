@@ -18,9 +18,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import socket
 
 LOCK_FILE = '.lock'
+MARKER = '.attention_jax_run'   # written with config.json when a run is accepted
+# what a run of this project holds: `--overwrite` clears a directory only if it is one
+RUN_ENTRIES = ('config.json', 'model_config.json', 'tokenizers', 'checkpoints', 'results.json',
+               'tensorboard', 'heatmaps', 'train.log', 'wall_time.json', LOCK_FILE, MARKER)
 
 
 class WorkdirInUse(RuntimeError):
@@ -74,3 +79,37 @@ def write_atomic(path: str, text: str) -> None:
   with open(tmp, 'w', encoding='utf-8') as f:
     f.write(text)
   os.replace(tmp, path)
+
+
+def foreign_entries(workdir: str) -> list[str]:
+  """The entries of workdir that are not a run's (empty for a run of this project).
+
+  A directory is a run if it holds the marker written when the run started, or (runs made
+  before the marker existed) nothing but a run's own files, its tokenizers or checkpoints
+  among them (a user's lone config.json is not a run).
+  """
+  names = sorted(os.listdir(workdir))
+  if MARKER in names:
+    return []
+  own = lambda n: (n in RUN_ENTRIES or n.startswith('eval_') or '.tmp' in n
+                   or (n.startswith('sentences_') and n.endswith('.jsonl')))
+  foreign = [n for n in names if not own(n)]
+  if foreign or {'tokenizers', 'checkpoints'} & set(names):
+    return foreign
+  return [n for n in names if n != LOCK_FILE]
+
+
+def clear(workdir: str) -> None:
+  """Deletes everything in a run's workdir but its lock (held by the caller); refuses, naming
+  what it holds, a directory that is not recognisably a run of this project."""
+  foreign = foreign_entries(workdir)
+  if foreign:
+    shown = ', '.join(n + ('/' if os.path.isdir(os.path.join(workdir, n)) else '')
+                      for n in foreign[:8]) + (f' and {len(foreign) - 8} more'
+                                                 if len(foreign) > 8 else '')
+    raise FileExistsError(f'refusing to delete {workdir!r}: it is not an attention_jax run '
+                          f'(it holds {shown}); choose another --workdir')
+  for name in os.listdir(workdir):
+    path = os.path.join(workdir, name)
+    if name != LOCK_FILE:
+      shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.remove(path)

@@ -11,6 +11,7 @@ the traceback instead. Anything else (a bug) keeps its traceback.
 
 import importlib.util
 import os
+import signal
 import sys
 
 from absl import app, flags
@@ -19,7 +20,7 @@ from attention_jax import checkpoint, workdir
 from attention_jax.data import textfiles
 
 EXPECTED = (ValueError, OSError, checkpoint.CheckpointError, workdir.WorkdirInUse,
-            textfiles.CorpusError, FloatingPointError)
+            textfiles.CorpusError, FloatingPointError, MemoryError)
 
 
 def message(e: BaseException) -> str:
@@ -68,25 +69,46 @@ def _parse_flags(argv):
   """absl's flag parsing, with bad flags and unknown config fields reported in one line."""
   try:
     return flags.FLAGS(argv)
-  except flags.Error as e:
-    _exit(f'error: {e}')
+  except flags.Error as e:   # a config file that raised: its first and last lines
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    _exit('error: ' + (lines[0] if len(lines) < 2 or 'Traceback' not in str(e)
+                       else f'{lines[0]} {lines[-1]}'))
   except (AttributeError, KeyError, ValueError, TypeError, OSError) as e:
     if os.environ.get('ATTENTION_JAX_TRACEBACK'):
       raise
     _exit('error: ' + (_config_override_error(argv) or f'bad flags: {e}'))
 
 
-def _exit(line: str) -> None:
-  sys.stdout.flush()
+def _exit(line: str, status: int = 2) -> None:
+  try:
+    sys.stdout.flush()
+  except (OSError, ValueError):   # a closed pipe
+    pass
   print(line, file=sys.stderr, flush=True)
-  os._exit(2)   # skips interpreter teardown (no asyncio "Event loop is closed" noise)
+  os._exit(status)   # skips interpreter teardown (no asyncio "Event loop is closed" noise)
+
+
+class Terminated(BaseException):
+  """SIGTERM, raised where the program is (as Ctrl-C raises KeyboardInterrupt), so that
+  `finally` blocks run: outputs are closed whole."""
+
+
+def _terminate(signum, frame):
+  del frame
+  raise Terminated(signum)
 
 
 def run(main) -> None:
-  """absl's app.run(main), with expected failures reported as one line and exit status 2."""
+  """absl's app.run(main), with expected failures reported as one line and exit status 2;
+  Ctrl-C and SIGTERM as one line and 130 / 143 (training saves first: preemption.py)."""
   def wrapped(argv):
+    signal.signal(signal.SIGTERM, _terminate)
     try:
       return main(argv)
+    except KeyboardInterrupt:
+      _exit('interrupted (Ctrl-C)', 130)
+    except Terminated:
+      _exit('stopped by SIGTERM', 143)
     except app.UsageError as e:   # bad or conflicting flags: one line, like the rest
       _exit(f'error: {e}')
     except EXPECTED as e:

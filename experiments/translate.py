@@ -15,10 +15,13 @@ UTF-8 stops the command before anything is translated, with an error naming the 
   .jsonl: one JSON object per input line {"line", "source", "output", "src_tokens",
           "tgt_tokens", "weights" [T][S]} (empty inputs: empty lists);
   .npz:   arrays weights_<line> [T, S] float32, src_tokens_<line>, tgt_tokens_<line> (str).
-Sentences are decoded in chunks of --batch lines, each sorted by length (compiled shapes are
-reused); every chunk's output is written and flushed before the next is decoded, so an
-interrupted run keeps what it wrote. A progress bar goes to stderr when it is a terminal, and
-the speed (sentences/s) at the end. Expected failures (bad input, missing or corrupt run, an
+Every line is checked before anything is decoded or written (an over-long line stops the
+command naming its 1-based line number). Sentences are decoded in chunks of --batch lines,
+each sorted by length (compiled shapes are reused). --output and --attention files are
+written to a temp file beside them and renamed into place: a reader never sees a mix of two
+commands writing the same file (the last to finish wins, whole), and an interrupted command
+(Ctrl-C, SIGTERM, an error) leaves the whole chunks it finished, and says how many lines. A
+progress bar goes to stderr when it is a terminal, and the speed (sentences/s) at the end. Expected failures (bad input, missing or corrupt run, an
 unreadable file) print one line `error: ...` and exit with status 2; set
 ATTENTION_JAX_TRACEBACK=1 to see the traceback.
 """
@@ -74,6 +77,25 @@ def format_hypotheses(h: api.Hypotheses, nbest: int) -> list[str]:
   return [f'{out}\t{score:.6g}' for out, score in zip(h.outputs, h.scores)]
 
 
+class Output:
+  """A text file written through a temp file beside it and renamed into place on close():
+  readers and other writers never see a mix (the last close wins, whole). '-': stdout."""
+
+  def __init__(self, path: str):
+    self.path = path
+    if path == '-':
+      self.file, self.tmp = sys.stdout, None
+    else:
+      folder, base = os.path.split(os.path.abspath(path))
+      self.tmp = os.path.join(folder, f'.{base}.tmp{os.getpid()}')
+      self.file = open(self.tmp, 'w', encoding='utf-8')
+
+  def close(self) -> None:
+    if self.tmp is not None and not self.file.closed:
+      self.file.close()
+      os.replace(self.tmp, self.path)
+
+
 class AttentionWriter:
   """Writes each line's attention to .jsonl (streamed) or .npz (at the end)."""
 
@@ -82,7 +104,8 @@ class AttentionWriter:
     if self.kind not in ('.jsonl', '.npz'):
       raise InputError(f'--attention must end in .jsonl or .npz, got {path!r}')
     self.arrays: dict[str, np.ndarray] = {}
-    self.file = open(path, 'w', encoding='utf-8') if self.kind == '.jsonl' else None
+    self.out = Output(path) if self.kind == '.jsonl' else None
+    self.file = self.out.file if self.out else None
 
   def add(self, line: int, source: str, h: api.Hypotheses) -> None:
     w, src, tgt = h.weights[0], h.src_tokens, h.tgt_tokens[0]
@@ -101,29 +124,32 @@ class AttentionWriter:
       self.file.flush()
 
   def close(self) -> None:
-    if self.file is not None:
-      self.file.close()
+    if self.out is not None:
+      self.out.close()
     else:
-      tmp = self.path + '.tmp.npz'
+      tmp = self.path + f'.tmp{os.getpid()}.npz'
       np.savez(tmp, **self.arrays)
       os.replace(tmp, self.path)
 
 
 def translate(translator: api.Translator, lines: list[str], out, *, beam: int, alpha: float,
               nbest: int, batch: int, attention: AttentionWriter | None = None,
-              progress: bool = False) -> int:
-  """Translates `lines` chunk by chunk into the text stream `out`; returns the line count."""
+              progress: bool = False, done: list[int] | None = None) -> int:
+  """Translates `lines` chunk by chunk into the text stream `out`; returns the line count.
+  done[0] counts the lines written in whole chunks so far."""
+  done = [0] if done is None else done
   bar = tqdm.tqdm(total=len(lines), unit='sent', disable=not progress, file=sys.stderr)
   for start in range(0, len(lines), batch):
     chunk = lines[start:start + batch]
     hyps = translator.decode(chunk, beam=beam, alpha=alpha, nbest=nbest)
-    for i, (text, h) in enumerate(zip(chunk, hyps)):
-      out.write(''.join(line + '\n' for line in format_hypotheses(h, nbest)))
-      if attention is not None:
+    out.write(''.join(line + '\n' for h in hyps for line in format_hypotheses(h, nbest)))
+    if attention is not None:
+      for i, (text, h) in enumerate(zip(chunk, hyps)):
         attention.add(start + i + 1, text, h)
-    out.flush()
+    out.flush()     # one write per chunk: an interruption leaves whole chunks
     if attention is not None:
       attention.flush()
+    done[0] += len(chunk)
     bar.update(len(chunk))
   bar.close()
   return len(lines)
@@ -149,16 +175,24 @@ def run():
   lines = read_lines(data, name)
   translator = api.load(FLAGS.workdir, step=FLAGS.step)
   translator.chunk_size = FLAGS.batch
+  try:   # every line, before anything is written
+    translator.check(lines, name=lambda i: f'{name} line {i + 1}')
+  except ValueError as e:
+    raise InputError(str(e)) from None
   attention = AttentionWriter(FLAGS.attention) if FLAGS.attention else None
-  out = sys.stdout if FLAGS.output == '-' else open(FLAGS.output, 'w', encoding='utf-8')
-  start = time.time()
-  try:
-    n = translate(translator, lines, out, beam=FLAGS.beam, alpha=FLAGS.alpha,
+  out = Output(FLAGS.output)
+  start, done = time.time(), [0]
+  try:   # Ctrl-C and SIGTERM raise here (cli.run)
+    n = translate(translator, lines, out.file, beam=FLAGS.beam, alpha=FLAGS.alpha,
                   nbest=FLAGS.nbest, batch=FLAGS.batch, attention=attention,
-                  progress=sys.stderr.isatty())
+                  progress=sys.stderr.isatty(), done=done)
+  except BaseException:   # keep the whole chunks written so far, and say so
+    if FLAGS.output != '-':
+      print(f'stopped: {done[0]} of {len(lines)} lines translated and kept in {FLAGS.output}',
+            file=sys.stderr, flush=True)
+    raise
   finally:
-    if out is not sys.stdout:
-      out.close()
+    out.close()
     if attention is not None:
       attention.close()
   elapsed = time.time() - start

@@ -96,6 +96,16 @@ def test_load_missing_tokenizer_fails_clearly(tmp_path):
     data.load_tokenizer(str(tmp_path))
 
 
+def test_a_truncated_sentencepiece_model_is_one_clear_error(tmp_path):
+  """(It used to be a 41-line RuntimeError from sentencepiece's parser.)"""
+  _SP_TOK.save(str(tmp_path))
+  model = tmp_path / 'sentencepiece.model'
+  model.write_bytes(model.read_bytes()[:1000])
+  with pytest.raises(ValueError, match=r'sentencepiece.model: not a readable SentencePiece '
+                                       r'model \(1,000 bytes; '):
+    data.load_tokenizer(str(tmp_path))
+
+
 @pytest.mark.parametrize('kind', KINDS)
 def test_training_is_deterministic(kind, tmp_path):
   a, b = _train(kind), _train(kind)

@@ -62,6 +62,31 @@ def test_cli_message_is_one_line_and_names_a_full_disk():
   assert cli.message(OSError(28, 'No space left on device')).startswith('error: disk full: ')
 
 
+SIGNALLED = '''
+import os, signal, sys, time
+from experiments import cli
+def main(argv):
+  try:
+    os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+    time.sleep(30)
+  finally:
+    print('cleaned up', flush=True)
+cli.run(main)
+'''
+
+
+@pytest.mark.parametrize('sig,status,line', [('SIGINT', 130, 'interrupted (Ctrl-C)'),
+                                             ('SIGTERM', 143, 'stopped by SIGTERM')])
+def test_ctrl_c_and_sigterm_anywhere_are_one_line_after_cleaning_up(sig, status, line):
+  """Outside the training loop (which saves first: preemption.py) a signal unwinds the
+  program (`finally` blocks close outputs whole) and exits 128 + its number with one line,
+  no traceback (Ctrl-C in a final evaluation used to end in a segmentation fault)."""
+  proc = subprocess.run([sys.executable, '-c', SIGNALLED, sig], cwd=ROOT, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == status
+  assert proc.stdout == 'cleaned up\n' and proc.stderr == f'{line}\n', proc.stderr
+
+
 @pytest.mark.parametrize('name', ['../../x', '/abs/path', '.hidden', 'a/b', '', 'x' * 101])
 def test_sweep_variant_names_are_plain_directory_names(name, tmp_path):
   f = tmp_path / 'bad_sweep.py'
@@ -72,19 +97,33 @@ def test_sweep_variant_names_are_plain_directory_names(name, tmp_path):
     sweep.load_sweep(str(f), str(tmp_path / 'runs'))
 
 
-def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, monkeypatch):
+def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, monkeypatch,
+                                                                      capfd):
   import numpy as np
   from attention_jax import checkpoint as ckpt_lib
   ckpts = ckpt_lib.Checkpoints(str(tmp_path))
   state = {'w': np.ones(3, np.float32)}
   ckpts.save_latest(20, state, {'step': 20})
-  def full(*args, **kwargs):
+  def full(*args, **kwargs):   # as Orbax's threads do: tracebacks on fd 2, then the error
+    os.write(2, b'Traceback (most recent call last):\nRuntimeError: Event loop is closed\n')
     raise RuntimeError('tensorstore write failed') from OSError(28, 'No space left on device')
   monkeypatch.setattr(ckpts.latest, 'save', full)
+  capfd.readouterr()
   with pytest.raises(OSError, match=r'disk full while saving step 25 in .*latest; last good '
                                     r'checkpoint: step 20') as e:
     ckpts.save_latest(25, state, {'step': 25})
   assert cli.message(e.value).startswith('error: disk full while saving step 25')
+  assert capfd.readouterr().err == ''       # the noise is dropped: the error says it all
+  def broken(*args, **kwargs):
+    os.write(2, b'orbax: what went wrong\n')
+    raise RuntimeError('another failure')
+  monkeypatch.setattr(ckpts.best, 'save', broken)
+  with pytest.raises(RuntimeError, match='another failure'):
+    ckpts.save_best(25, state, {'step': 25}, 1.0)
+  assert capfd.readouterr().err == 'orbax: what went wrong\n'   # kept for anything else
+  monkeypatch.setattr(ckpts.best, 'save', full)
+  with pytest.raises(OSError, match=r'saving step 26 in .*best; no earlier checkpoint in '):
+    ckpts.save_best(26, state, {'step': 26}, 1.0)
   ckpts.close()
 
 

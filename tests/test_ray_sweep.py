@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -19,18 +18,10 @@ import ray
 from ray.cluster_utils import Cluster
 
 from attention_jax import ray_executor
-from helpers import TINY_SWEEP as SWEEP
+from helpers import sweep_cmd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = [f'{v}/seed_{k}' for v in ('additive', 'general') for k in (1, 2)]
-# long enough to be killed between checkpoints; the same for both executors
-TRAIN = ['--config.train.steps=300', '--config.train.checkpoint_every=50',
-         '--config.train.eval_every=300', '--config.train.log_every=50']
-
-
-def sweep_cmd(path, root, data_dir, *flags):
-  return [sys.executable, '-m', 'experiments.sweep', f'--sweep={path}:smoke', f'--root={root}',
-          '--seeds=2', *flags, '--', f'--config.data.data_dir={data_dir}', *TRAIN]
 
 
 def metrics(sweep_dir, run):
@@ -44,17 +35,12 @@ def attempts(sweep_dir, run):
 
 
 @pytest.fixture(scope='module')
-def setup(tmp_path_factory):
-  """The sweep file, a data dir, and the local executor's results of the 4 good runs."""
-  tmp = tmp_path_factory.mktemp('ray_sweep')
-  path = tmp / 'ray_sweep.py'
-  path.write_text(SWEEP)
-  data_dir = tmp / 'tfds'
-  out = subprocess.run(sweep_cmd(path, tmp / 'local', data_dir, '--parallel=2',
-                                 '--only=additive,general'),
-                       cwd=ROOT, capture_output=True, text=True, timeout=600)
-  assert out.returncode == 0, out.stdout + out.stderr
-  local = tmp / 'local' / 'ray_sweep_smoke'
+def setup(local_sweep):
+  """The sweep file, its data dir, and the local executor's results of the 4 good runs
+  (conftest.local_sweep)."""
+  path, root, data_dir, proc = local_sweep
+  local = root / 'tiny_sweep_smoke'
+  assert all((local / run / 'results.json').exists() for run in RUNS), proc.stdout + proc.stderr
   return path, data_dir, {run: metrics(local, run) for run in RUNS}
 
 
@@ -70,7 +56,7 @@ def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
     proc = subprocess.Popen(sweep_cmd(path, tmp_path, data_dir, '--executor=ray',
                                       f'--ray_address={cluster.address}'),
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    victim = tmp_path / 'ray_sweep_smoke' / 'additive' / 'seed_1'
+    victim = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
     latest, killed, deadline = victim / 'checkpoints' / 'latest', None, time.time() + 400
     while killed is None and proc.poll() is None and time.time() < deadline:
       steps = [int(s) for s in os.listdir(latest) if s.isdigit()] if latest.is_dir() else []
@@ -85,7 +71,7 @@ def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
   assert killed, 'the run finished before it could be killed:\n' + text
   assert proc.returncode == 1, text                 # the broken variant failed ...
   assert '4 finished, 0 skipped, 2 failed (broken/seed_1, broken/seed_2)' in text
-  sweep_dir = tmp_path / 'ray_sweep_smoke'
+  sweep_dir = tmp_path / 'tiny_sweep_smoke'
   for k in (1, 2):                                  # ... once each: exit 2, not retried
     assert [a['returncode'] for a in attempts(sweep_dir, f'broken/seed_{k}')] == [2]
   first, second = attempts(sweep_dir, 'additive/seed_1')

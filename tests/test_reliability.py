@@ -5,6 +5,7 @@ import functools
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,10 +27,6 @@ import helpers
 smoke = functools.partial(helpers.smoke, dates)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-
-
 
 
 def params_of(workdir, step, cfg):
@@ -96,6 +93,81 @@ def test_load_of_a_corrupt_checkpoint_is_a_clear_error(straight, tmp_path):
   with pytest.raises(ckpt_lib.CheckpointError,
                      match=rf'could not read checkpoint step {ref["best_step"]} in .*best'):
     aj.load(workdir)
+
+
+def test_non_finite_parameters_are_refused_at_save_and_at_load(straight, tmp_path,
+                                                                monkeypatch):
+  """A NaN model is never saved; one saved anyway (as the project used to, checksums and
+  all) is refused by load and evaluate naming the array, and a non-finite evaluation loss
+  is an error, not a row of nan and 0."""
+  import shutil
+  cfg, ref_dir, ref = straight
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(ref_dir, workdir)
+  state = params_of(workdir, 8, cfg)
+  ckpts = ckpt_lib.Checkpoints(workdir)
+  meta = ckpt_lib.restore(ckpts.latest, 8, state)[1]
+  paths, treedef = jax.tree_util.tree_flatten_with_path(state['params'])
+  leaves = [np.asarray(x).copy() for _, x in paths]
+  leaves[0].flat[0] = np.nan
+  name = "['params']" + jax.tree_util.keystr(paths[0][0])
+  bad = {**state, 'params': jax.tree_util.tree_unflatten(treedef, leaves)}
+  with pytest.raises(FloatingPointError, match=re.escape(
+      f'refusing to save step 9 in {workdir}/checkpoints/latest: non-finite values (NaN or '
+      f'inf) in 1 array(s): {name}; last good checkpoint: step 8')):
+    ckpts.save_latest(9, bad, meta)
+  assert 9 not in ckpts.latest.all_steps()
+  with monkeypatch.context() as m:   # saved as before the check existed
+    m.setattr(ckpt_lib, 'nonfinite', lambda state: [])
+    ckpts.save_latest(9, bad, meta)
+  ckpts.close()
+  for fn in (aj.load, aj.evaluate_run):
+    with pytest.raises(ckpt_lib.CheckpointError, match=re.escape(
+        f'checkpoint step 9 in {workdir}/checkpoints/latest holds non-finite values (NaN or '
+        f'inf) in 1 array(s): {name}')):
+      fn(workdir, step=9)
+
+  real = aj.api.eval_lib.evaluate
+  def infinite_loss(*args, **kwargs):
+    report, kept, records = real(*args, **kwargs)
+    return {**report, 'loss': float('inf')}, kept, records
+  monkeypatch.setattr(aj.api.eval_lib, 'evaluate', infinite_loss)
+  with pytest.raises(FloatingPointError, match=r"the loss of .* step 8 on test is inf"):
+    aj.evaluate_run(workdir, step=8, verbose=False)
+  assert not glob.glob(os.path.join(workdir, 'eval_test*.json'))
+
+
+def test_load_reads_the_newest_step_again_when_the_one_it_reads_is_deleted(straight, tmp_path,
+                                                                          monkeypatch):
+  """While a run trains, its trainer deletes old steps (rotation): a load that picked such a
+  step reads the newest complete one instead of failing (it used to: 'best/40 not found', a
+  raw FileNotFoundError)."""
+  import shutil
+  _, ref_dir, _ = straight
+  workdir = str(tmp_path / 'copy')
+  shutil.copytree(ref_dir, workdir)
+  real, calls = ckpt_lib.restore, []
+  def rotating(manager, step, template, **kwargs):
+    calls.append((str(manager.directory), step))
+    if len(calls) == 1:   # the trainer deletes it just as we start to read it
+      shutil.rmtree(os.path.join(str(manager.directory), str(step)))
+    return real(manager, step, template, **kwargs)
+  monkeypatch.setattr(ckpt_lib, 'restore', rotating)
+  t = aj.load(workdir)
+  assert len(calls) == 2 and calls[0][0].endswith('best') and t.step == 8
+  assert t.translate(['Nov 3, 1999']) == aj.load(ref_dir).translate(['Nov 3, 1999'])
+  with pytest.raises(ckpt_lib.CheckpointError, match=r'no checkpoint at step 3 in .*available'):
+    aj.load(workdir, step=3)     # a step asked for by number is not replaced by another
+
+
+def test_out_of_memory_is_one_error_naming_the_sizes(data_dir, tmp_path):
+  """(It used to be an 86-line traceback.) The experiment CLI prints MemoryError as one
+  `error:` line with exit 2 (experiments/cli.py)."""
+  with pytest.raises(MemoryError, match=r'out of memory \(.*Out of memory allocating \d+ '
+                     r'bytes.\) with model.emb_dim=\d+, model.enc_hidden=1000000, '
+                     r'.*data.batch_size=\d+.*: make the model or the batch smaller'):
+    train.train_and_evaluate(smoke(data_dir, **{'model.enc_hidden': 1_000_000}),
+                             str(tmp_path / 'run'))
 
 
 # ---- signals -------------------------------------------------------------------------------------
@@ -183,6 +255,12 @@ def test_skip_nonfinite_skips_and_counts(monkeypatch, straight, data_dir, tmp_pa
     ('train.lr', -1.0, 'train.lr must be a finite number > 0, got -1.0'),
     ('train.decay', 'linear', "unknown train.decay 'linear'; valid: constant, cosine, rsqrt"),
     ('data.batch_size', 7, 'data.batch_size=7 is not divisible by the device count 2'),
+    ('eval.bleu_tokenize', 'bogus', "unknown eval.bleu_tokenize 'bogus'; valid (sacrebleu): "
+                                    'none, zh, 13a'),
+    ('eval.length_edges', ('abc',), "eval.length_edges must be increasing integers >= 0 "
+                                    "(source-length bucket edges, e.g. (10, 20, 30)), got "
+                                    "('abc',)"),   # what --config.eval.length_edges=abc gives
+    ('eval.length_edges', (0, 20, 10), 'eval.length_edges must be increasing'),
 ])
 def test_bad_config_fails_before_any_compile(field, value, needle, monkeypatch, data_dir,
                                              tmp_path):

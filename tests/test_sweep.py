@@ -5,46 +5,74 @@ and raising N runs only the new seeds."""
 
 import json
 import os
+import shutil
 import subprocess
-import sys
+import time
 
 import jax
 import numpy as np
 import pytest
 
 from attention_jax import api, multihead, records, stats, sweep
-from helpers import TINY_SWEEP as SWEEP
+from helpers import sweep_cmd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_sweep(path, root, data_dir, *flags):
-  args = [sys.executable, '-m', 'experiments.sweep', f'--sweep={path}:smoke', f'--root={root}',
-          *flags, '--', f'--config.data.data_dir={data_dir}']
-  return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
-
-
-def test_sweep_runs_reports_and_skips_finished_variants(tmp_path):
-  path = tmp_path / 'tiny_sweep.py'
-  path.write_text(SWEEP)
-  root, data_dir = tmp_path / 'runs', tmp_path / 'tfds'
-  first = run_sweep(path, root, data_dir)
-  out = first.stdout + first.stderr
-  assert first.returncode == 1, out               # one variant failed: the sweep says so
-  assert '[broken] FAILED' in out and 'model.attn_dim must be a positive integer' in (
-      root / 'tiny_sweep_smoke' / 'broken' / 'train.log').read_text()
+def test_sweep_runs_every_seed_and_reports_and_a_failure_stops_nothing(local_sweep):
+  _, root, _, proc = local_sweep
+  out = proc.stdout + proc.stderr
+  assert proc.returncode == 1, out               # one variant failed: the sweep says so
+  assert 'sweep tiny_sweep_smoke: 4 finished, 0 skipped, 2 failed' in out
   sweep_dir = root / 'tiny_sweep_smoke'
+  assert '[broken/seed_1] FAILED' in out and 'model.attn_dim must be a positive integer' in (
+      sweep_dir / 'broken' / 'seed_1' / 'train.log').read_text()
   for v in ('additive', 'general'):
-    assert (sweep_dir / v / 'results.json').exists(), out
-  for f in ('summary.md', 'summary.csv', 'bars.png', 'bleu_by_length.png'):
+    assert sorted(os.listdir(sweep_dir / v)) == ['seed_1', 'seed_2']
+    for k in (1, 2):
+      assert (sweep_dir / v / f'seed_{k}' / 'results.json').exists(), out
+  for f in ('summary.md', 'summary.csv', 'by_length.csv', 'comparisons.csv', 'runs.csv',
+            'bars.png', 'bleu_by_length.png'):
     assert (sweep_dir / f).exists(), f
-  assert '| additive | 1 |' in (sweep_dir / 'summary.md').read_text()
+  assert '| additive | 2 |' in (sweep_dir / 'summary.md').read_text()
 
-  second = run_sweep(path, root, data_dir)
-  out2 = second.stdout + second.stderr
-  assert '[additive] finished earlier (results.json exists), skipping' in out2
-  assert '[general] finished earlier (results.json exists), skipping' in out2
-  assert '[broken] starting' in out2            # failed variants are tried again
+
+def test_a_killed_sweep_takes_its_runs_with_it_and_a_rerun_resumes_them(local_sweep, tmp_path):
+  """SIGKILL of the sweep: its run gets SIGTERM (it saves and exits) instead of training on
+  as an orphan; the same command at once waits for it and resumes the run (it used to fail,
+  'workdir in use'); the killed attempt's time is kept in wall_time.json."""
+  path, _, data_dir, _ = local_sweep
+  cmd = sweep_cmd(path, tmp_path, data_dir, '--only=additive', seeds=1) + [
+      '--config.train.steps=600']
+  sweep = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  run = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
+  deadline, child = time.time() + 300, None
+  while child is None and sweep.poll() is None and time.time() < deadline:
+    try:
+      beat = json.loads((run / 'wall_time.json').read_text().splitlines()[-1])['seconds']
+      lock = (run / '.lock').read_text()
+      steps = [int(n) for n in os.listdir(run / 'checkpoints' / 'latest') if n.isdigit()]
+    except (OSError, IndexError, ValueError):
+      beat, lock, steps = 0, '', []
+    if beat > 0 and steps and max(steps) < 600 and lock.startswith('process '):
+      child = int(lock.split()[1])
+      sweep.kill()
+    time.sleep(0.05)
+  assert child, 'the run finished before the sweep could be killed'
+  sweep.wait()
+  gone = time.time() + 60
+  while time.time() < gone and os.path.exists(f'/proc/{child}'):
+    time.sleep(0.1)
+  assert not os.path.exists(f'/proc/{child}'), 'the run outlived its sweep'
+
+  again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+  out = again.stdout + again.stderr
+  assert again.returncode == 0, out
+  assert '[additive/seed_1] resuming: model.score=additive seed=1' in out
+  assert 'resumed from' in (run / 'train.log').read_text()
+  first, second = [json.loads(x) for x in (run / 'wall_time.json').read_text().splitlines()]
+  assert first['returncode'] is None and first['seconds'] >= 10    # the killed attempt's time
+  assert second['returncode'] == 0 and second['seconds'] > 0
 
 
 def test_transformer_scores_sweep_arguments():
@@ -76,14 +104,10 @@ def get_sweep(arg=None):
 """
 
 
-def test_seeds_give_other_parameters_on_the_same_test_set(tmp_path):
-  path = tmp_path / 'seed_sweep.py'
-  path.write_text(SEED_SWEEP)
-  root, data_dir = tmp_path / 'runs', tmp_path / 'tfds'
-  first = run_sweep(path, root, data_dir, '--seeds=2')
-  assert first.returncode == 0, first.stdout + first.stderr
-  variant = root / 'seed_sweep_smoke' / 'additive'
-  assert sorted(os.listdir(variant)) == ['seed_1', 'seed_2']
+def test_seeds_give_other_parameters_on_the_same_test_set_and_more_seeds_run_only_new_ones(
+    local_sweep, tmp_path):
+  path, root, data_dir, _ = local_sweep
+  variant = root / 'tiny_sweep_smoke' / 'additive'
   loaded = [api.load(str(variant / f'seed_{k}')) for k in (1, 2)]
   assert [json.loads((variant / f'seed_{k}' / 'config.json').read_text())['seed']
           for k in (1, 2)] == [1, 2]
@@ -99,13 +123,18 @@ def test_seeds_give_other_parameters_on_the_same_test_set(tmp_path):
       assert stats.corpus_score(records.stats(recs, m), m, header['bleu_tokenize']) == (
           pytest.approx(res[m], abs=1e-9))
 
-  second = run_sweep(path, root, data_dir, '--seeds=3')
-  out = second.stdout + second.stderr
-  assert second.returncode == 0, out
+  copy = tmp_path / 'runs'        # (the shared sweep stays as it is for the Ray test)
+  shutil.copytree(root, copy)
+  again = subprocess.run(sweep_cmd(path, copy, data_dir, '--only=additive,broken',
+                                   '--parallel=2', seeds=3) + ['--config.train.steps=20'],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+  out = again.stdout + again.stderr
+  assert again.returncode == 1, out
   assert '[additive/seed_1] finished earlier' in out and '[additive/seed_2] finished earlier' in out
   assert '[additive/seed_3] starting: model.score=additive seed=3' in out
-  assert 'sweep seed_sweep_smoke: 1 finished, 2 skipped, 0 failed' in out
-  assert '| additive | 3 |' in (root / 'seed_sweep_smoke' / 'summary.md').read_text()
+  assert '[broken/seed_1] starting' in out        # failed runs are tried again
+  assert 'sweep tiny_sweep_smoke: 1 finished, 2 skipped, 3 failed' in out
+  assert '| additive | 3 |' in (copy / 'tiny_sweep_smoke' / 'summary.md').read_text()
 
 
 def test_seeds_from_the_sweep_file_and_a_single_seed_run_in_the_way(tmp_path):
@@ -122,3 +151,15 @@ def test_seeds_from_the_sweep_file_and_a_single_seed_run_in_the_way(tmp_path):
     sweep.load_sweep(str(path), root=str(tmp_path))
   with pytest.raises(ValueError, match='seeds must be a whole number >= 1, got 0'):
     sweep.load_sweep(str(path), root=str(tmp_path / 'x'), seeds=0)
+
+
+def test_a_sweep_file_that_is_not_python_is_one_error_naming_the_line(tmp_path):
+  """(It used to be a 31-line traceback; the CLI prints ValueError as one line, exit 2.)"""
+  bad = tmp_path / 'bad.py'
+  bad.write_text('def get_sweep(arg=None):\n  return [(\n\nx = (\n')
+  with pytest.raises(ValueError, match=rf'{bad} line \d+: .* \(the sweep file is not valid '
+                                       r'Python\)'):
+    sweep.load_sweep(str(bad))
+  bad.write_text('import no_such_module_here\n')
+  with pytest.raises(ValueError, match="ModuleNotFoundError: No module named 'no_such_module"):
+    sweep.load_sweep(str(bad))

@@ -3,6 +3,8 @@ clear errors for bad configs and flags."""
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -13,15 +15,12 @@ import pytest
 import attention_jax as aj
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import records, train
+from attention_jax import workdir as workdir_lib
 from experiments.configs import addition, dates, reverse, textfiles
 
 from helpers import smoke
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-
-
 
 
 @pytest.fixture(scope='module')
@@ -63,6 +62,14 @@ def test_load_refuses_missing_and_foreign_workdirs(tmp_path, dates_run):
     aj.load(str(tmp_path))
   with pytest.raises(ckpt_lib.CheckpointError, match='no checkpoint at step 3'):
     aj.load(dates_run[0], step=3)
+  edited = tmp_path / 'edited'        # a hand-edited config.json: one line, not a traceback
+  shutil.copytree(dates_run[0], edited)
+  text = (edited / 'config.json').read_text()
+  (edited / 'config.json').write_text(re.sub(r'"max_src_len": (\d+)', r'"max_src_len": "\1"', text))
+  with pytest.raises(ckpt_lib.CheckpointError, match=r"not a usable attention_jax workdir: "
+                     r"ValueError: config.json: data.max_src_len must be a positive integer, "
+                     r"got '\d+'"):
+    aj.load(str(edited))
 
 
 @pytest.mark.parametrize('module', [reverse, addition])
@@ -150,31 +157,98 @@ def test_fresh_start_refuses_a_non_empty_workdir(dates_run, data_dir):
     train.train_and_evaluate(c, dates_run[0])
 
 
-def test_resume_with_another_model_config_is_refused(dates_run, data_dir):
-  c = smoke(dates, data_dir, **{'model.score': 'general'})
-  with pytest.raises(ValueError, match="model.score: saved 'additive', now 'general'"):
-    train.train_and_evaluate(c, dates_run[0])
+def snapshot(workdir: str) -> dict[str, bytes]:
+  """Every file under workdir (relative path -> contents)."""
+  out = {}
+  for d, _, files in os.walk(workdir):
+    for f in files:
+      with open(os.path.join(d, f), 'rb') as fh:
+        out[os.path.relpath(os.path.join(d, f), workdir)] = fh.read()
+  return out
 
 
-@pytest.mark.parametrize('flag,needle', [
+@pytest.mark.parametrize('override,needle', [
+    ({'model.score': 'general'}, "model.score: saved 'additive', now 'general'"),
+    ({'seed': 1, 'train.steps': 20, 'eval.beam_size': 3}, 'seed: saved 0, now 1'),
+])
+def test_a_refused_resume_changes_nothing_in_the_workdir(override, needle, dates_run, data_dir):
+  """config.json (and every other file) is written only once a run is accepted: a refused
+  resume used to rewrite it, and `evaluate` then used the refused run's beam size."""
+  before = snapshot(dates_run[0])
+  assert 'config.json' in before and 'results.json' in before
+  with pytest.raises(ValueError, match=needle):
+    train.train_and_evaluate(smoke(dates, data_dir, **override), dates_run[0])
+  after = snapshot(dates_run[0])
+  assert sorted(after) == sorted(before)
+  assert [f for f in before if after[f] != before[f]] == []
+
+
+def test_overwrite_deletes_only_a_run_of_this_project(dates_run, tmp_path):
+  """A user's folder that happens to hold a config.json is refused, naming what it holds,
+  and keeps every file; a run (marker, or a config.json beside a run's own files) is cleared
+  but for the lock its trainer holds."""
+  user = tmp_path / 'user'
+  (user / 'src').mkdir(parents=True)
+  (user / 'config.json').write_text('{}')
+  (user / 'notes.txt').write_text('mine')
+  (user / 'src' / 'a.py').write_text('x = 1')
+  with pytest.raises(FileExistsError, match=r"not an attention_jax run \(it holds notes.txt, "
+                                            r"src/\)"):
+    train.prepare_workdir(str(user), resume=False, overwrite=True)
+  assert snapshot(str(user)) == {'config.json': b'{}', 'notes.txt': b'mine',
+                                 os.path.join('src', 'a.py'): b'x = 1'}
+  (user / 'model.ckpt').write_text('')   # no config.json at all: refused too
+  (user / 'config.json').unlink()
+  with pytest.raises(FileExistsError, match='it holds model.ckpt, notes.txt, src/'):
+    train.prepare_workdir(str(user), resume=False, overwrite=True)
+
+  run = tmp_path / 'run'
+  shutil.copytree(dates_run[0], run)
+  assert workdir_lib.MARKER in os.listdir(run)
+  (run / 'notes.txt').write_text('in a marked run: the user was told it is a run')
+  train.prepare_workdir(str(run), resume=False, overwrite=True)
+  assert os.listdir(run) == [workdir_lib.LOCK_FILE]
+  legacy = tmp_path / 'legacy'   # a run from before the marker
+  shutil.copytree(dates_run[0], legacy, ignore=shutil.ignore_patterns(workdir_lib.MARKER))
+  assert workdir_lib.foreign_entries(str(legacy)) == []
+  (legacy / 'data.csv').write_text('')
+  assert workdir_lib.foreign_entries(str(legacy)) == ['data.csv']
+
+
+BAD_FLAGS = [
     ('--config.model.score=bogus', "unknown model.score 'bogus'; valid: additive"),
     ('--config.train.steps=many', 'many'),
     ('--config.model.nonexistent=3', 'nonexistent'),
     ('--config=experiments/configs/nope.py', 'nope.py'),
+    ('--config=experiments/configs/dates.py:bogus', 'error: flag --config=experiments/configs/'
+     'dates.py:bogus: Error whilst parsing config file: ValueError: unknown config argument '
+     "'bogus'; valid: 'smoke' (or none)"),
     ('--config.train.max_decode_factor=-1',
      'error: train.max_decode_factor must be a finite number > 0, got -1.0'),
     ('--config.train.lr=inf', 'error: train.lr must be a finite number > 0, got inf'),
     ('--config.eval.beam_size=0', 'error: eval.beam_size must be a positive integer, got 0'),
+    ('--config.eval.bleu_tokenize=bogus', "error: unknown eval.bleu_tokenize 'bogus'"),
     ('--config.train.ema_decay=1', 'error: train.ema_decay must be in [0, 1) (0: no EMA), got 1'),
     ('--config.train.bogus=1', "error: unknown config field 'train.bogus' in "
                                "--config.train.bogus=1; fields of train: baseline_decay,"),
-])
-def test_bad_flags_are_named(flag, needle, tmp_path):
-  args = [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
-          f'--workdir={tmp_path}', flag]
-  proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
-  assert proc.returncode != 0
-  assert needle in proc.stderr + proc.stdout
+]
+
+
+def test_bad_flags_are_one_line_naming_them_and_change_nothing(tmp_path):
+  """Every bad flag (all run at once: each is a fresh process) exits 2 with one `error:` line
+  naming it, before any work: the workdir is not even created."""
+  procs = []
+  for i, (flag, _) in enumerate(BAD_FLAGS):
+    args = [sys.executable, '-m', 'experiments.main',
+            '--config=experiments/configs/dates.py:smoke', f'--workdir={tmp_path / str(i)}', flag]
+    procs.append(subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True))
+  for (flag, needle), proc in zip(BAD_FLAGS, procs):
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, (flag, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: ') and needle in lines[0], (flag, err)
+  assert os.listdir(tmp_path) == []
 
 
 def test_evaluate_workdir_writes_report_plot_and_heatmaps(dates_run):

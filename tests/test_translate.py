@@ -5,8 +5,10 @@ attention files, bad input), beam search and n-best from Python, evaluation of a
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
 import ml_collections
 import numpy as np
@@ -114,6 +116,58 @@ def test_bad_bytes_give_one_error_line_naming_the_line(run, tmp_path):
   assert translate_cmd.read_lines(b'\xef\xbb\xbfa\r\nb\n', 'x') == ['a', 'b']
   missing = command(run, f'--input={tmp_path / "nope.txt"}')
   assert missing.returncode == 2 and b'error: ' in missing.stderr and b'nope.txt' in missing.stderr
+
+
+def test_an_over_long_line_is_named_by_its_line_number_and_nothing_is_written(run, tmp_path,
+                                                                              translator):
+  out = tmp_path / 'out.txt'
+  proc = command(run, f'--output={out}', '--batch=1',
+                 stdin=b'Nov 3, 1999\n\n' + b'1' * 100_000 + b'\nok\n')
+  assert proc.returncode == 2
+  assert proc.stderr.decode().strip().splitlines()[-1].startswith(
+      'error: stdin line 3 has 100,000 characters, far beyond the limit'), proc.stderr
+  assert not out.exists() and os.listdir(tmp_path) == []      # no temp file left either
+  with pytest.raises(ValueError, match='texts\\[2\\] has 600 tokens'):   # the caller's index
+    translator.translate(['', 'ok', '1' * 600])
+
+
+MANY = [t for _ in range(300) for t in TEXTS]   # 2,100 lines
+
+
+def test_two_writers_of_one_output_never_mix(run, translator, tmp_path):
+  """Two commands writing one --output both finish, and the file is one of them whole
+  (it used to hold NUL bytes and a fraction of the lines)."""
+  src, out = tmp_path / 'in.txt', tmp_path / 'out.txt'
+  src.write_text('\n'.join(MANY) + '\n', encoding='utf-8')
+  args = [sys.executable, '-m', 'experiments.translate', f'--workdir={run}', f'--input={src}',
+          f'--output={out}', '--batch=64']
+  procs = [subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE) for _ in range(2)]
+  for p in procs:
+    assert p.wait(timeout=300) == 0, p.stderr.read().decode()
+  assert out.read_text(encoding='utf-8').split('\n')[:-1] == translator.translate(MANY)
+  assert sorted(os.listdir(tmp_path)) == ['in.txt', 'out.txt']
+
+
+def test_sigterm_keeps_the_whole_chunks_translated(run, translator, tmp_path):
+  src, out = tmp_path / 'in.txt', tmp_path / 'out.txt'
+  lines = MANY * 10
+  src.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+  proc = subprocess.Popen([sys.executable, '-m', 'experiments.translate', f'--workdir={run}',
+                           f'--input={src}', f'--output={out}', '--batch=70'], cwd=ROOT,
+                          stderr=subprocess.PIPE)
+  tmp = tmp_path / f'.out.txt.tmp{proc.pid}'
+  deadline = time.time() + 240
+  while proc.poll() is None and time.time() < deadline and not (
+      tmp.exists() and tmp.stat().st_size > 0):
+    time.sleep(0.02)
+  proc.send_signal(signal.SIGTERM)
+  err = proc.communicate(timeout=120)[1].decode()
+  assert proc.returncode == 143, err
+  kept = out.read_text(encoding='utf-8').split('\n')[:-1]
+  assert 0 < len(kept) < len(lines) and len(kept) % 70 == 0, len(kept)
+  assert f'stopped: {len(kept)} of {len(lines)} lines translated and kept in {out}' in err
+  assert err.strip().splitlines()[-1] == 'stopped by SIGTERM'
+  assert kept == translator.translate(lines[:len(kept)])
 
 
 def test_evaluate_files_equals_evaluating_the_split(run, tmp_path):

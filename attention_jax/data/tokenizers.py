@@ -224,8 +224,14 @@ def load_tokenizer(directory: str) -> Tokenizer:
     meta = json.load(f)
   kind = meta.get('kind')
   if kind == 'sentencepiece':
-    with open(os.path.join(directory, meta['model_file']), 'rb') as f:
-      return SentencePieceTokenizer(f.read())
+    model = os.path.join(directory, meta['model_file'])
+    with open(model, 'rb') as f:
+      data = f.read()
+    try:
+      return SentencePieceTokenizer(data)
+    except RuntimeError as e:   # sentencepiece's parse error: a truncated or foreign file
+      raise ValueError(f'{model}: not a readable SentencePiece model ({len(data):,} bytes; '
+                       f'{str(e).splitlines()[0][:120]})') from None
   if kind in ('char', 'word'):
     return TOKENIZERS[kind](meta['symbols'])
   raise ValueError(f'{path}: unknown tokenizer kind {kind!r}')
