@@ -76,9 +76,14 @@ def write_atomic(path: str, text: str) -> None:
   """Writes text to path through a temp file and a rename (atomic on POSIX): a reader sees
   the old file or the new one, never half of one."""
   tmp = f'{path}.tmp{os.getpid()}'
-  with open(tmp, 'w', encoding='utf-8') as f:
-    f.write(text)
-  os.replace(tmp, path)
+  try:
+    with open(tmp, 'w', encoding='utf-8') as f:
+      f.write(text)
+    os.replace(tmp, path)
+  except BaseException:   # (disk full, a signal): no temp file left behind
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
 
 
 def foreign_entries(workdir: str) -> list[str]:

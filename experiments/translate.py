@@ -86,14 +86,20 @@ class Output:
     if path == '-':
       self.file, self.tmp = sys.stdout, None
     else:
+      if os.path.isdir(path):   # found now, not after translating everything
+        raise IsADirectoryError(21, 'is a directory, not an output file', path)
       folder, base = os.path.split(os.path.abspath(path))
       self.tmp = os.path.join(folder, f'.{base}.tmp{os.getpid()}')
       self.file = open(self.tmp, 'w', encoding='utf-8')
 
   def close(self) -> None:
     if self.tmp is not None and not self.file.closed:
-      self.file.close()
-      os.replace(self.tmp, self.path)
+      try:
+        self.file.close()
+        os.replace(self.tmp, self.path)
+      finally:
+        if os.path.exists(self.tmp):
+          os.remove(self.tmp)
 
 
 class AttentionWriter:
@@ -172,6 +178,13 @@ def run():
   else:
     with open(FLAGS.input, 'rb') as f:
       data = f.read()
+  files = [(flag, os.path.realpath(path)) for flag, path in (
+      ('--input', FLAGS.input), ('--output', FLAGS.output), ('--attention', FLAGS.attention))
+      if path and path != '-']
+  for i, (flag, path) in enumerate(files):   # an output over an input or another output
+    for other, same in files[:i]:
+      if path == same:
+        raise app.UsageError(f'{other} and {flag} name the same file {path}')
   lines = read_lines(data, name)
   translator = api.load(FLAGS.workdir, step=FLAGS.step)
   translator.chunk_size = FLAGS.batch

@@ -131,6 +131,26 @@ def test_an_over_long_line_is_named_by_its_line_number_and_nothing_is_written(ru
     translator.translate(['', 'ok', '1' * 600])
 
 
+def test_an_output_over_the_input_or_on_a_directory_is_refused_before_any_work(run, tmp_path):
+  src = tmp_path / 'in.txt'
+  src.write_text('Nov 3, 1999\n', encoding='utf-8')
+  cases = [([f'--input={src}', f'--output={src}'], '--input and --output name the same file'),
+           ([f'--output={tmp_path}'], f'{tmp_path}: is a directory, not an output file'),
+           ([f'--output={tmp_path}/a.jsonl', f'--attention={tmp_path}/a.jsonl'],
+            '--output and --attention name the same file')]
+  procs = [subprocess.Popen([sys.executable, '-m', 'experiments.translate', f'--workdir={run}',
+                             *flags], cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for flags, _ in cases]
+  for (flags, needle), proc in zip(cases, procs):
+    err = proc.communicate(timeout=300)[1]
+    lines = err.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith('error: ') and (
+        needle in lines[0]), (flags, err)
+  assert src.read_text(encoding='utf-8') == 'Nov 3, 1999\n'
+  assert sorted(os.listdir(tmp_path)) == ['in.txt']
+
+
 MANY = [t for _ in range(300) for t in TEXTS]   # 2,100 lines
 
 
