@@ -79,7 +79,9 @@ case "$cmd" in
     ;;
   test)
     setup
-    exec python -m pytest -q "$@"
+    # one pytest-xdist worker per core (ATTENTION_JAX_TEST_WORKERS=0: none); each test module
+    # stays on one worker, so its module fixtures (data sets, reference runs) are made once
+    exec python -m pytest -q -n "${ATTENTION_JAX_TEST_WORKERS:-auto}" --dist loadscope "$@"
     ;;
   train)
     setup

@@ -1,6 +1,9 @@
 """Test-session settings. Unit tests compile many tiny graphs, so XLA's backend
 optimisation is turned down (halves compile time; results are the same up to float
-rounding). Set ATTENTION_JAX_TEST_XLA_OPT=1 to test with full optimisation.
+rounding). Set ATTENTION_JAX_TEST_XLA_OPT=1 to test with full optimisation. The programs
+compiled by the session (its pytest-xdist workers and the experiments they start as
+subprocesses: the same smoke models again and again) go to one JAX compilation cache per
+session, removed at its end.
 
 Data fixtures: `data_cfg(name, **overrides)` gives a small `data` config section whose TFDS
 data dir is one temp dir per test session (each offline task is prepared once).
@@ -8,16 +11,39 @@ data dir is one temp dir per test session (each offline task is prepared once).
 `local_sweep`: one sweep of helpers.TINY_SWEEP under 2 seeds by the local executor, shared by
 the sweep tests and the Ray executor's (whose runs must end with the same metrics)."""
 
+import json
 import os
+import shutil
 import subprocess
+import tempfile
 
+import filelock
 import pytest
-
-from helpers import TINY_SWEEP, sweep_cmd
 
 if os.environ.get('ATTENTION_JAX_TEST_XLA_OPT') != '1':
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_backend_optimization_level=0').strip()
+# set before jax is imported; pytest-xdist workers inherit it from the controller
+_OWN_CACHE = 'JAX_COMPILATION_CACHE_DIR' not in os.environ
+if _OWN_CACHE:
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = tempfile.mkdtemp(prefix='attention_jax_test_jit_')
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0.3')
+
+from helpers import TINY_SWEEP, sweep_cmd  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def pytest_sessionfinish(session):
+  if _OWN_CACHE:        # the process that made it (the controller, after every worker)
+    shutil.rmtree(os.environ['JAX_COMPILATION_CACHE_DIR'], ignore_errors=True)
+
+
+FIRST = ('test_sweep.py', 'test_ray_sweep.py')
+
+
+def pytest_collection_modifyitems(items):
+  """The sweep modules first: their shared sweep (a subprocess running two trainings at a
+  time) then overlaps the other modules instead of ending the session alone."""
+  items.sort(key=lambda item: item.path.name not in FIRST)
 
 
 @pytest.fixture(scope='session')
@@ -46,12 +72,23 @@ def data_dir(tmp_path_factory):
 @pytest.fixture(scope='session')
 def local_sweep(tmp_path_factory):
   """(sweep file, root, data dir, the finished process) of TINY_SWEEP, --seeds=2, two runs at
-  a time, into <root>/tiny_sweep_smoke/<variant>/seed_<k> (the broken variant fails)."""
-  tmp = tmp_path_factory.mktemp('local_sweep')
+  a time, into <root>/tiny_sweep_smoke/<variant>/seed_<k> (the broken variant fails). Run
+  once per test session: under pytest-xdist the first worker to ask runs it, under a file
+  lock, and the others read its outcome."""
+  base = tmp_path_factory.getbasetemp()
+  if os.environ.get('PYTEST_XDIST_WORKER'):
+    base = base.parent                      # the temp dir all workers of this session share
+  tmp = base / 'local_sweep'
   path, root, data_dir = tmp / 'tiny_sweep.py', tmp / 'runs', tmp / 'tfds'
-  path.write_text(TINY_SWEEP)
-  proc = subprocess.run(sweep_cmd(path, root, data_dir, '--parallel=2'), cwd=ROOT,
-                        capture_output=True, text=True, timeout=900)
+  with filelock.FileLock(str(base / 'local_sweep.lock')):
+    done = tmp / 'process.json'
+    if not done.exists():
+      tmp.mkdir(exist_ok=True)
+      path.write_text(TINY_SWEEP)
+      proc = subprocess.run(sweep_cmd(path, root, data_dir, '--parallel=2'), cwd=ROOT,
+                            capture_output=True, text=True, timeout=900)
+      done.write_text(json.dumps([[str(a) for a in proc.args], proc.returncode, proc.stdout, proc.stderr]))
+    proc = subprocess.CompletedProcess(*json.loads(done.read_text()))
   return path, root, data_dir, proc
 
 

@@ -79,6 +79,7 @@ def test_command_line_writes_the_json(tmp_path):
   assert any('compile_s' in t['what'] for t in data['targets'])
 
 
+@pytest.mark.slow   # (runs our side for real, twice)
 def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   """--peer: one core each (ours re-run pinned to CPU 0 in a child process, for real) and the
   whole machine each; both ratios per variant land in the JSON. OpenNMT-py is faked (it is

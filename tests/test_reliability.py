@@ -154,24 +154,35 @@ def test_load_reads_the_newest_step_again_when_the_one_it_reads_is_deleted(strai
     return real(manager, step, template, **kwargs)
   monkeypatch.setattr(ckpt_lib, 'restore', rotating)
   t = aj.load(workdir)
+  # the best step (4 or 8, by this CPU's validation) vanished: the newest complete is latest/8
   assert len(calls) == 2 and calls[0][0].endswith('best') and t.step == 8
-  assert t.translate(['Nov 3, 1999']) == aj.load(ref_dir).translate(['Nov 3, 1999'])
+  assert t.translate(['Nov 3, 1999']) == aj.load(ref_dir, step=8).translate(['Nov 3, 1999'])
   with pytest.raises(ckpt_lib.CheckpointError, match=r'no checkpoint at step 3 in .*available'):
     aj.load(workdir, step=3)     # a step asked for by number is not replaced by another
 
 
 def test_out_of_memory_is_one_error_naming_the_sizes(data_dir, tmp_path):
-  """(It used to be an 86-line traceback.) The experiment CLI prints MemoryError as one
-  `error:` line with exit 2 (experiments/cli.py)."""
-  with pytest.raises(MemoryError, match=r'out of memory \(.*Out of memory allocating \d+ '
-                     r'bytes.\) with model.emb_dim=\d+, model.enc_hidden=1000000, '
-                     r'.*data.batch_size=\d+.*: make the model or the batch smaller'):
-    train.train_and_evaluate(smoke(data_dir, **{'model.enc_hidden': 1_000_000}),
-                             str(tmp_path / 'run'))
+  """`--config.model.enc_hidden=1000000` (it used to be an 86-line traceback, exit 1): one
+  `error:` line naming the sizes, exit 2. (At XLA's default optimisation: at the tests' -O0
+  initialising the million-wide layers before the failing one takes a minute.)"""
+  env = {**os.environ, 'XLA_FLAGS': os.environ.get('XLA_FLAGS', '').replace(
+      '--xla_backend_optimization_level=0', '')}
+  proc = subprocess.run(
+      [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
+       f'--config.data.data_dir={data_dir}', '--config.model.enc_hidden=1000000',
+       f'--workdir={tmp_path / "run"}'],
+      cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+  assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
+  errors = [line for line in proc.stderr.splitlines() if line.startswith('error')]
+  assert len(errors) == 1 and errors[0] == proc.stderr.strip().splitlines()[-1]
+  assert re.fullmatch(r'error: out of memory \(.*Out of memory allocating \d+ bytes.\) with '
+                      r'model.emb_dim=\d+, model.enc_hidden=1000000, .*data.batch_size=\d+.*: '
+                      r'make the model or the batch smaller', errors[0]), errors[0]
 
 
 # ---- signals -------------------------------------------------------------------------------------
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize('sig', [signal.SIGTERM, pytest.param(signal.SIGINT,
+                                                                marks=pytest.mark.slow)])
 def test_signal_saves_a_checkpoint_exits_and_the_same_command_resumes(sig, data_dir, tmp_path):
   workdir = str(tmp_path / 'run')
   cmd = [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
@@ -319,7 +330,7 @@ def test_large_batches_go_in_chunks_and_keep_their_order(translator):
   assert chunked == whole and len(chunked) == 140
 
 
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.text(max_size=40), min_size=50, max_size=50))
 def test_random_unicode_never_crashes(translator, texts):
