@@ -20,7 +20,8 @@ import tempfile
 import filelock
 import pytest
 
-if os.environ.get('ATTENTION_JAX_TEST_XLA_OPT') != '1':
+if (os.environ.get('ATTENTION_JAX_TEST_XLA_OPT') != '1'
+    and '--xla_backend_optimization_level' not in os.environ.get('XLA_FLAGS', '')):
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                              ' --xla_backend_optimization_level=0').strip()
 # set before jax is imported; pytest-xdist workers inherit it from the controller
