@@ -9,16 +9,25 @@ eq. 14):
 
 with |Y| counting the EOS token (alpha = 0: plain log-probability).
 
-Finished hypotheses (the rule of fairseq's SequenceGenerator; it makes K = 1 exactly greedy):
+Finished hypotheses (fairseq's SequenceGenerator ranks candidates this way; it makes K = 1
+exactly greedy):
   - each step ranks the K * V extensions of the K alive hypotheses by log P and keeps the top
     2K; an extension ending in EOS finishes only if it ranks in the top K (scored with its
-    length); the K best that do not end in EOS stay alive;
-  - a sentence stops once it has K finished hypotheses, or once no alive one can beat its best
-    finished one (log P only falls, so an alive hypothesis scores at most
-    log P / lp(max_len)); from then on its answer cannot change;
-  - the answer is the best-scoring finished hypothesis. A hypothesis that reaches max_len
-    without EOS is a candidate only when its sentence has no finished hypothesis at all; then
-    the best alive one is returned (no EOS, scored with |Y| = max_len).
+    length); the K best that do not end in EOS stay alive. PAD and BOS are never extensions
+    (decode.emittable).
+  - a sentence stops once no alive hypothesis can beat its answer (the best finished one;
+    n-best: the K-th), since log P only falls: an alive one scores at most
+    log P / lp(max_len); or once it has K finished hypotheses of which the worst scores at
+    least what the best alive one would if it ended now, log P / lp(t + 1) (Hugging Face's
+    `early_stopping=False`; a heuristic: with alpha > 0 a longer output is divided by a
+    larger lp). Stopping at the first K finished, as fairseq does, fails a confident model:
+    under label smoothing every unlikely symbol has the same floor probability, EOS ranks
+    in the top K at every step, and K truncated outputs finished before the likely one
+    could (a Transformer's beam 5 fell to 67% exact match where greedy had 99%);
+  - the answer is the best-scoring finished hypothesis; where the search reaches max_len,
+    the alive hypotheses compete with the finished ones, scored with |Y| = max_len (fairseq
+    and OpenNMT-py end them there; it makes a larger beam never score below beam 1 when
+    every hypothesis of beam 1 runs to max_len).
 Filler rows (all-PAD source) return all PAD tokens, zero weights and score 0.
 
   tokens, scores, weights = beam_search(model, src, beam_size=4, max_len=20)
@@ -35,6 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from attention_jax.data.tokenizers import BOS, EOS, PAD
+from attention_jax.decode import emittable
 
 NEG_INF = float('-inf')
 
@@ -106,10 +116,10 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   weights per output step.
 
   nbest = N (1 <= N <= beam_size): the N best hypotheses, (tokens [B, N, L], scores [B, N],
-  weights [B, N, L, S]): the finished ones by score, then, where fewer than N finished by
-  max_len, unfinished ones (no EOS, scored with |Y| = max_len) by score; the first is the
-  answer without nbest. With N > 1 a sentence stops only once K hypotheses have finished
-  (the early stop that keeps the best answer can drop the runners-up).
+  weights [B, N, L, S]), best first: by score; unfinished ones (no EOS, scored with
+  |Y| = max_len) after the finished ones where the sentence stopped before max_len. The
+  first is the answer without nbest. With N > 1 a sentence stops only once K hypotheses
+  have finished (the early stop that keeps the best answer can drop the runners-up).
   Call it inside `jax.jit` with beam_size, max_len, alpha and nbest static.
   """
   if not isinstance(beam_size, int) or beam_size < 1:
@@ -129,7 +139,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   carry = _tile(carry, k)
   filler = jnp.all(src == PAD, axis=1)                                 # [B]
   row0 = (jnp.arange(b) * k)[:, None]                                  # [B, 1]
-  lp_max = length_penalty(n, alpha)
+  lp_max = length_penalty(n, alpha)   # an unfinished hypothesis is scored at max_len
 
   def cond(st: _State):
     return (st.t < n) & ~jnp.all(st.done)
@@ -139,7 +149,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     y_prev = jnp.where(t == 0, BOS, st.alive_tok[:, :, jnp.maximum(t - 1, 0)])    # [B, K]
     carry, logp, w = model.step(st.carry, y_prev.reshape(b * k), mem)  # [B*K,V], [B*K,S]
     v = logp.shape[-1]
-    cand = st.alive_logp[:, :, None] + logp.reshape(b, k, v)           # [B, K, V]
+    cand = st.alive_logp[:, :, None] + emittable(logp).reshape(b, k, v)  # [B, K, V]
     top_logp, top = jax.lax.top_k(cand.reshape(b, k * v), 2 * k)      # [B, 2K]
     parent, tok = top // v, (top % v).astype(jnp.int32)                # [B, 2K]
     seq = _pick(st.alive_tok, parent).at[:, :, t].set(tok)            # [B, 2K, L]
@@ -159,10 +169,13 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     alive_logp, i = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)        # [B, K]
     carry = _rows(carry, (row0 + _pick(parent, i)).reshape(b * k))    # leaves [B*K, ...]
 
-    full = fin_score[:, k - 1] > NEG_INF
-    beaten = (fin_score[:, 0] > alive_logp[:, 0] / lp_max) & (nbest <= 1)
+    # K finished, the worst of them at least the best alive one ended now; or no alive one
+    # can beat the answer (the best finished; n-best: the K-th) even at max_len
+    worst, answer = fin_score[:, k - 1], fin_score[:, 0 if nbest <= 1 else k - 1]   # [B]
+    settled = (worst > NEG_INF) & (worst >= alive_logp[:, 0] / length_penalty(t + 1, alpha))
+    beaten = answer > alive_logp[:, 0] / lp_max
     return _State(t + 1, carry, _pick(seq, i), alive_logp, fin_tok, fin_score, fin_at,
-                  fin_cand, st.done | full | beaten,
+                  fin_cand, st.done | settled | beaten,
                   st.w_hist.at[t].set(w.reshape(b, k, s).astype(jnp.float32)),
                   st.parent.at[t].set(parent.astype(jnp.int32)),
                   st.alive_from.at[t].set(i.astype(jnp.int32)))
@@ -176,16 +189,21 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
               jnp.zeros((n, b, k, s), jnp.float32), zeros(n, b, 2 * k), zeros(n, b, k))
   st = jax.lax.while_loop(cond, body, st)
 
-  # the pool of answers: the K finished hypotheses (sorted), then the K alive ones after the
-  # last step (sorted; for each, the candidate that became that alive beam then); empty
-  # slots (-inf) go last
+  # the pool of answers: the K finished hypotheses, then the K alive ones after the last step
+  # (for each, the candidate that became that alive beam then), each part sorted. Where the
+  # search reached max_len (the sentence not done), all 2K compete by score; else the alive
+  # ones only fill an n-best list. Empty slots (-inf) go last.
   last = st.t - 1
   pool_score = jnp.concatenate([st.fin_score, st.alive_logp / lp_max], 1)           # [B, 2K]
   pool_tok = jnp.concatenate([st.fin_tok, st.alive_tok], 1)                          # [B,2K,L]
   pool_end = jnp.concatenate([st.fin_at, jnp.broadcast_to(last, (b, k))], 1)         # [B, 2K]
   pool_cand = jnp.concatenate([st.fin_cand, st.alive_from[jnp.maximum(last, 0)]], 1)
-  rank = jnp.arange(2 * k) + jnp.where(pool_score > NEG_INF, 0, 2 * k)               # [B, 2K]
-  order = jnp.argsort(rank, axis=1)[:, :max(nbest, 1)]                                # [B, N]
+  compete = jnp.concatenate([jnp.ones((b, k), bool), jnp.broadcast_to(~st.done[:, None],
+                                                                      (b, k))], 1)  # [B, 2K]
+  real = pool_score > NEG_INF
+  key = jnp.where(real & compete, -pool_score,                  # ascending; stable on ties
+                  jnp.where(real, jnp.finfo(jnp.float32).max, jnp.inf))
+  order = jnp.argsort(key, axis=1, stable=True)[:, :max(nbest, 1)]                   # [B, N]
   tokens = jnp.where(filler[:, None, None], PAD, _pick(pool_tok, order))            # [B,N,L]
   scores = jnp.where(filler[:, None], 0.0, _pick(pool_score, order))                # [B, N]
   weights = jnp.stack([_backtrack(st, _pick(pool_end, order[:, j:j + 1])[:, 0],

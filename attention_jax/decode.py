@@ -15,8 +15,17 @@ def max_output_len(src_len: int, factor: float) -> int:
   return int(factor * src_len) + 10
 
 
+def emittable(logp: jax.Array) -> jax.Array:
+  """log-probabilities [N, V] with PAD and BOS set to -inf: no decoder outputs them. (A model
+  gives them some probability, e.g. the floor of label smoothing, where they tie with every
+  other unlikely symbol; an output with PAD inside loses a symbol when detokenised.) The
+  other entries are unchanged, so a hypothesis scores its log P under the model."""
+  return logp.at[:, PAD].set(-jnp.inf).at[:, BOS].set(-jnp.inf)
+
+
 def greedy(model, src: jax.Array, max_len: int):
-  """src [B, S] -> (tokens [B, L] int32 (EOS then PAD after the end), weights [B, L, S]).
+  """src [B, S] -> (tokens [B, L] int32 (EOS then PAD after the end), weights [B, L, S]):
+  the most probable emittable symbol at each step.
 
   Stops early when every sentence has produced EOS; shapes never depend on that.
   """
@@ -33,7 +42,7 @@ def greedy(model, src: jax.Array, max_len: int):
   def body(loop):
     t, carry, y_prev, tokens, weights, done = loop
     carry, logp, w = model.step(carry, y_prev, mem)
-    y = jnp.argmax(logp, axis=-1).astype(jnp.int32)
+    y = jnp.argmax(emittable(logp), axis=-1).astype(jnp.int32)
     y = jnp.where(done, PAD, y)
     tokens = tokens.at[:, t].set(y)
     weights = weights.at[:, t].set(jnp.where(done[:, None], 0.0, w))

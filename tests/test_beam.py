@@ -125,10 +125,9 @@ def best_by_search(table, alpha, max_len=MAX_LEN):
   """NumPy: the best-scoring sequence ending in EOS, by enumerating all of them."""
   best = (-np.inf, None)
   for n in range(max_len):
-    for body in itertools.product(range(V), repeat=n):
-      if EOS not in body:
-        y = [*body, EOS]
-        best = max(best, (hand_score(table, y, alpha, max_len), y))
+    for body in itertools.product((A, B), repeat=n):   # PAD, BOS are never emitted
+      y = [*body, EOS]
+      best = max(best, (hand_score(table, y, alpha, max_len), y))
   return best
 
 
@@ -201,6 +200,54 @@ def test_beam_one_is_greedy_on_the_chain_and_jit_equals_no_jit():
   np.testing.assert_array_equal(np.asarray(tok2), np.asarray(tok3))
   np.testing.assert_allclose(np.asarray(score2), np.asarray(score3), rtol=1e-6)
   np.testing.assert_allclose(np.asarray(w2), np.asarray(w3), atol=1e-6)
+
+
+class Smoothed:
+  """The optimum of label smoothing 0.1 for one target: at step t, TARGET[t] has probability
+  0.9 + 0.1/V and every other symbol (PAD, BOS and EOS too) 0.1/V, whatever the prefix. A
+  confident model with ties below its choice: the case where beam search once stopped on K
+  truncated outputs (a Transformer's beam 5 fell to 67% exact match where greedy had 99%)."""
+
+  TARGET = (A, B, A, A, B, B, A, B, EOS)
+
+  def start(self, src, max_len=None):
+    return jnp.zeros((src.shape[0],), jnp.int32), (src != PAD).astype(jnp.float32)
+
+  def step(self, t, y_prev, mask):
+    n = t.shape[0]
+    mask = jnp.repeat(mask, n // mask.shape[0], axis=0)                  # [N, S]
+    target = jnp.asarray(self.TARGET)[jnp.minimum(t, len(self.TARGET) - 1)]
+    p = jnp.full((n, V), 0.1 / V).at[jnp.arange(n), target].add(0.9)
+    return t + 1, jnp.log(p), mask / mask.sum(-1, keepdims=True)
+
+  @classmethod
+  def log_p(cls, tokens):
+    y = list(tokens)
+    y = y[:y.index(EOS) + 1] if EOS in y else y
+    return sum(np.log(0.9 + 0.1 / V if tok == cls.TARGET[min(t, 8)] else 0.1 / V)
+               for t, tok in enumerate(y))
+
+
+@pytest.mark.parametrize('k', [2, 3, 5])
+def test_a_confident_model_with_ties_below_gets_its_output_from_every_beam(k):
+  """Beam k returns the model's output, scored as by hand, never below greedy; no PAD or BOS
+  in any hypothesis (they tied with EOS and the other unlikely symbols)."""
+  src = jnp.asarray([[5, 6, 7], [8, 9, 3]], jnp.int32)
+  max_len, alpha, target = 12, 0.6, np.asarray(Smoothed.TARGET)
+  g_tok, _ = decode.greedy(Smoothed(), src, max_len)
+  np.testing.assert_array_equal(np.asarray(g_tok)[:, :9], np.tile(target, (2, 1)))
+  greedy_score = Smoothed.log_p(target) / lp(9, alpha)
+  tok, score, _ = jax.jit(functools.partial(beam.beam_search, Smoothed(), beam_size=k,
+                                            max_len=max_len, alpha=alpha, nbest=k))(src)
+  tok, score = np.asarray(tok), np.asarray(score)
+  np.testing.assert_array_equal(tok[:, 0, :9], np.tile(target, (2, 1)))
+  np.testing.assert_allclose(score[:, 0], greedy_score, rtol=1e-5)
+  for row in range(2):
+    for j in range(k):
+      y = list(tok[row, j])
+      n = y.index(EOS) + 1 if EOS in y else max_len
+      assert PAD not in y[:n] and BOS not in y[:n], y
+      np.testing.assert_allclose(score[row, j], Smoothed.log_p(y) / lp(n, alpha), rtol=1e-5)
 
 
 def test_bad_arguments_fail_clearly():

@@ -2,7 +2,6 @@
 causality, padding, KV-cache decoding == the teacher-forced pass, beam 1 == greedy, config
 errors, and a smoke `reverse` run that learns (exact resume: tests/test_train.py)."""
 
-import os
 
 import jax
 import jax.numpy as jnp
@@ -14,11 +13,10 @@ import attention_jax as aj
 from attention_jax import beam as beam_lib
 from attention_jax import decode as decode_lib
 from attention_jax import multihead
-from attention_jax import train
+from attention_jax.data.tokenizers import BOS, EOS, PAD
 from attention_jax.transformer import sinusoids
-from experiments.configs import reverse
 
-from helpers import smoke
+from helpers import train_optimised
 from test_scores import NUMPY_REFERENCES, randomise
 
 CONTENT = multihead.content_scores()
@@ -131,7 +129,7 @@ def test_kv_cache_decoding_equals_the_teacher_forced_pass(kw):
   prefix = [y]
   for _ in range(L):
     carry, logp, w = m.step(carry, y, mem)
-    y = jnp.argmax(logp, -1).astype(jnp.int32)
+    y = jnp.argmax(decode_lib.emittable(logp), -1).astype(jnp.int32)
     steps_logp.append(logp)
     steps_w.append(w)
     prefix.append(y)
@@ -192,15 +190,16 @@ def test_transformer_learns_smoke_reverse_and_reloads(data_dir, tmp_path):
   """`reverse` (2,000 sequences of length 1-12) with a 2-layer d_model-32 Transformer: 600
   steps of 32 reach >= 90% token accuracy on validation (96.5% when written; 300 steps on
   the 256 smoke sequences only memorise them: 34%)."""
-  c = smoke(reverse, data_dir, **{'model.arch': 'transformer', 'model.d_model': 32,
-                                  'model.ff_dim': 64, 'model.transformer_layers': 2,
-                                  'model.dropout': 0.0, 'train.steps': 600,
-                                  'train.eval_every': 600, 'train.checkpoint_every': 600,
-                                  'train.lr': 3e-3, 'train.warmup_steps': 30,
-                                  'data.num_train': 2000, 'data.batch_size': 32})
-  summary = train.train_and_evaluate(c, str(tmp_path / 'run'))
-  assert summary['results']['validation']['token_accuracy'] >= 90.0, summary['results']
-  t = aj.load(str(tmp_path / 'run'))
+  run = tmp_path / 'run'
+  results = train_optimised(
+      'experiments/configs/reverse.py:smoke', run, **{
+          'data.data_dir': data_dir, 'model.arch': 'transformer', 'model.d_model': 32,
+          'model.ff_dim': 64, 'model.transformer_layers': 2, 'model.dropout': 0.0,
+          'train.steps': 600, 'train.eval_every': 600, 'train.checkpoint_every': 600,
+          'train.lr': 3e-3, 'train.warmup_steps': 30, 'data.num_train': 2000,
+          'data.batch_size': 32})
+  assert results['results']['validation']['token_accuracy'] >= 90.0, results['results']
+  t = aj.load(str(run))
   assert t.config.arch == 'transformer'
   out, weights, src_tokens, tgt_tokens = t.attend('a b c', beam=3)
   assert weights.shape == (len(tgt_tokens), len(src_tokens))
@@ -208,7 +207,37 @@ def test_transformer_learns_smoke_reverse_and_reloads(data_dir, tmp_path):
   out2, heads, _, _ = t.attend_heads('a b c', beam=3)       # teacher-forced on the output
   assert out2 == out and heads.shape == (2, 4) + weights.shape
   np.testing.assert_allclose(heads[-1].mean(0), weights, atol=1e-5)
-  assert any(p.endswith('test_heads.png') and os.path.exists(p) for p in summary['heatmaps'])
+  assert (run / 'heatmaps' / 'test_heads.png').exists()
+  _beam_scores_are_teacher_forced_and_never_below_greedy(t)
+
+
+def _teacher_forced(t, pairs):
+  """log P of each output ids [T_i] (EOS last if it ended) given its text, by one
+  teacher-forced pass over all the pairs -> [N]."""
+  srcs = [t.src_tok.encode(text) + [EOS] for text, _ in pairs]
+  src = np.zeros((len(pairs), max(map(len, srcs))), np.int32)
+  tgt_in = np.zeros((len(pairs), max(len(ids) for _, ids in pairs)), np.int32)
+  for i, (x, (_, ids)) in enumerate(zip(srcs, pairs)):
+    src[i, :len(x)], tgt_in[i, :len(ids)] = x, [BOS, *ids[:-1]]
+  logits, _ = jax.jit(lambda p, s, y: nnx.merge(t.graphdef, p)(s, y))(t.params, src, tgt_in)
+  logp = np.asarray(jax.nn.log_softmax(logits))
+  return np.array([logp[i, np.arange(len(ids)), ids].sum() for i, (_, ids) in enumerate(pairs)])
+
+
+def _beam_scores_are_teacher_forced_and_never_below_greedy(t, alpha=0.6):
+  """Every hypothesis of beam 5's 5-best scores log P / lp(|Y|) of a teacher-forced pass (the
+  KV cache reordered with the hypotheses holds what a pass over the prefix computes), none
+  holds PAD or BOS, and the best scores at least greedy's output."""
+  texts = ['a b c', 'c a b b a', 'b', 'a c b a c c b', 'c c c a']
+  lp = lambda n: ((5.0 + n) / 6.0) ** alpha
+  greedy, beam = t.decode(texts), t.decode(texts, beam=5, alpha=alpha, nbest=5)
+  pairs = [(text, ids) for text, h in zip(texts, beam) for ids in h.ids]
+  pairs += [(text, h.ids[0]) for text, h in zip(texts, greedy)]
+  scores = _teacher_forced(t, pairs) / np.array([lp(len(ids)) for _, ids in pairs])
+  beam_scores = np.array([h.scores for h in beam])                               # [5, 5]
+  assert not any(PAD in ids or BOS in ids for _, ids in pairs)
+  np.testing.assert_allclose(beam_scores.ravel(), scores[:25], rtol=1e-4, atol=1e-5)
+  assert (beam_scores[:, 0] >= scores[25:] - 1e-5).all(), (beam_scores[:, 0], scores[25:])
 
 
 def test_one_multihead_attention_serves_both_families():
