@@ -65,6 +65,9 @@ def test_cli_message_is_one_line_and_names_a_full_disk():
 SIGNALLED = '''
 import os, signal, sys, time
 from experiments import cli
+# Python's Ctrl-C handler, as a foreground process has it (a shell's background job, e.g. a
+# suite started with &, starts with SIGINT ignored and would sleep through it)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 def main(argv):
   try:
     os.kill(os.getpid(), getattr(signal, sys.argv[1]))

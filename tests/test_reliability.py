@@ -165,11 +165,7 @@ def test_out_of_memory_is_one_error_naming_the_sizes(data_dir, tmp_path):
   """`--config.model.enc_hidden=1000000` (it used to be an 86-line traceback, exit 1): one
   `error:` line naming the sizes, exit 2. (At XLA's default optimisation: at the tests' -O0
   initialising the million-wide layers before the failing one takes a minute.)"""
-  env = {**os.environ, 'XLA_FLAGS': ' '.join(
-      f for f in os.environ.get('XLA_FLAGS', '').split()
-      if not f.startswith('--xla_backend_optimization_level'))}
-  if not env['XLA_FLAGS']:
-    del env['XLA_FLAGS']
+  env = helpers.optimised_env()
   proc = subprocess.run(
       [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
        f'--config.data.data_dir={data_dir}', '--config.model.enc_hidden=1000000',
