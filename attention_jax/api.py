@@ -159,7 +159,8 @@ class Translator:
     for rows in self._chunks(todo, [len(texts[i]) for i in todo], beam * nbest):
       src = self._encode([texts[i] for i in rows])
       tokens, scores, weights = jax.device_get(fn(
-          self.params, src, decode_lib.max_output_len(src.shape[1], self._factor)))
+          self.params, src, decode_lib.max_output_len(src.shape[1], self._factor),
+          self._factor))
       for r, i in enumerate(rows):
         out[i] = self._hypotheses(texts[i], tokens[r], scores[r], weights[r])
     return out

@@ -24,10 +24,11 @@ exactly greedy):
     under label smoothing every unlikely symbol has the same floor probability, EOS ranks
     in the top K at every step, and K truncated outputs finished before the likely one
     could (a Transformer's beam 5 fell to 67% exact match where greedy had 99%);
-  - the answer is the best-scoring finished hypothesis; where the search reaches max_len,
-    the alive hypotheses compete with the finished ones, scored with |Y| = max_len (fairseq
-    and OpenNMT-py end them there; it makes a larger beam never score below beam 1 when
-    every hypothesis of beam 1 runs to max_len).
+  - a sentence at its output limit (max_len, or its own `limit`) ends there: its alive
+    hypotheses join the finished ones, scored with |Y| = the limit (fairseq and OpenNMT-py
+    end them so; it makes a larger beam never score below beam 1 when beam 1 runs to the
+    limit);
+  - the answer is the best-scoring finished hypothesis.
 Filler rows (all-PAD source) return all PAD tokens, zero weights and score 0.
 
   tokens, scores, weights = beam_search(model, src, beam_size=4, max_len=20)
@@ -105,7 +106,7 @@ def _backtrack(st: _State, t_end: jax.Array, cand: jax.Array) -> jax.Array:
 
 
 def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: float = 0.6,
-                nbest: int = 0):
+                nbest: int = 0, limit: jax.Array | None = None):
   """src [B, S] -> (tokens [B, L] int32, scores [B] float32, weights [B, L, S] float32).
 
   `model` has `start(src, max_len) -> (carry, mem)` and `step(carry, y_prev [N], mem) -> (carry,
@@ -115,10 +116,12 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   hypothesis per sentence (EOS then PAD), its length-normalised score, and its attention
   weights per output step.
 
+  limit [B] int32 (<= max_len; default max_len): sentence b's hypotheses end after limit[b]
+  symbols without EOS (decode.output_limits).
+
   nbest = N (1 <= N <= beam_size): the N best hypotheses, (tokens [B, N, L], scores [B, N],
-  weights [B, N, L, S]), best first: by score; unfinished ones (no EOS, scored with
-  |Y| = max_len) after the finished ones where the sentence stopped before max_len. The
-  first is the answer without nbest. With N > 1 a sentence stops only once K hypotheses
+  weights [B, N, L, S]), best first (score -inf: fewer than N; unfinished ones, without
+  EOS, are scored with |Y| = the limit). The first is the answer without nbest. With N > 1 a sentence stops only once K hypotheses
   have finished (the early stop that keeps the best answer can drop the runners-up).
   Call it inside `jax.jit` with beam_size, max_len, alpha and nbest static.
   """
@@ -139,7 +142,8 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   carry = _tile(carry, k)
   filler = jnp.all(src == PAD, axis=1)                                 # [B]
   row0 = (jnp.arange(b) * k)[:, None]                                  # [B, 1]
-  lp_max = length_penalty(n, alpha)   # an unfinished hypothesis is scored at max_len
+  limit = jnp.full((b,), n, jnp.int32) if limit is None else jnp.minimum(limit, n)   # [B]
+  lp_limit = length_penalty(limit, alpha)          # an unfinished hypothesis's, at its limit
 
   def cond(st: _State):
     return (st.t < n) & ~jnp.all(st.done)
@@ -156,26 +160,31 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     is_eos = tok == EOS
     real = top_logp > NEG_INF                                          # from a real beam
 
-    # finished: EOS extensions in the step's top K, merged with the earlier ones
-    new_fin = is_eos & real & (jnp.arange(2 * k) < k) & ~st.done[:, None]         # [B, 2K]
-    new_score = jnp.where(new_fin, top_logp / length_penalty(t + 1, alpha), NEG_INF)
-    fin_score, i = jax.lax.top_k(jnp.concatenate([st.fin_score, new_score], 1), k)  # [B, K]
-    fin_tok = _pick(jnp.concatenate([st.fin_tok, seq], 1), i)          # [B, K, L]
-    fin_at = _pick(jnp.concatenate([st.fin_at, jnp.full((b, 2 * k), t)], 1), i)
-    fin_cand = _pick(jnp.concatenate([st.fin_cand, jnp.broadcast_to(
-        jnp.arange(2 * k, dtype=jnp.int32), (b, 2 * k))], 1), i)        # [B, K]
-
     # alive: the K best extensions not ending in EOS (top_logp is sorted, so is this)
     alive_logp, i = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)        # [B, K]
+    alive_tok = _pick(seq, i)                                          # [B, K, L]
     carry = _rows(carry, (row0 + _pick(parent, i)).reshape(b * k))    # leaves [B*K, ...]
 
+    # finished, merged with the earlier ones: EOS extensions in the step's top K; and where
+    # a sentence reaches its limit, its alive hypotheses (no EOS, |Y| = limit), as fairseq
+    # and OpenNMT-py end them at max_len
+    new_fin = is_eos & real & (jnp.arange(2 * k) < k) & ~st.done[:, None]         # [B, 2K]
+    new_score = jnp.where(new_fin, top_logp / length_penalty(t + 1, alpha), NEG_INF)
+    capped = (t + 1 >= limit) & ~st.done                               # [B]
+    cap_score = jnp.where(capped[:, None], alive_logp / lp_limit[:, None], NEG_INF)  # [B, K]
+    fin_score, j = jax.lax.top_k(jnp.concatenate([st.fin_score, new_score, cap_score], 1), k)
+    fin_tok = _pick(jnp.concatenate([st.fin_tok, seq, alive_tok], 1), j)          # [B, K, L]
+    fin_at = _pick(jnp.concatenate([st.fin_at, jnp.full((b, 3 * k), t)], 1), j)
+    fin_cand = _pick(jnp.concatenate([st.fin_cand, jnp.broadcast_to(
+        jnp.arange(2 * k, dtype=jnp.int32), (b, 2 * k)), i.astype(jnp.int32)], 1), j)  # [B, K]
+
     # K finished, the worst of them at least the best alive one ended now; or no alive one
-    # can beat the answer (the best finished; n-best: the K-th) even at max_len
+    # can beat the answer (the best finished; n-best: the K-th) even at the limit
     worst, answer = fin_score[:, k - 1], fin_score[:, 0 if nbest <= 1 else k - 1]   # [B]
     settled = (worst > NEG_INF) & (worst >= alive_logp[:, 0] / length_penalty(t + 1, alpha))
-    beaten = answer > alive_logp[:, 0] / lp_max
-    return _State(t + 1, carry, _pick(seq, i), alive_logp, fin_tok, fin_score, fin_at,
-                  fin_cand, st.done | settled | beaten,
+    beaten = answer > alive_logp[:, 0] / lp_limit
+    return _State(t + 1, carry, alive_tok, alive_logp, fin_tok, fin_score, fin_at,
+                  fin_cand, st.done | settled | beaten | capped,
                   st.w_hist.at[t].set(w.reshape(b, k, s).astype(jnp.float32)),
                   st.parent.at[t].set(parent.astype(jnp.int32)),
                   st.alive_from.at[t].set(i.astype(jnp.int32)))
@@ -189,26 +198,13 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
               jnp.zeros((n, b, k, s), jnp.float32), zeros(n, b, 2 * k), zeros(n, b, k))
   st = jax.lax.while_loop(cond, body, st)
 
-  # the pool of answers: the K finished hypotheses, then the K alive ones after the last step
-  # (for each, the candidate that became that alive beam then), each part sorted. Where the
-  # search reached max_len (the sentence not done), all 2K compete by score; else the alive
-  # ones only fill an n-best list. Empty slots (-inf) go last.
-  last = st.t - 1
-  pool_score = jnp.concatenate([st.fin_score, st.alive_logp / lp_max], 1)           # [B, 2K]
-  pool_tok = jnp.concatenate([st.fin_tok, st.alive_tok], 1)                          # [B,2K,L]
-  pool_end = jnp.concatenate([st.fin_at, jnp.broadcast_to(last, (b, k))], 1)         # [B, 2K]
-  pool_cand = jnp.concatenate([st.fin_cand, st.alive_from[jnp.maximum(last, 0)]], 1)
-  compete = jnp.concatenate([jnp.ones((b, k), bool), jnp.broadcast_to(~st.done[:, None],
-                                                                      (b, k))], 1)  # [B, 2K]
-  real = pool_score > NEG_INF
-  key = jnp.where(real & compete, -pool_score,                  # ascending; stable on ties
-                  jnp.where(real, jnp.finfo(jnp.float32).max, jnp.inf))
-  order = jnp.argsort(key, axis=1, stable=True)[:, :max(nbest, 1)]                   # [B, N]
-  tokens = jnp.where(filler[:, None, None], PAD, _pick(pool_tok, order))            # [B,N,L]
-  scores = jnp.where(filler[:, None], 0.0, _pick(pool_score, order))                # [B, N]
-  weights = jnp.stack([_backtrack(st, _pick(pool_end, order[:, j:j + 1])[:, 0],
-                                  _pick(pool_cand, order[:, j:j + 1])[:, 0])
-                       for j in range(order.shape[1])], 1)                           # [B,N,L,S]
+  # every sentence is done (at the latest at its limit): the answers are its finished
+  # hypotheses, sorted (-inf: an empty slot)
+  m = max(nbest, 1)
+  tokens = jnp.where(filler[:, None, None], PAD, st.fin_tok[:, :m])                 # [B,N,L]
+  scores = jnp.where(filler[:, None], 0.0, st.fin_score[:, :m])                     # [B, N]
+  weights = jnp.stack([_backtrack(st, st.fin_at[:, j], st.fin_cand[:, j])
+                       for j in range(m)], 1)                                        # [B,N,L,S]
   weights = jnp.where(filler[:, None, None, None], 0.0, weights)
   if not nbest:
     return tokens[:, 0], scores[:, 0], weights[:, 0]

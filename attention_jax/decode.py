@@ -11,8 +11,16 @@ from attention_jax.data.tokenizers import BOS, EOS, PAD
 
 
 def max_output_len(src_len: int, factor: float) -> int:
-  """The output length limit for sources padded to `src_len` tokens."""
+  """The output length limit of a source of `src_len` tokens (EOS included): the shape
+  of a batch padded to src_len, and, per sentence, its own limit (output_limits)."""
   return int(factor * src_len) + 10
+
+
+def output_limits(src: jax.Array, factor: float, max_len: int) -> jax.Array:
+  """src [B, S] -> [B] int32: each sentence's own output limit, max_output_len of its
+  length (at most max_len), so that an output never depends on the batch it is in."""
+  n = jnp.sum(src != PAD, axis=1).astype(jnp.float32)
+  return jnp.minimum(jnp.floor(factor * n).astype(jnp.int32) + 10, max_len)
 
 
 def emittable(logp: jax.Array) -> jax.Array:
@@ -23,17 +31,19 @@ def emittable(logp: jax.Array) -> jax.Array:
   return logp.at[:, PAD].set(-jnp.inf).at[:, BOS].set(-jnp.inf)
 
 
-def greedy(model, src: jax.Array, max_len: int):
+def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None):
   """src [B, S] -> (tokens [B, L] int32 (EOS then PAD after the end), weights [B, L, S]):
-  the most probable emittable symbol at each step.
+  the most probable emittable symbol at each step, L = max_len.
 
-  Stops early when every sentence has produced EOS; shapes never depend on that.
+  limit [B] int32 (<= max_len; default max_len): sentence b stops after limit[b] symbols
+  without EOS. Stops early when every sentence has ended; shapes never depend on that.
   """
   b, s = src.shape
   carry, mem = model.start(src, max_len)
   tokens = jnp.full((b, max_len), PAD, jnp.int32)
   weights = jnp.zeros((b, max_len, s), jnp.float32)
   done = jnp.all(src == PAD, axis=1)          # filler rows produce nothing
+  limit = jnp.full((b,), max_len, jnp.int32) if limit is None else limit
 
   def cond(loop):
     t, _, _, _, _, done = loop
@@ -46,7 +56,7 @@ def greedy(model, src: jax.Array, max_len: int):
     y = jnp.where(done, PAD, y)
     tokens = tokens.at[:, t].set(y)
     weights = weights.at[:, t].set(jnp.where(done[:, None], 0.0, w))
-    return t + 1, carry, y, tokens, weights, done | (y == EOS)
+    return t + 1, carry, y, tokens, weights, done | (y == EOS) | (t + 1 >= limit)
 
   y0 = jnp.full((b,), BOS, jnp.int32)
   _, _, _, tokens, weights, _ = jax.lax.while_loop(

@@ -59,9 +59,9 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
              length_edges: Sequence[int] = (), keep_outputs: int = 0):
   """Scores a whole split.
 
-  tf_fn(params, batch) -> (sums, argmax attention [B, T]); decode_fn(params, src, max_len) ->
-  (tokens [B, L], weights [B, L, S]). Returns (report, kept, records): kept holds the first
-  `keep_outputs` (src, hyp, ref, ids, weights) for heatmaps; records = (header, per-sentence
+  tf_fn(params, batch) -> (sums, argmax attention [B, T]); decode_fn(params, src, max_len,
+  factor) -> (tokens [B, L], weights [B, L, S]). Returns (report, kept, records): kept holds
+  the first `keep_outputs` (src, hyp, ref, ids, weights) for heatmaps; records = (header, per-sentence
   records) of attention_jax.records, to be written beside the report.
   """
   texts = task.texts(split)
@@ -73,7 +73,7 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
     total = metrics_lib.add(total, sums)
     gold = task.batch_alignment(batch)
     max_len = decode_lib.max_output_len(batch['src'].shape[1], factor)
-    tokens, weights = jax.device_get(decode_fn(params, batch['src'], max_len))
+    tokens, weights = jax.device_get(decode_fn(params, batch['src'], max_len, factor))
     argmax = np.asarray(argmax)
     for r in np.nonzero(batch['weight'] > 0)[0]:
       idx = int(batch['index'][r])

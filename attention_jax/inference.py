@@ -4,6 +4,7 @@ so that all three decode alike.
 
   decode = make_decoder(graphdef, beam=5, alpha=0.6)
   tokens, weights = decode(params, src, max_len)          # [B, L] int32, [B, L, S]
+  tokens, weights = decode(params, src, max_len, factor)  # each sentence at its own limit
   decode = make_decoder(graphdef, beam=5, alpha=0.6, nbest=3)
   tokens, scores, weights = decode(params, src, max_len)  # [B, N, L], [B, N], [B, N, L, S]
 """
@@ -23,7 +24,9 @@ from attention_jax.data.tokenizers import BOS
 
 
 def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) -> Callable:
-  """-> jit-compiled decode(params, src [B, S], max_len) (max_len static).
+  """-> jit-compiled decode(params, src [B, S], max_len, factor=None) (max_len, factor static;
+  with factor, each sentence stops at its own limit, decode.output_limits: its output does
+  not depend on the batch it is in).
 
   nbest = 0: (tokens [B, L], weights [B, L, S]) of the best output: greedy for beam == 1,
   else beam search with length penalty alpha. nbest = N (1 <= N <= beam): (tokens [B, N, L],
@@ -35,17 +38,18 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) ->
   if not isinstance(nbest, int) or not 0 <= nbest <= beam:
     raise ValueError(f'nbest must be an integer in [1, beam={beam}] (or 0), got {nbest!r}')
 
-  def decode(params, src, max_len):
+  def decode(params, src, max_len, factor=None):
     model = nnx.merge(graphdef, params)
+    limit = None if factor is None else decode_lib.output_limits(src, factor, max_len)
     if not nbest:
       if beam == 1:
-        return decode_lib.greedy(model, src, max_len)
+        return decode_lib.greedy(model, src, max_len, limit)
       tokens, _, weights = beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len,
-                                                alpha=alpha)
+                                                alpha=alpha, limit=limit)
       return tokens, weights
     return beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len, alpha=alpha,
-                                nbest=nbest)
-  return jax.jit(decode, static_argnums=2)
+                                nbest=nbest, limit=limit)
+  return jax.jit(decode, static_argnums=(2, 3))
 
 
 def layer_weights(graphdef, params, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:

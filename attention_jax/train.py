@@ -114,7 +114,8 @@ class Steps:
     # on their own devices.
     shard = parallel.batch_sharder() if self.mode != 'single' else (lambda x: x)
     self.eval = lambda params, batch: eval_step(params, shard(batch))
-    self.predict = lambda params, src, max_len: predict(params, shard(src), max_len)
+    self.predict = lambda params, src, max_len, factor=None: predict(params, shard(src), max_len,
+                                                                      factor)
 
 
 # ---- evaluation -------------------------------------------------------------------

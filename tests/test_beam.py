@@ -330,3 +330,23 @@ def test_padding_does_not_change_beam_outputs_and_weights_are_distributions(deco
     assert (w[row, :n, s:] == 0).all() and (w[row, n:] == 0).all()
     assert (tok[row, n:] == PAD).all()
   assert (tok[2] == PAD).all() and (w[2] == 0).all() and score[2] == 0
+
+
+@pytest.mark.parametrize('k', [1, 3])
+def test_an_output_does_not_depend_on_the_batch_it_is_decoded_in(k):
+  """With the run's length factor each sentence stops at its own limit (decode.output_limits):
+  a batch padded wider, as beside a longer sentence, changes no output, also of outputs that
+  run to their limit without EOS (they used to run to the batch's limit)."""
+  from attention_jax import inference
+  graphdef, params = tiny('bahdanau', seed=2)
+  fn = inference.make_decoder(graphdef, beam=k)
+  factor, wide = 1.0, np.pad(SRC, ((0, 0), (0, 6)))
+  narrow_tok = np.asarray(fn(params, SRC, decode.max_output_len(6, factor), factor)[0])
+  wide_tok = np.asarray(fn(params, wide, decode.max_output_len(12, factor), factor)[0])
+  np.testing.assert_array_equal(wide_tok[:, :narrow_tok.shape[1]], narrow_tok)
+  assert (wide_tok[:, narrow_tok.shape[1]:] == PAD).all()
+  n = (SRC != PAD).sum(1)
+  unended = [r for r in range(len(SRC)) if n[r] and EOS not in narrow_tok[r]]
+  assert unended or k > 1, 'pick a seed whose greedy output runs to its limit'
+  for r in unended:
+    assert (narrow_tok[r] != PAD).sum() == int(factor * n[r]) + 10

@@ -16,6 +16,7 @@ import pytest
 
 import attention_jax as aj
 from attention_jax import data, inference, train
+from attention_jax import decode as decode_lib
 from experiments import translate as translate_cmd
 from experiments.configs import dates
 
@@ -82,7 +83,9 @@ def test_beam_1_equals_greedy(run, translator):
   greedy = inference.make_decoder(translator.graphdef, beam=1)   # decode.greedy
   texts = [t for t in TEXTS if t.strip()]
   src = translator._encode(texts)
-  tokens, _ = greedy(translator.params, src, 40)
+  tokens, _ = greedy(translator.params, src,
+                     decode_lib.max_output_len(src.shape[1], translator._factor),
+                     translator._factor)                            # each row's own limit
   expected = [translator.tgt_tok.decode(row.tolist()) for row in np.asarray(tokens)]
   assert translator.translate(texts, beam=1) == expected
   assert translator.translate(texts) == expected
