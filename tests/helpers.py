@@ -56,8 +56,9 @@ def get_sweep(arg=None):
 
 # long enough to be killed between checkpoints (tests/test_ray_sweep.py); the same for every
 # executor
-SWEEP_TRAIN = ['--config.train.steps=300', '--config.train.checkpoint_every=50',
-               '--config.train.eval_every=300', '--config.train.log_every=50']
+SWEEP_STEPS = 150
+SWEEP_TRAIN = [f'--config.train.steps={SWEEP_STEPS}', '--config.train.checkpoint_every=25',
+               f'--config.train.eval_every={SWEEP_STEPS}', '--config.train.log_every=25']
 
 
 def sweep_cmd(path, root, data_dir, *flags, seeds=2):

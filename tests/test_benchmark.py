@@ -49,14 +49,13 @@ def test_command_line_writes_the_json(tmp_path):
   out = tmp_path / 'bench.json'
   proc = subprocess.run(
       [sys.executable, '-m', 'experiments.benchmark', '--quick', '--configs=tiny',
-       '--scores=general,location', '--decoders=luong,transformer', '--windows=1',
+       '--scores=general', '--decoders=luong,transformer', '--windows=1',
        f'--out={out}'],
       cwd=ROOT, capture_output=True, text=True, timeout=600,
       env={**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu'})
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert '| tiny | general | luong |' in proc.stdout
   assert '| tiny | general | transformer |' in proc.stdout   # its cross-attention score
-  assert '| tiny | location | transformer |' not in proc.stdout   # no per-head form
   with open(out) as f:
     data = json.load(f)
   assert data['matmul']['flops_per_s'] > 0
@@ -65,8 +64,7 @@ def test_command_line_writes_the_json(tmp_path):
   assert lm['train_flops_per_s'] > 0 and lm['beam_flops_per_s'] > 0
   assert lm['beam_rows'] == 5 * lm['train_rows'] == 5 * benchmark.CONFIGS['tiny'].batch
   rows = {(r['config'], r['score'], r['decoder']): r for r in data['results']}
-  assert sorted(rows) == [('tiny', 'general', 'luong'), ('tiny', 'general', 'transformer'),
-                          ('tiny', 'location', 'luong')]
+  assert sorted(rows) == [('tiny', 'general', 'luong'), ('tiny', 'general', 'transformer')]
   for r in rows.values():
     for key in ('compile_s', 'step_s', 'tokens_per_s', 'sentences_per_s', 'flops_per_step',
                 'flops_per_s', 'matmul_ratio'):
@@ -77,6 +75,22 @@ def test_command_line_writes_the_json(tmp_path):
       assert r[mode]['sentences_per_s'] > 0 and r[mode]['compile_s'] > 0
     assert r['memory']['maxrss_mb'] > 0
   assert any('compile_s' in t['what'] for t in data['targets'])
+
+
+def test_the_transformer_skips_scores_without_a_per_head_form(monkeypatch):
+  """location and none compare no query with keys: the Transformer has no row for them."""
+  calls = []
+  monkeypatch.setattr(benchmark, 'bench_variant',
+                      lambda shape, score, decoder, settings: calls.append((score, decoder))
+                      or {'score': score, 'decoder': decoder, 'compile_s': 1.0})
+  monkeypatch.setattr(benchmark, 'loop_matmuls', lambda shape: {})
+  monkeypatch.setattr(benchmark, 'matmul_flops_per_s', lambda: 1.0)
+  monkeypatch.setattr(benchmark, 'format_loop_matmuls', lambda *a: '')
+  monkeypatch.setattr(benchmark, 'format_row', lambda r: '')
+  benchmark.run(['tiny'], ['general', 'location', 'none'], ['luong', 'transformer'],
+                log=lambda s: None)
+  assert calls == [('general', 'luong'), ('location', 'luong'), ('none', 'luong'),
+                   ('general', 'transformer')]
 
 
 @pytest.mark.slow   # (runs our side for real, twice)

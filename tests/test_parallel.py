@@ -1,6 +1,6 @@
 """Data parallelism on 8 simulated CPU devices: jit+shard_map, pmap and one device agree
-after 5 steps on the same global batches, EMA of the parameters included (in a subprocess:
-the device count is fixed when JAX starts)."""
+after 5 steps on the same global batches (pmap on the RNN only), EMA of the parameters
+included (in a subprocess: the device count is fixed when JAX starts)."""
 
 import os
 import subprocess
@@ -37,13 +37,15 @@ for decoder in ('bahdanau', 'transformer'):   # (luong's step differs only insid
                                                 ema_decay=0.9)),
            'shard_map': parallel.shard_map_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9),
            'pmap': parallel.pmap_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9)}
+  if decoder == 'transformer':   # pmap's path does not depend on the model: tested once
+    del steps['pmap']
   final = {}
   for name, step in steps.items():
     state = jax.tree.map(jnp.array, state0)
     for b in batches:
       state, metrics = step(state, b)
     final[name] = (state, metrics)
-  for name in ('shard_map', 'pmap'):
+  for name in set(steps) - {'single'}:
     for a, b in zip(jax.tree.leaves(final[name][0]), jax.tree.leaves(final['single'][0])):
       np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
     for k in ('loss', 'tokens', 'correct', 'loss_sum'):

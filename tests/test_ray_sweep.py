@@ -18,7 +18,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from attention_jax import ray_executor
-from helpers import sweep_cmd
+from helpers import SWEEP_STEPS, sweep_cmd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = ['additive/seed_1', 'general/seed_1']     # of the local sweep's seeds 1 and 2
@@ -61,7 +61,7 @@ def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
     while killed is None and proc.poll() is None and time.time() < deadline:
       steps = [int(s) for s in os.listdir(latest) if s.isdigit()] if latest.is_dir() else []
       lock = (victim / '.lock').read_text() if (victim / '.lock').exists() else ''
-      if steps and max(steps) < 300 and lock.startswith('process '):
+      if steps and max(steps) < SWEEP_STEPS and lock.startswith('process '):
         killed = int(lock.split()[1])
         os.kill(killed, signal.SIGKILL)      # the run's training process, mid-training
       time.sleep(0.02)
