@@ -1,5 +1,5 @@
 """Ray as the sweep executor: on a simulated two-node cluster (ray.cluster_utils.Cluster, as
-Ray's own tests do), a sweep of 2 variants (seed 1) gives every run the final metrics of the
+Ray's own tests do), a sweep of 2 variants x 2 seeds gives every run the final metrics of the
 local executor's, bit for bit, though one run's process is SIGKILLed mid-training (it is
 retried and resumes from its checkpoint); runs land on both nodes and the sweep says where; a
 run with a bad config fails once, unretried, and the others finish. Requests no node can meet
@@ -21,7 +21,7 @@ from attention_jax import ray_executor
 from helpers import SWEEP_STEPS, sweep_cmd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = ['additive/seed_1', 'general/seed_1']     # of the local sweep's seeds 1 and 2
+RUNS = [f'{v}/seed_{k}' for v in ('additive', 'general') for k in (1, 2)]
 
 
 def metrics(sweep_dir, run):
@@ -36,7 +36,7 @@ def attempts(sweep_dir, run):
 
 @pytest.fixture(scope='module')
 def setup(local_sweep):
-  """The sweep file, its data dir, and the local executor's results of the good seed-1 runs
+  """The sweep file, its data dir, and the local executor's results of the 4 good runs
   (conftest.local_sweep)."""
   path, root, data_dir, proc = local_sweep
   local = root / 'tiny_sweep_smoke'
@@ -54,7 +54,7 @@ def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     proc = subprocess.Popen(sweep_cmd(path, tmp_path, data_dir, '--executor=ray',
-                                      f'--ray_address={cluster.address}', seeds=1),
+                                      f'--ray_address={cluster.address}'),
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     victim = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
     latest, killed, deadline = victim / 'checkpoints' / 'latest', None, time.time() + 400
@@ -70,9 +70,10 @@ def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
     cluster.shutdown()
   assert killed, 'the run finished before it could be killed:\n' + text
   assert proc.returncode == 1, text                 # the broken variant failed ...
-  assert '2 finished, 0 skipped, 1 failed (broken/seed_1)' in text
+  assert '4 finished, 0 skipped, 2 failed (broken/seed_1, broken/seed_2)' in text
   sweep_dir = tmp_path / 'tiny_sweep_smoke'
-  assert [a['returncode'] for a in attempts(sweep_dir, 'broken/seed_1')] == [2]   # not retried
+  for k in (1, 2):                                  # ... once each: exit 2, not retried
+    assert [a['returncode'] for a in attempts(sweep_dir, f'broken/seed_{k}')] == [2]
   first, second = attempts(sweep_dir, 'additive/seed_1')
   assert first['returncode'] == -signal.SIGKILL and second['returncode'] == 0
   log = (victim / 'train.log').read_text()
