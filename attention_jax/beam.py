@@ -121,8 +121,9 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
 
   nbest = N (1 <= N <= beam_size): the N best hypotheses, (tokens [B, N, L], scores [B, N],
   weights [B, N, L, S]), best first (score -inf: fewer than N; unfinished ones, without
-  EOS, are scored with |Y| = the limit). The first is the answer without nbest. With N > 1 a sentence stops only once K hypotheses
-  have finished (the early stop that keeps the best answer can drop the runners-up).
+  EOS, are scored with |Y| = the limit). The first is the answer without nbest. With N > 1
+  a sentence stops only once K hypotheses have finished (the early stop that keeps the best
+  answer can drop the runners-up).
   Call it inside `jax.jit` with beam_size, max_len, alpha and nbest static.
   """
   if not isinstance(beam_size, int) or beam_size < 1:

@@ -61,8 +61,8 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
 
   tf_fn(params, batch) -> (sums, argmax attention [B, T]); decode_fn(params, src, max_len,
   factor) -> (tokens [B, L], weights [B, L, S]). Returns (report, kept, records): kept holds
-  the first `keep_outputs` (src, hyp, ref, ids, weights) for heatmaps; records = (header, per-sentence
-  records) of attention_jax.records, to be written beside the report.
+  the first `keep_outputs` (src, hyp, ref, ids, weights) for heatmaps; records = (header,
+  per-sentence records) of attention_jax.records, to be written beside the report.
   """
   texts = task.texts(split)
   all_refs = task.references(split)   # several references per source (G2P), or None
