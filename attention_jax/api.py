@@ -248,7 +248,7 @@ def load(workdir: str, step: int | None = None) -> Translator:
     raise ckpt_lib.CheckpointMismatch(
         f'the tokenizers in {tok_dir} have vocabularies of {sizes[0]} / {sizes[1]} symbols, '
         f'the model {mcfg.src_vocab} / {mcfg.tgt_vocab}: they belong to another run')
-  graphdef, template = steps_lib.init_state(mcfg, steps_lib.make_optimizer(train_cfg), 0)
+  graphdef, template = steps_lib.abstract_state(mcfg, steps_lib.make_optimizer(train_cfg))
   for attempt in range(LOAD_ATTEMPTS):
     try:
       state, step = _restore(workdir, step, template, mcfg, tok_dir)

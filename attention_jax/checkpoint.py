@@ -124,9 +124,11 @@ def _like_saved(template, meta: dict):
 
 
 def _abstract(tree):
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                                     sharding=getattr(x, 'sharding', None)),
-                      tree)
+  """Shapes, dtypes and shardings to restore into (an abstract template without a sharding:
+  this process's first device)."""
+  here = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+      x.shape, x.dtype, sharding=getattr(x, 'sharding', None) or here), tree)
 
 
 @contextlib.contextmanager

@@ -10,6 +10,9 @@ parallel.py and api.py (the template a checkpoint is restored into).
 
 from __future__ import annotations
 
+import math
+import os
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -42,16 +45,50 @@ def make_optimizer(t: ml_collections.ConfigDict) -> optax.GradientTransformation
 
 
 def init_state(mcfg: ModelConfig, tx, seed: int, ema: bool = False):
-  """-> (graphdef, state {'step', 'params', 'opt'} (+ 'ema': a copy of params if `ema`))."""
-  model = model_lib.build(mcfg, rngs=nnx.Rngs(seed))
-  graphdef, params = nnx.split(model)
-  params = nnx.to_pure_dict(params)
-  state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
-  if mcfg.stochastic:   # the REINFORCE baseline of the hard attention modes
-    state['baseline'] = jnp.zeros((), jnp.float32)
+  """-> (graphdef, state {'step', 'params', 'opt'} (+ 'ema': a copy of params if `ema`)).
+
+  Built by one compiled program: the model's initialisers, run eagerly, were some 50
+  separately compiled little programs per model shape (seconds of every process's start)."""
+  graphdef, make = _state_maker(mcfg, tx, seed)
+  program = jax.jit(make).lower()
+  params = program.out_info['params']
+  _check_fits(jax.tree.leaves(program.out_info) + (jax.tree.leaves(params) if ema else []))
+  state = program.compile()()
   if ema:   # a copy, not the same buffers: the train step donates its state
-    state['ema'] = jax.tree.map(jnp.copy, params)
+    state['ema'] = jax.tree.map(jnp.copy, state['params'])
   return graphdef, state
+
+
+def _check_fits(arrays) -> None:
+  """MemoryError naming the bytes when the state alone exceeds the first device's memory
+  (a compiled initialiser far beyond it does not fail: it hangs)."""
+  need = sum(math.prod(x.shape) * x.dtype.itemsize for x in arrays)
+  device = jax.local_devices()[0]
+  stats = device.memory_stats() or {}
+  have = stats.get('bytes_limit') or (os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+                                      if device.platform == 'cpu' else None)
+  if have and need > have:
+    raise MemoryError(f'Out of memory allocating {need} bytes (the train state) on {device}, '
+                      f'which has {have} bytes.')
+
+
+def abstract_state(mcfg: ModelConfig, tx, seed: int = 0):
+  """-> (graphdef, the state's shapes and dtypes as jax.ShapeDtypeStruct): what a checkpoint
+  is restored into, computed without running an initialiser."""
+  graphdef, make = _state_maker(mcfg, tx, seed)
+  return graphdef, jax.eval_shape(make)
+
+
+def _state_maker(mcfg: ModelConfig, tx, seed: int):
+  graphdef = nnx.split(nnx.eval_shape(lambda: model_lib.build(mcfg, rngs=nnx.Rngs(seed))))[0]
+
+  def make():
+    params = nnx.to_pure_dict(nnx.split(model_lib.build(mcfg, rngs=nnx.Rngs(seed)))[1])
+    state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
+    if mcfg.stochastic:   # the REINFORCE baseline of the hard attention modes
+      state['baseline'] = jnp.zeros((), jnp.float32)
+    return state
+  return graphdef, make
 
 
 def eval_params(state):
