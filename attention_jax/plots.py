@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-import matplotlib
+import numpy as np
 
-matplotlib.use('Agg')
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+
+def _pyplot():
+  """matplotlib.pyplot on the Agg backend (no display), imported at the first plot: it adds
+  about a second to the start of every process that imports this module."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
 
 
 def _draw(ax, weights, src_tokens, tgt_tokens, title):
@@ -29,26 +34,26 @@ def plot_attention(weights, src_tokens: Sequence[str], tgt_tokens: Sequence[str]
                    path: str, title: str = '') -> str:
   """weights [T, S] (rows: output tokens, columns: source tokens) -> a labelled PNG at path."""
   t, s = len(tgt_tokens), len(src_tokens)
-  fig, ax = plt.subplots(figsize=(max(3.0, 0.28 * s + 1.5), max(2.5, 0.28 * t + 1.2)))
+  fig, ax = _pyplot().subplots(figsize=(max(3.0, 0.28 * s + 1.5), max(2.5, 0.28 * t + 1.2)))
   _draw(ax, weights, src_tokens, tgt_tokens, title)
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _pyplot().close(fig)
   return path
 
 
 def plot_attention_grid(items, path: str, cols: int = 3) -> str:
   """items: list of (weights [T, S], src_tokens, tgt_tokens, title) -> one PNG grid."""
   rows = (len(items) + cols - 1) // cols
-  fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 4.5 * rows), squeeze=False)
+  fig, axes = _pyplot().subplots(rows, cols, figsize=(5 * cols, 4.5 * rows), squeeze=False)
   for ax, item in zip(axes.flat, items):
     _draw(ax, *item)
   for ax in list(axes.flat)[len(items):]:
     ax.axis('off')
   fig.tight_layout()
   fig.savefig(path, dpi=100)
-  plt.close(fig)
+  _pyplot().close(fig)
   return path
 
 
@@ -62,7 +67,7 @@ def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu
   (the figure of Bahdanau et al. 2015, Fig. 2). Rows with 'ci_lo' / 'ci_hi' (a mean over
   seeds) get their confidence interval drawn as a band. A dashed line marks the longest
   training length, if given."""
-  fig, ax = plt.subplots(figsize=(7, 4.2))
+  fig, ax = _pyplot().subplots(figsize=(7, 4.2))
   for name, rows in curves.items():
     xs = [(r['lo'] + r['hi']) / 2 for r in rows]
     line, = ax.plot(xs, [r[metric] for r in rows], marker='o', label=name)
@@ -84,7 +89,7 @@ def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _pyplot().close(fig)
   return path
 
 
@@ -97,7 +102,7 @@ def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
   lo = np.array([intervals[n][1] for n in names], np.float64)
   hi = np.array([intervals[n][2] for n in names], np.float64)
   err = np.nan_to_num(np.stack([means - lo, hi - means]), nan=0.0)
-  fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(names) + 2), 4.2))
+  fig, ax = _pyplot().subplots(figsize=(max(5.0, 0.5 * len(names) + 2), 4.2))
   ax.bar(range(len(names)), means, yerr=err, capsize=3, color='#4878a8')
   if title:
     ax.set_title(title, fontsize=10)
@@ -106,5 +111,5 @@ def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
   ax.grid(axis='y', alpha=0.3)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _pyplot().close(fig)
   return path
