@@ -69,6 +69,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
       or any(a >= b for a, b in zip(edges, edges[1:]))):
     raise ValueError('eval.length_edges must be increasing integers >= 0 (source-length '
                      f'bucket edges, e.g. (10, 20, 30)), got {edges!r}')
+  shown = e.heatmaps
+  if not isinstance(shown, int) or isinstance(shown, bool) or shown < 0:
+    raise ValueError(f'eval.heatmaps must be an integer >= 0 (test sentences drawn), got '
+                     f'{shown!r}')
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
@@ -376,11 +380,11 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   results, sentences = {}, {}
   for split in ('validation', 'test'):
     results[split], kept, sentences[split] = evaluate_(
-        params, task, split, keep_outputs=3 if split == 'test' else 0)
+        params, task, split, keep_outputs=cfg.eval.heatmaps if split == 'test' else 0)
   heads = functools.partial(inference.layer_weights, graphdef, params) \
       if mcfg.arch == 'transformer' else None
   paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test',
-                            heads) if lead() else []
+                            heads) if lead() and kept else []
   summary = {'step': step, 'best_step': best_step, 'results': results,
              'nonfinite_skipped': skips,
              'train_steps_per_s': step / train_time if train_time else None,
@@ -397,6 +401,6 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   ckpts.close()
   log(f'\nresults (best checkpoint, step {best_step}); BLEU signature '
         f'{results["test"]["bleu_signature"]}\n{format_table(results)}')
-  log(f'results: {os.path.join(workdir, "results.json")}\nheatmaps: '
-        f'{os.path.join(workdir, "heatmaps")}/')
+  log(f'results: {os.path.join(workdir, "results.json")}' + (
+      f'\nheatmaps: {os.path.join(workdir, "heatmaps")}/' if paths else ''))
   return summary

@@ -26,7 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope='module')
 def dates_run(tmp_path_factory, data_dir):
   workdir = str(tmp_path_factory.mktemp('dates_smoke'))
-  return workdir, train.train_and_evaluate(smoke(dates, data_dir), workdir)
+  return workdir, train.train_and_evaluate(smoke(dates, data_dir, **{'eval.heatmaps': 3}),
+                                           workdir)
 
 
 def test_dates_smoke_writes_results_checkpoints_heatmaps(dates_run):

@@ -115,6 +115,7 @@ def base_config() -> ml_collections.ConfigDict:
   e.length_edges = evaluate.DEFAULT_LENGTH_EDGES  # source-length buckets (lo, hi]
   e.beam_size = 5           # experiments/evaluate.py defaults
   e.alpha = 0.6             # length penalty ((5+|Y|)/6)^alpha (Wu et al. 2016)
+  e.heatmaps = 3            # attention heatmaps of the first test sentences at the end (0: none)
   return c
 
 
@@ -132,6 +133,7 @@ def shrink(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.train.warmup_steps = 2
   c.train.eval_every = c.train.checkpoint_every = 4
   c.train.log_every = 2
+  c.eval.heatmaps = 0   # seconds of drawing; tests that check the heatmaps ask for them
   return c
 
 
