@@ -71,7 +71,7 @@ from attention_jax import beam, decode, train
 from attention_jax.data.tokenizers import EOS
 from attention_jax.scores import SCORES
 from experiments import cli
-from experiments.bench.measure import (MATMUL_N, compiled_bytes, count_flops,
+from experiments.bench.measure import (compiled_bytes, count_flops,
                                        loop_matmul_flops_per_s, matmul_flops_per_s, maxrss_mb,
                                        median_window, pinned, xla_cost_flops)
 from experiments.bench.peer import (ONMT_ATTENTION, peer_beam_sentences_per_s,
@@ -170,9 +170,9 @@ def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) ->
   # the ceiling, measured right before and after the train step's windows: other work on
   # the machine moves both together (a 2048 matmul ran at 150-190 GFLOP/s here when the
   # machine was idle, at 75-90 while other jobs shared it)
-  before = matmul_flops_per_s(windows=3)
+  before = matmul_flops_per_s(settings.matmul_n, windows=3)
   step_s, windows = median_window(one_step, settings.windows, settings.steps)
-  matmul = statistics.mean([before, matmul_flops_per_s(windows=3)])
+  matmul = statistics.mean([before, matmul_flops_per_s(settings.matmul_n, windows=3)])
   params = box['state']['params']
 
   # untrained weights emit EOS at random, which would make decoding lengths (and speeds)
@@ -261,8 +261,9 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
   out = {'created': datetime.datetime.now().isoformat(timespec='seconds'),
          'machine': machine_info(), 'load_average_start': os.getloadavg(),
          'settings': dataclasses.asdict(settings), 'configs': {}, 'results': []}
-  matmul = [matmul_flops_per_s()]
-  log(f'{MATMUL_N}x{MATMUL_N} float32 matmul: {matmul[0] / 1e9:.1f} GFLOP/s; load average '
+  matmul = [matmul_flops_per_s(settings.matmul_n)]
+  n = settings.matmul_n
+  log(f'{n}x{n} float32 matmul: {matmul[0] / 1e9:.1f} GFLOP/s; load average '
       f'{out["load_average_start"][0]:.2f} on {os.cpu_count()} cores')
   log('| ' + ' | '.join(COLUMNS) + ' |')
   for name in configs:
@@ -280,8 +281,8 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
         log(format_row(r))
         if save:
           save(out)
-  matmul.append(matmul_flops_per_s())
-  out['matmul'] = {'n': MATMUL_N, 'flops_per_s': matmul[0], 'flops_per_s_end': matmul[1]}
+  matmul.append(matmul_flops_per_s(settings.matmul_n))
+  out['matmul'] = {'n': settings.matmul_n, 'flops_per_s': matmul[0], 'flops_per_s_end': matmul[1]}
   if peer_venv:
     # equal resources, two ways: one core each (ours pinned in a child process, OpenNMT-py
     # pinned with 1 thread), and the whole machine each (ours here, OpenNMT-py with a thread
@@ -350,6 +351,8 @@ def define_flags():
   flags.DEFINE_integer('decode_windows', None, 'Timed decoding calls (default 3; quick 1).')
   flags.DEFINE_integer('batch', 0, 'Sentences per batch, ours and the peer\'s (0: each '
                        'config\'s own: char and base 64).')
+  flags.DEFINE_integer('matmul_n', Settings.matmul_n, 'Size n of the n x n float32 matmul '
+                       'whose FLOP/s is the ceiling the ratios are taken against.', lower_bound=1)
   flags.DEFINE_bool('input_feeding', True, 'Luong decoders with input feeding (ours and '
                     'OpenNMT-py\'s); --noinput_feeding: the attention runs after the RNN, '
                     'batched over time.')
@@ -368,7 +371,7 @@ def main(argv):
       settings, windows=FLAGS.windows or settings.windows, steps=FLAGS.steps or settings.steps,
       warmup=FLAGS.warmup or settings.warmup,
       decode_windows=FLAGS.decode_windows or settings.decode_windows,
-      batch=FLAGS.batch or None, input_feeding=FLAGS.input_feeding)
+      batch=FLAGS.batch or None, input_feeding=FLAGS.input_feeding, matmul_n=FLAGS.matmul_n)
   if FLAGS.peer and not FLAGS.peer_venv:
     raise app.UsageError('--peer needs --peer_venv=DIR (or $ONMT_VENV), a venv with '
                          'OpenNMT-py; see the docstring of experiments/benchmark.py')

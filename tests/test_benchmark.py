@@ -49,7 +49,7 @@ def test_command_line_writes_the_json(tmp_path):
   out = tmp_path / 'bench.json'
   proc = subprocess.run(
       [sys.executable, '-m', 'experiments.benchmark', '--quick', '--configs=tiny',
-       '--scores=general', '--decoders=luong,transformer', '--windows=1',
+       '--scores=general', '--decoders=luong,transformer', '--windows=1', '--matmul_n=256',
        f'--out={out}'],
       cwd=ROOT, capture_output=True, text=True, timeout=600,
       env={**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu'})
@@ -58,7 +58,7 @@ def test_command_line_writes_the_json(tmp_path):
   assert '| tiny | general | transformer |' in proc.stdout   # its cross-attention score
   with open(out) as f:
     data = json.load(f)
-  assert data['matmul']['flops_per_s'] > 0
+  assert data['matmul']['flops_per_s'] > 0 and data['matmul']['n'] == 256
   assert data['configs']['tiny']['padded_len'] == benchmark.CONFIGS['tiny'].padded
   lm = data['configs']['tiny']['loop_matmul']
   assert lm['train_flops_per_s'] > 0 and lm['beam_flops_per_s'] > 0
@@ -84,7 +84,7 @@ def test_the_transformer_skips_scores_without_a_per_head_form(monkeypatch):
                       lambda shape, score, decoder, settings: calls.append((score, decoder))
                       or {'score': score, 'decoder': decoder, 'compile_s': 1.0})
   monkeypatch.setattr(benchmark, 'loop_matmuls', lambda shape: {})
-  monkeypatch.setattr(benchmark, 'matmul_flops_per_s', lambda: 1.0)
+  monkeypatch.setattr(benchmark, 'matmul_flops_per_s', lambda n: 1.0)
   monkeypatch.setattr(benchmark, 'format_loop_matmuls', lambda *a: '')
   monkeypatch.setattr(benchmark, 'format_row', lambda r: '')
   benchmark.run(['tiny'], ['general', 'location', 'none'], ['luong', 'transformer'],

@@ -9,6 +9,7 @@ import numpy as np
 
 from attention_jax.data import batching
 from attention_jax.decoder import DECODERS
+from experiments.bench.measure import MATMUL_N
 from experiments.configs import common
 
 
@@ -57,6 +58,7 @@ class Settings:
   seed: int = 0
   batch: int | None = None  # sentences per batch (None: the config's), ours and the peer's
   input_feeding: bool = True  # Luong decoders (ours and OpenNMT-py's `input_feed`)
+  matmul_n: int = MATMUL_N  # the n x n float32 matmul measured as the machine's ceiling
 
   def shape(self, name: str) -> 'Shape':
     """The config `name`'s shape with this run's batch size."""
