@@ -20,11 +20,12 @@ def smoke(module, data_dir, **overrides):
 
 
 def optimised_env() -> dict:
-  """os.environ without the tests' -O0 flag (conftest.py): for a subprocess whose run time
-  is its computation, not its compilations (a 600-step Transformer trains in 30 s instead
-  of 82 s)."""
+  """os.environ without the tests' XLA flags (conftest.TEST_XLA_FLAGS): for a subprocess
+  whose run time is its computation, not its compilations (a 600-step Transformer trained in
+  30 s instead of 82 s)."""
   flags = ' '.join(f for f in os.environ.get('XLA_FLAGS', '').split()
-                   if not f.startswith('--xla_backend_optimization_level'))
+                   if not f.startswith(('--xla_backend_optimization_level',
+                                        '--xla_cpu_use_fusion_emitters')))
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
   return {**env, 'XLA_FLAGS': flags} if flags else env
 
@@ -58,7 +59,8 @@ def get_sweep(arg=None):
 # executor
 SWEEP_STEPS = 150
 SWEEP_TRAIN = [f'--config.train.steps={SWEEP_STEPS}', '--config.train.checkpoint_every=25',
-               f'--config.train.eval_every={SWEEP_STEPS}', '--config.train.log_every=25']
+               f'--config.train.eval_every={SWEEP_STEPS}', '--config.train.log_every=25',
+               '--config.eval.heatmaps=0']
 
 
 def sweep_cmd(path, root, data_dir, *flags, seeds=2):
