@@ -47,8 +47,8 @@ def make_optimizer(t: ml_collections.ConfigDict) -> optax.GradientTransformation
 def init_state(mcfg: ModelConfig, tx, seed: int, ema: bool = False):
   """-> (graphdef, state {'step', 'params', 'opt'} (+ 'ema': a copy of params if `ema`)).
 
-  Built by one compiled program: the model's initialisers, run eagerly, were some 50
-  separately compiled little programs per model shape (seconds of every process's start)."""
+  Built by one compiled program: run eagerly, a model's initialisers are some 50 separately
+  compiled little programs per model shape (seconds of every process's start)."""
   graphdef, make = _state_maker(mcfg, tx, seed)
   program = jax.jit(make).lower()
   params = program.out_info['params']
@@ -80,6 +80,7 @@ def abstract_state(mcfg: ModelConfig, tx, seed: int = 0):
 
 
 def _state_maker(mcfg: ModelConfig, tx, seed: int):
+  """-> (the model's graphdef, from an abstract model; make() -> the initial state)."""
   graphdef = nnx.split(nnx.eval_shape(lambda: model_lib.build(mcfg, rngs=nnx.Rngs(seed))))[0]
 
   def make():

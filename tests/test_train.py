@@ -11,10 +11,11 @@ import sys
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 import attention_jax as aj
 from attention_jax import checkpoint as ckpt_lib
-from attention_jax import records, train
+from attention_jax import records, steps, train
 from attention_jax import workdir as workdir_lib
 from experiments.configs import addition, dates, reverse, textfiles
 
@@ -42,6 +43,25 @@ def test_dates_smoke_writes_results_checkpoints_heatmaps(dates_run):
   assert len([p for p in saved['heatmaps'] if os.path.exists(p)]) == 4   # 3 + the grid
   assert os.listdir(os.path.join(workdir, 'tensorboard'))
   assert summary['step'] == 8
+
+
+def test_abstract_state_is_the_initial_states_shapes_and_the_initial_state_is_seeded():
+  """What aj.load restores into (no initialiser run) has the shapes, dtypes and tree of the
+  state training starts from; the compiled initialiser gives the seed's parameters."""
+  mc = aj.ModelConfig(src_vocab=9, tgt_vocab=7, emb_dim=4, enc_hidden=4, dec_hidden=8,
+                      attn_dim=4, attention_mode='hard')        # + the REINFORCE baseline
+  tx = train.make_optimizer(dates.get_config('smoke').train)
+  graphdef, state = train.init_state(mc, tx, 3, ema=True)
+  abstract = steps.abstract_state(mc, tx)[1]
+  shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+  assert shapes({k: v for k, v in state.items() if k != 'ema'}) == shapes(abstract)
+  assert shapes(state['ema']) == shapes(state['params'])
+  again, other = train.init_state(mc, tx, 3)[1], train.init_state(mc, tx, 4)[1]
+  leaves = [jax.tree.leaves(s['params']) for s in (state, again, other)]
+  assert all(np.array_equal(a, b) for a, b in zip(leaves[0], leaves[1]))
+  assert not all(np.array_equal(a, c) for a, c in zip(leaves[0], leaves[2]))
+  logits, _ = nnx.merge(graphdef, state['params'])(np.array([[4, 5, 2]]), np.array([[1, 6]]))
+  assert logits.shape == (1, 2, 7)
 
 
 def test_load_translates_and_attends(dates_run):
