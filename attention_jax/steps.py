@@ -50,13 +50,13 @@ def init_state(mcfg: ModelConfig, tx, seed: int, ema: bool = False):
   Built by one compiled program: run eagerly, a model's initialisers are some 50 separately
   compiled little programs per model shape (seconds of every process's start)."""
   graphdef, make = _state_maker(mcfg, tx, seed)
-  program = jax.jit(make).lower()
+  program = jax.jit(make).lower()     # traces make(): fills graphdef
   params = program.out_info['params']
   _check_fits(jax.tree.leaves(program.out_info) + (jax.tree.leaves(params) if ema else []))
   state = program.compile()()
   if ema:   # a copy, not the same buffers: the train step donates its state
     state['ema'] = jax.tree.map(jnp.copy, state['params'])
-  return graphdef, state
+  return graphdef[0], state
 
 
 def _check_fits(arrays) -> None:
@@ -76,15 +76,19 @@ def abstract_state(mcfg: ModelConfig, tx, seed: int = 0):
   """-> (graphdef, the state's shapes and dtypes as jax.ShapeDtypeStruct): what a checkpoint
   is restored into, computed without running an initialiser."""
   graphdef, make = _state_maker(mcfg, tx, seed)
-  return graphdef, jax.eval_shape(make)
+  abstract = jax.eval_shape(make)     # traces make(): fills graphdef
+  return graphdef[0], abstract
 
 
 def _state_maker(mcfg: ModelConfig, tx, seed: int):
-  """-> (the model's graphdef, from an abstract model; make() -> the initial state)."""
-  graphdef = nnx.split(nnx.eval_shape(lambda: model_lib.build(mcfg, rngs=nnx.Rngs(seed))))[0]
+  """-> (graphdef: [the model's graphdef] once make() is traced, make() -> the initial state).
+  The graphdef (static structure) is taken from the trace itself: the model is built once."""
+  graphdef = []
 
   def make():
-    params = nnx.to_pure_dict(nnx.split(model_lib.build(mcfg, rngs=nnx.Rngs(seed)))[1])
+    defn, params = nnx.split(model_lib.build(mcfg, rngs=nnx.Rngs(seed)))
+    graphdef[:] = [defn]
+    params = nnx.to_pure_dict(params)
     state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
     if mcfg.stochastic:   # the REINFORCE baseline of the hard attention modes
       state['baseline'] = jnp.zeros((), jnp.float32)
