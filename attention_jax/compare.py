@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from attention_jax import data as data_lib
 from attention_jax import records as records_lib
 from attention_jax import stats
 
@@ -74,9 +75,10 @@ class Run:
     return ' '.join(x for x in (last.get('host', ''), f'node {node[:8]}' if node else '') if x)
 
   def data_config(self) -> dict:
+    """The run's data section; fields it predates hold their data.FIELD_DEFAULTS value."""
     try:
       with open(os.path.join(self.workdir, 'config.json')) as f:
-        return json.load(f).get('data', {})
+        return {**data_lib.FIELD_DEFAULTS, **json.load(f).get('data', {})}
     except (OSError, ValueError):
       return {}
 

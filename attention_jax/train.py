@@ -208,9 +208,10 @@ def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
 def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str) -> None:
   """Resuming with a different model/data config would silently mix two runs: refuse.
   A model field the saved run predates counts as its ModelConfig default (as in checkpoints),
-  so a run saved before the field existed still resumes."""
+  a data field as its data.FIELD_DEFAULTS value, so a run saved before the field existed
+  still resumes."""
   now = json.loads(cfg.to_json())
-  defaults = {'model': ModelConfig.defaults(), 'data': {}}
+  defaults = {'model': ModelConfig.defaults(), 'data': data_lib.FIELD_DEFAULTS}
   diffs = [d for sec in ('model', 'data')
            for d in ckpt_lib.differences(saved.get(sec, {}), now[sec], defaults[sec],
                                          prefix=f'{sec}.', words=('saved', 'now'))]

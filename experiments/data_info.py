@@ -15,6 +15,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from attention_jax import data
+from attention_jax.data import cmudict
 from experiments import cli
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
@@ -71,6 +72,9 @@ def describe(cfg, *, num_examples: int = 3) -> str:
               f'{"":>12}source tokens: {_lengths(info["src_len"])}',
               f'{"":>12}target tokens: {_lengths(info["tgt_len"])}']
   lines += _words_and_symbols(task)
+  if d.name == 'cmudict':
+    words = {split: len({s for s, _ in task.texts(split)}) for split in data.SPLITS}
+    lines.append(cmudict.split_note(cmudict.make_config(d).split, words))
   batch = next(iter(task.train_iterator(d.batch_size, seed=cfg.get('seed', 0))))
   lines.append(f'first training batch: src {batch["src"].shape}, tgt_in '
                f'{batch["tgt_in"].shape}; examples decoded from its ids:')

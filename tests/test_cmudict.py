@@ -1,12 +1,16 @@
-"""CMUdict G2P: the split by word, phones as tokens, WER / PER with several references, and a
-smoke run of the experiment config."""
+"""CMUdict G2P: the split by word (hashed, and the published standard test list), phones as
+tokens, WER / PER with several references, and a smoke run of the experiment config."""
+
+import importlib.resources
+import json
 
 import numpy as np
 import pytest
 
-from attention_jax import metrics, train
+from attention_jax import compare, metrics, train
 from attention_jax.data import cmudict, tasks
 from attention_jax.data import tokenizers as tok_lib
+from experiments import data_info
 from experiments.configs import cmudict as cmudict_config
 
 
@@ -28,6 +32,101 @@ def test_split_is_by_word_deterministic_and_of_the_stated_sizes(prons):
               or sets['validation'] & sets['test'])
   assert set().union(*sets.values()) == set(words)
   assert cmudict.split_words(words, 12_000, 0.05, seed=1)['test'] != a['test']
+
+
+@pytest.fixture(scope='module')
+def shipped():
+  """The shipped test list read here on its own: ([(WORD, phones)] per line, the raw text)."""
+  text = (importlib.resources.files('attention_jax.data')
+          / cmudict.STANDARD_TEST_FILE).read_text('ascii')
+  return [tuple(line.split('  ')) for line in text.splitlines()], text
+
+
+def test_shipped_list_is_the_cntk_file_unchanged(shipped):
+  lines, text = shipped
+  assert len(text) == 321_219 and len(lines) == 12_855 and text.endswith('ZYCH  Z AY CH\n')
+  assert lines[0] == ('ABADI', 'AH B AE D IY')
+  assert len({w for w, _ in lines}) == 11_994 and len(set(lines)) == 12_828   # 27 repeats
+
+
+def test_standard_split_tests_exactly_the_shipped_words_with_their_pronunciations(prons, shipped):
+  lines, _ = shipped
+  test = cmudict.standard_test()
+  assert list(test) == list(dict.fromkeys(w.lower() for w, _ in lines))   # every word, in order
+  want = {}
+  for w, p in lines:                     # the list's pronunciations, repeats merged, in order
+    if p not in want.setdefault(w.lower(), []):
+      want[w.lower()].append(p)
+  assert test == want
+  assert test['arizonans'] == ['ER IH Z OW N AH N Z']                    # a repeated line
+  assert test['when'] == ['HH W EH N', 'HH W IH N', 'W EH N', 'W IH N']
+  assert test["africa's"] == ['AE F R IH K AA Z'] != prons["africa's"]   # the list's, not ours
+  a = cmudict.standard_split_words(sorted(prons), test, 0.05, seed=0)
+  assert a == cmudict.standard_split_words(sorted(prons, reverse=True), test, 0.05, seed=0)
+  assert a['test'] == list(test)
+  assert {k: len(v) for k, v in a.items()} == {'test': 11_994, 'validation': 5_647,
+                                               'train': 107_285}
+  sets = {k: set(v) for k, v in a.items()}
+  assert not (sets['test'] & sets['train'] or sets['test'] & sets['validation']
+              or sets['train'] & sets['validation'])
+  assert set().union(*sets.values()) == set(prons)
+  with pytest.raises(ValueError, match='1 standard test words are not in the dictionary'):
+    cmudict.standard_split_words(['a', 'b'], ['a', 'zz'], 0.5, seed=0)
+
+
+def test_prepared_standard_split_holds_the_shipped_references(data_cfg, prons):
+  d = data_cfg('cmudict', split='standard', valid_fraction=0.0003, num_train=200,
+               tgt_tokenizer='word')
+  task = tasks.load_task(d)
+  test = cmudict.standard_test()
+  rows = task.texts('test')                                              # TFDS's order
+  assert sorted(w for w, _ in rows) == sorted(test)                       # one row per word
+  assert dict(zip((w for w, _ in rows), task.references('test'))) == test
+  assert all(tgt == test[w][0] for w, tgt in rows)
+  words = {s: {w for w, _ in task.texts(s)} for s in ('train', 'validation')}
+  assert (len(words['train']), len(words['validation'])) == (200, 34)
+  assert not (words['train'] | words['validation']) & set(test)
+  assert sorted(task.texts('train')) == sorted((w, p) for w in words['train'] for p in prons[w])
+
+
+def test_data_info_states_the_split_against_the_published_sizes(data_cfg):
+  cfg = cmudict_config.get_config()
+  cfg.data = data_cfg('cmudict', split='standard', valid_fraction=0.0003, num_train=200,
+                      tgt_tokenizer='word')                  # prepared by the test above
+  text = data_info.describe(cfg)
+  assert ('cmudict split standard: 200 train / 34 validation / 11,994 test words; test = the '
+          'published CMUdict 0.7b test list (papers: 106,837 train / 12,000 test words') in text
+  assert 'test: 11994 distinct sources in 11994 pairs' in text
+  assert cmudict.split_note('hashed', {'train': 9, 'validation': 2, 'test': 3}).startswith(
+      'cmudict split hashed: 9 train / 2 validation / 3 test words by SHA-256')
+
+
+def test_unknown_split_fails_naming_the_valid_ones_and_a_missing_one_means_hashed(data_cfg):
+  with pytest.raises(ValueError, match=r"unknown data\.split 'published'.*valid: hashed, standard"):
+    cmudict.make_config(data_cfg('cmudict', split='published'))
+  with pytest.raises(ValueError, match='no stress digits'):
+    cmudict.make_config(data_cfg('cmudict', split='standard', stress=True))
+  old = data_cfg('cmudict', num_test=12_000, num_train=0)
+  del old['split']                                  # a config saved before data.split existed
+  c = cmudict.make_config(old)
+  assert c.split == 'hashed' and c.name == 'test12000_valid0.05_trainall_nostress_variants_seed0'
+  assert cmudict.make_config(data_cfg('cmudict', split='standard')).name.startswith('standard_')
+  cfg = cmudict_config.get_config()
+  saved = json.loads(cfg.to_json())
+  del saved['data']['split']
+  train.check_same_config(saved, cfg, 'runs/x')     # an old run resumes
+  cfg.data.split = 'standard'
+  with pytest.raises(ValueError, match=r"data\.split: saved 'hashed', now 'standard'"):
+    train.check_same_config(saved, cfg, 'runs/x')
+
+
+def test_compare_counts_a_run_without_data_split_as_hashed(tmp_path):
+  old, new = tmp_path / 'old', tmp_path / 'new'
+  for run, data in ((old, {'name': 'cmudict'}), (new, {'name': 'cmudict', 'split': 'hashed'})):
+    run.mkdir()
+    (run / 'config.json').write_text(json.dumps({'data': data}))
+  a, b = (compare.Run(str(r), results={}, records={}) for r in (old, new))
+  assert a.data_config() == b.data_config() == {'name': 'cmudict', 'split': 'hashed'}
 
 
 def test_stress_is_removed_and_duplicates_merged(prons):

@@ -11,13 +11,14 @@ Token ids: PAD=0, BOS=1, EOS=2, UNK=3 in every vocabulary.
 
 from attention_jax.data.batching import Buckets, TrainIterator
 from attention_jax.data.builders import BUILDERS, gold_alignment, prepare
-from attention_jax.data.tasks import SPLITS, TASKS, Task, decode_limit, load_task
+from attention_jax.data.tasks import (FIELD_DEFAULTS, SPLITS, TASKS, Task, decode_limit,
+                                      load_task)
 from attention_jax.data.textfiles import CorpusError, read_corpus
 from attention_jax.data.tokenizers import (BOS, EOS, PAD, TOKENIZERS, UNK, Tokenizer,
                                            load_tokenizer, load_tokenizers, save_tokenizers,
                                            train_tokenizer)
 
-__all__ = ['BOS', 'BUILDERS', 'Buckets', 'CorpusError', 'EOS', 'PAD', 'SPLITS', 'TASKS',
-           'TOKENIZERS', 'Task', 'Tokenizer', 'TrainIterator', 'UNK', 'decode_limit', 'gold_alignment',
-           'load_task', 'load_tokenizer', 'load_tokenizers', 'prepare', 'read_corpus',
-           'save_tokenizers', 'train_tokenizer']
+__all__ = ['BOS', 'BUILDERS', 'Buckets', 'CorpusError', 'EOS', 'FIELD_DEFAULTS', 'PAD', 'SPLITS',
+           'TASKS', 'TOKENIZERS', 'Task', 'Tokenizer', 'TrainIterator', 'UNK', 'decode_limit',
+           'gold_alignment', 'load_task', 'load_tokenizer', 'load_tokenizers', 'prepare',
+           'read_corpus', 'save_tokenizers', 'train_tokenizer']

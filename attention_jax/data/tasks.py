@@ -24,6 +24,8 @@ from attention_jax.data import tokenizers as tok_lib
 
 SPLITS = ('train', 'validation', 'test')
 TASKS = (*builders.BUILDERS, 'cmudict', 'textfiles', 'tfds')
+# data fields added after runs were saved, with the value a saved config without them means
+FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT}
 
 
 def _text(x: Any) -> str:

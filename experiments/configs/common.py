@@ -32,6 +32,8 @@ def base_config() -> ml_collections.ConfigDict:
   d.stress = False          # cmudict: keep the stress digits of the vowels (AH0 EH1 OW2)
   d.variants = True         # cmudict: every pronunciation of a train word is a training pair
   d.valid_fraction = 0.05   # cmudict: share of the non-test words held out for validation
+  d.split = 'hashed'        # cmudict: hashed (SHA-256 of seed:word) | standard (the published
+                            # test list); a saved config without it means hashed
   d.textfiles_dir = ''      # textfiles: dir with train.src/train.tgt, valid.*, test.*
   d.tfds_name = 'ted_hrlr_translate/pt_to_en'  # tfds: any translation builder
   d.src_lang = 'pt'         # tfds: language keys of the pair
