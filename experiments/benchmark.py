@@ -74,12 +74,12 @@ from experiments import cli
 from experiments.bench.measure import (compiled_bytes, count_flops,
                                        loop_matmul_flops_per_s, matmul_flops_per_s, maxrss_mb,
                                        median_window, pinned, xla_cost_flops)
-from experiments.bench.peer import (ONMT_ATTENTION, peer_beam_sentences_per_s,
-                                    peer_tokens_per_s)
+from experiments.bench.peer import (ONMT_ATTENTION, ONMT_TRANSFORMER_SCORES,
+                                    peer_beam_sentences_per_s, peer_tokens_per_s)
 from experiments.bench.report import (COLUMNS, format_loop_matmuls, format_row, format_table,
                                       targets)
-from experiments.bench.workload import (ARCHITECTURES, CONFIGS, QUICK, Settings, Shape,
-                                        experiment_config, make_batch, sentences)
+from experiments.bench.workload import (ARCHITECTURES, CONFIGS, PAIRS, QUICK, Settings,
+                                        Shape, experiment_config, make_batch, sentences)
 
 __all__ = ['ARCHITECTURES', 'CONFIGS', 'ONMT_ATTENTION', 'QUICK', 'SCORES', 'Settings', 'Shape',
            'bench_variant', 'experiment_config', 'format_table', 'make_batch',
@@ -212,7 +212,8 @@ def ours_on_one_core(configs: Sequence[str], scores: Sequence[str], decoders: Se
                    f'--steps={settings.steps}', f'--warmup={settings.warmup}',
                    f'--decode_windows={settings.decode_windows}',
                    f'--batch={settings.batch or 0}',
-                   f'--input_feeding={settings.input_feeding}', f'--out={path}'], '0')
+                   f'--input_feeding={settings.input_feeding}', f'--pairs={settings.pairs}',
+                   f'--matmul_n={settings.matmul_n}', f'--out={path}'], '0')
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False)
     if proc.returncode:
@@ -222,14 +223,37 @@ def ours_on_one_core(configs: Sequence[str], scores: Sequence[str], decoders: Se
       return json.load(f)['results']
 
 
+def peer_arch(decoder: str) -> str:
+  """The OpenNMT-py model compared with our `decoder`: its Transformer, or its RNN."""
+  return 'transformer' if decoder == 'transformer' else 'rnn'
+
+
+def peer_runs(ours: list[dict]) -> list[tuple[str, str, str]]:
+  """The (config, arch, score) OpenNMT-py trains for our result rows: its RNN for each of our
+  RNN rows' scores it has (ONMT_ATTENTION), its Transformer for our scaled_dot Transformer."""
+  runs = []
+  for r in ours:
+    arch = peer_arch(r['decoder'])
+    if r['score'] in (ONMT_TRANSFORMER_SCORES if arch == 'transformer' else ONMT_ATTENTION):
+      if (r['config'], arch, r['score']) not in runs:
+        runs.append((r['config'], arch, r['score']))
+  return runs
+
+
 def equal_resource_ratios(ours: list[dict], peers: list[dict]) -> list[dict[str, Any]]:
-  """Per (score, decoder): our train tokens/s and beam-5 sentences/s over OpenNMT-py's."""
-  by_score = {p['score']: p for p in peers}
-  return [{'score': r['score'], 'decoder': r['decoder'],
-           'train_ratio': r['tokens_per_s'] / by_score[r['score']]['tokens_per_s'],
-           'beam5_ratio': r['beam5']['sentences_per_s']
-           / by_score[r['score']]['beam5']['sentences_per_s']}
-          for r in ours if r['score'] in by_score and r['decoder'] != 'transformer']
+  """Per (config, score, decoder): our train tokens/s and beam-5 sentences/s over those of
+  OpenNMT-py's model of the same kind (peer_arch) on the same config."""
+  by_key = {(p['config'], p['arch'], p['score']): p for p in peers}
+  out = []
+  for r in ours:
+    p = by_key.get((r['config'], peer_arch(r['decoder']), r['score']))
+    if p is not None:
+      out.append({'config': r['config'], 'score': r['score'], 'decoder': r['decoder'],
+                  'peer_arch': p['arch'],
+                  'train_ratio': r['tokens_per_s'] / p['tokens_per_s'],
+                  'beam5_ratio': r['beam5']['sentences_per_s']
+                  / p['beam5']['sentences_per_s']})
+  return out
 
 
 # ---- the run ------------------------------------------------------------------------------
@@ -275,6 +299,8 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
       for score in scores:
         if decoder == 'transformer' and not SCORES[score].content_based:
           continue   # location / none have no per-head form (multihead.check)
+        if not PAIRS[settings.pairs](name, decoder, score):
+          continue
         r = bench_variant(shape, score, decoder, settings)
         r['config'] = name
         out['results'].append(r)
@@ -286,22 +312,23 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
   if peer_venv:
     # equal resources, two ways: one core each (ours pinned in a child process, OpenNMT-py
     # pinned with 1 thread), and the whole machine each (ours here, OpenNMT-py with a thread
-    # per core)
-    config = 'char' if 'char' in configs else configs[0]
-    shape, cores = settings.shape(config), len(os.sched_getaffinity(0))
+    # per core); OpenNMT-py's RNN against our RNN rows, its Transformer against ours
+    cores = len(os.sched_getaffinity(0))
     out['equal_resources'] = {}
     with tempfile.TemporaryDirectory(prefix='onmt_bench_') as tmp:
       for setting, cpus, threads in (('one_core', '0', 1), ('all_cores', None, cores)):
         if setting == 'one_core':
           log('one core: this benchmark again, pinned to CPU 0 ...')
-          ours = ours_on_one_core([config], scores, decoders, settings)
+          ours = ours_on_one_core(configs, scores, decoders, settings)
         else:
-          ours = [r for r in out['results'] if r['config'] == config]
+          ours = out['results']
         peers = []
-        for score in [s for s in scores if s in ONMT_ATTENTION]:
-          work = os.path.join(tmp, f'{setting}_{score}')
+        for config, arch, score in peer_runs(ours):
+          shape = settings.shape(config)
+          work = os.path.join(tmp, f'{setting}_{config}_{arch}_{score}')
+          log(f'{setting}: OpenNMT-py {arch} ({score}) on {config} ...')
           p = peer_tokens_per_s(peer_venv, shape, score, peer_steps, settings.seed, work,
-                                threads, cpus, settings.input_feeding)
+                                threads, cpus, settings.input_feeding, arch=arch)
           p.update(score=score, config=config)
           # the sentences our beam5 decodes (make_batch(shape, seed)'s sources)
           p['beam5'] = peer_beam_sentences_per_s(
@@ -310,17 +337,19 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
           peers.append(p)
         ratios = equal_resource_ratios(ours, peers)
         out['equal_resources'][setting] = {
-            'cores': 1 if cpus else cores, 'peer_threads': threads, 'config': config,
-            'batch': shape.batch, 'input_feeding': settings.input_feeding,
-            'ours': [{k: r[k] for k in ('score', 'decoder', 'batch', 'input_feeding',
-                                        'tokens_per_s', 'matmul_ratio')}
+            'cores': 1 if cpus else cores, 'peer_threads': threads,
+            'input_feeding': settings.input_feeding,
+            'batch': {c: settings.shape(c).batch for c in configs},
+            'ours': [{k: r[k] for k in ('config', 'score', 'decoder', 'batch',
+                                        'input_feeding', 'tokens_per_s', 'matmul_ratio')}
                      | {'beam5_sentences_per_s': r['beam5']['sentences_per_s']} for r in ours],
             'peer': peers, 'ratios': ratios}
         for x in ratios:
-          log(f'{setting}: {x["score"]}/{x["decoder"]} ours / OpenNMT-py: train '
-              f'{x["train_ratio"]:.2f}x, beam-5 {x["beam5_ratio"]:.2f}x')
-    # issue 9's targets compare with OpenNMT-py on 1 thread (ours: every core)
-    out['peer'] = out['equal_resources']['one_core']['peer']
+          log(f'{setting}: {x["config"]} {x["score"]}/{x["decoder"]} ours / OpenNMT-py '
+              f'{x["peer_arch"]}: train {x["train_ratio"]:.2f}x, beam-5 '
+              f'{x["beam5_ratio"]:.2f}x')
+    # issue 9's targets compare with OpenNMT-py's RNN on 1 thread (ours: every core)
+    out['peer'] = [p for p in out['equal_resources']['one_core']['peer'] if p['arch'] == 'rnn']
   out['targets'] = targets(out)
   out['load_average_end'] = os.getloadavg()
   out['total_s'] = time.perf_counter() - t_start
@@ -328,14 +357,19 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
 
 
 # ---- command line ---------------------------------------------------------------------------
-QUICK_SELECTION = {'configs': ['char'], 'scores': ['general', 'additive'],
-                   'decoders': ['bahdanau', 'luong']}
+# with QUICK's pairs: the RNNs on char (general, additive), the Transformer (scaled_dot) on
+# char and long
+QUICK_SELECTION = {'configs': ['char', 'long'], 'scores': ['general', 'additive', 'scaled_dot'],
+                   'decoders': ['bahdanau', 'luong', 'transformer']}
 
 def define_flags():
   """The command line's flags (defined when run as a script, so that other entry points
   can import this module and define their own)."""
-  flags.DEFINE_bool('quick', False, 'A quick subset (char; general, additive; both decoders; '
-                    'short windows); --configs/--scores/--decoders still override it.')
+  flags.DEFINE_bool('quick', False, 'A quick subset (char: general, additive x both RNN '
+                    'decoders; char and long: the scaled_dot Transformer; short windows); '
+                    '--configs/--scores/--decoders still override it.')
+  flags.DEFINE_enum('pairs', None, list(PAIRS), 'Which (config, decoder, score) of the '
+                    'selection run (default: all; quick with --quick).')
   flags.DEFINE_list('configs', None, f'Configs (default: char,base). Valid: {", ".join(CONFIGS)}')
   flags.DEFINE_list('scores', None, 'Scores (default: all of attention_jax.SCORES).')
   flags.DEFINE_list('decoders', None, 'Decoders (default: bahdanau,luong,transformer; the '
@@ -371,7 +405,8 @@ def main(argv):
       settings, windows=FLAGS.windows or settings.windows, steps=FLAGS.steps or settings.steps,
       warmup=FLAGS.warmup or settings.warmup,
       decode_windows=FLAGS.decode_windows or settings.decode_windows,
-      batch=FLAGS.batch or None, input_feeding=FLAGS.input_feeding, matmul_n=FLAGS.matmul_n)
+      batch=FLAGS.batch or None, input_feeding=FLAGS.input_feeding, matmul_n=FLAGS.matmul_n,
+      pairs=FLAGS.pairs or settings.pairs)
   if FLAGS.peer and not FLAGS.peer_venv:
     raise app.UsageError('--peer needs --peer_venv=DIR (or $ONMT_VENV), a venv with '
                          'OpenNMT-py; see the docstring of experiments/benchmark.py')

@@ -49,7 +49,8 @@ def test_command_line_writes_the_json(tmp_path):
   out = tmp_path / 'bench.json'
   proc = subprocess.run(
       [sys.executable, '-m', 'experiments.benchmark', '--quick', '--configs=tiny',
-       '--scores=general', '--decoders=luong,transformer', '--windows=1', '--matmul_n=256',
+       '--scores=general', '--decoders=luong,transformer', '--pairs=all', '--windows=1',
+       '--matmul_n=256',
        f'--out={out}'],
       cwd=ROOT, capture_output=True, text=True, timeout=600,
       env={**os.environ, 'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu'})
@@ -96,16 +97,18 @@ def test_the_transformer_skips_scores_without_a_per_head_form(monkeypatch):
 @pytest.mark.slow   # (runs our side for real, twice)
 def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   """--peer: one core each (ours re-run pinned to CPU 0 in a child process, for real) and the
-  whole machine each; both ratios per variant land in the JSON. OpenNMT-py is faked (it is
-  not a dependency): the fields are checked, not the speed."""
+  whole machine each; both ratios per variant land in the JSON, the RNN's against
+  OpenNMT-py's RNN and the Transformer's against OpenNMT-py's Transformer. OpenNMT-py is
+  faked (it is not a dependency): the fields are checked, not the speed."""
   calls = []
 
   def fake_train(venv, shape, score, steps, seed, workdir, threads=1, cpus=None,
-                 input_feeding=True):
-    calls.append(('train', threads, cpus))
+                 input_feeding=True, arch='rnn'):
+    calls.append(('train', arch, threads, cpus))
     assert (shape.batch, input_feeding) == (4, False)   # the run's settings reach the peer
-    return {'attention': benchmark.ONMT_ATTENTION[score], 'tokens_per_s': 100.0 * threads,
-            'threads': threads, 'cpus': cpus, 'checkpoint': 'ckpt'}
+    speed = {'rnn': 100.0, 'transformer': 300.0}[arch] * threads
+    return {'arch': arch, 'attention': 'x', 'tokens_per_s': speed, 'threads': threads,
+            'cpus': cpus, 'checkpoint': 'ckpt'}
 
   def fake_beam(venv, checkpoint, src, length, workdir, threads=1, cpus=None, **kw):
     calls.append(('beam', threads, cpus))
@@ -114,26 +117,41 @@ def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   monkeypatch.setattr(benchmark, 'peer_tokens_per_s', fake_train)
   monkeypatch.setattr(benchmark, 'peer_beam_sentences_per_s', fake_beam)
   settings = dataclasses.replace(benchmark.QUICK, batch=4, input_feeding=False)
-  out = benchmark.run(['tiny'], ['general'], ['luong'], settings, peer_venv='/fake',
-                      log=lambda s: None)
+  # QUICK's pairs: the RNN with general, the Transformer with scaled_dot
+  out = benchmark.run(['tiny'], ['general', 'scaled_dot'], ['luong', 'transformer'], settings,
+                      peer_venv='/fake', log=lambda s: None)
+  assert [(r['decoder'], r['score']) for r in out['results']] == [
+      ('luong', 'general'), ('transformer', 'scaled_dot')]
   cores = len(os.sched_getaffinity(0))
-  assert calls == [('train', 1, '0'), ('beam', 1, '0'), ('train', cores, None),
-                   ('beam', cores, None)]
+  assert calls == [('train', 'rnn', 1, '0'), ('beam', 1, '0'),
+                   ('train', 'transformer', 1, '0'), ('beam', 1, '0'),
+                   ('train', 'rnn', cores, None), ('beam', cores, None),
+                   ('train', 'transformer', cores, None), ('beam', cores, None)]
   e = out['equal_resources']
   assert (e['one_core']['cores'], e['one_core']['peer_threads']) == (1, 1)
   assert (e['all_cores']['cores'], e['all_cores']['peer_threads']) == (cores, cores)
   # the one-core child ran with the same batch and decoder (tokens/s and sentences/s agree)
-  (child,) = e['one_core']['ours']
-  assert (child['batch'], child['input_feeding']) == (4, False)
-  assert (e['one_core']['batch'], e['one_core']['input_feeding']) == (4, False)
+  for child in e['one_core']['ours']:
+    assert (child['batch'], child['input_feeding']) == (4, False)
+  assert (e['one_core']['batch'], e['one_core']['input_feeding']) == ({'tiny': 4}, False)
   for setting in ('one_core', 'all_cores'):
-    (ratio,) = e[setting]['ratios']
-    (ours,) = e[setting]['ours']
-    assert (ratio['score'], ratio['decoder']) == ('general', 'luong')
-    assert ratio['train_ratio'] == pytest.approx(
-        ours['tokens_per_s'] / e[setting]['peer'][0]['tokens_per_s'])
-    assert ratio['beam5_ratio'] > 0
-  assert 'equal resources, one_core' in benchmark.format_table(out)
+    rnn, tr = e[setting]['ratios']
+    ours = {r['decoder']: r for r in e[setting]['ours']}
+    peer = {p['arch']: p for p in e[setting]['peer']}
+    assert (rnn['config'], rnn['score'], rnn['decoder'], rnn['peer_arch']) == (
+        'tiny', 'general', 'luong', 'rnn')
+    assert (tr['config'], tr['score'], tr['decoder'], tr['peer_arch']) == (
+        'tiny', 'scaled_dot', 'transformer', 'transformer')
+    for x, arch in ((rnn, 'rnn'), (tr, 'transformer')):
+      assert x['train_ratio'] == pytest.approx(
+          ours[x['decoder']]['tokens_per_s'] / peer[arch]['tokens_per_s'])
+      assert x['beam5_ratio'] == pytest.approx(
+          ours[x['decoder']]['beam5_sentences_per_s'] / peer[arch]['beam5']['sentences_per_s'])
+  table = benchmark.format_table(out)
+  assert 'equal resources, one_core' in table and '| tiny | scaled_dot (transformer' in table
+  # issue 32's targets: the Transformer's two ratios, in both settings
+  transformer_targets = [t for t in out['targets'] if 'transformer vs OpenNMT-py' in t['what']]
+  assert len(transformer_targets) == 4
 
 
 def test_profile_names_where_the_step_time_goes():

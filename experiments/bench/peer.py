@@ -16,6 +16,9 @@ from experiments.bench.workload import Shape, sentences
 
 
 ONMT_ATTENTION = {'general': 'general', 'additive': 'mlp', 'dot': 'dot'}
+# OpenNMT-py's Transformer has one attention: scaled dot product (its default
+# `self_attn_type: scaled-dot-flash`, PyTorch's fused scaled_dot_product_attention)
+ONMT_TRANSFORMER_SCORES = ('scaled_dot',)
 PEER_CORPUS_BATCHES = 32
 
 
@@ -24,15 +27,40 @@ def _peer_text(sentences: list[list[int]]) -> str:
   return '\n'.join(' '.join(f't{i}' for i in ids) for ids in sentences) + '\n'
 
 
+def _model_options(shape: Shape, score: str, arch: str, input_feeding: bool) -> dict[str, Any]:
+  """OpenNMT-py's model and optimizer options for our benchmark model of this shape."""
+  if arch == 'transformer':
+    if score not in ONMT_TRANSFORMER_SCORES:
+      raise ValueError(f"OpenNMT-py's Transformer has no {score!r} attention; valid: "
+                       f'{", ".join(ONMT_TRANSFORMER_SCORES)}')
+    # Vaswani et al.'s recipe as OpenNMT-py documents it (pre-norm layers, sinusoidal
+    # positions, label smoothing 0.1, Adam beta2 0.998, noam schedule), at our sizes
+    return {'encoder_type': 'transformer', 'decoder_type': 'transformer',
+            'enc_layers': 3, 'dec_layers': 3, 'hidden_size': shape.d_model,
+            'word_vec_size': shape.d_model, 'transformer_ff': shape.ff_dim, 'heads': 4,
+            'position_encoding': True, 'dropout': [0.1], 'attention_dropout': [0.1],
+            'label_smoothing': 0.1, 'optim': 'adam', 'adam_beta2': 0.998,
+            'decay_method': 'noam', 'warmup_steps': 4000, 'learning_rate': 2.0,
+            'param_init': 0.0, 'param_init_glorot': True, 'max_grad_norm': 0.0}
+  if arch != 'rnn':
+    raise ValueError(f"unknown peer arch {arch!r}; valid: rnn, transformer")
+  return {'encoder_type': 'brnn', 'decoder_type': 'rnn', 'rnn_type': 'LSTM',
+          'enc_layers': 1, 'dec_layers': 1, 'enc_hid_size': 2 * shape.enc_hidden,
+          'dec_hid_size': shape.dec_hidden, 'word_vec_size': shape.emb_dim,
+          'global_attention': ONMT_ATTENTION[score], 'input_feed': int(input_feeding),
+          'dropout': [0.1], 'optim': 'adam', 'learning_rate': 0.002}
+
+
 def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int,
                       workdir: str, threads: int = 1, cpus: str | None = None,
-                      input_feeding: bool = True) -> dict[str, Any]:
-  """Trains OpenNMT-py (brnn LSTM encoder, rnn LSTM decoder with input feeding unless
-  input_feeding=False, i.e. Luong, global attention `ONMT_ATTENTION[score]`) on the same
-  synthetic sentences, and returns its target tokens/s (as it logs them, data loading
-  included): the median of its report windows after the first. `threads`: OMP/MKL threads
-  of PyTorch (on this 2-core machine, with other work running, 2 OpenMP threads made it
-  10-20x slower than 1)."""
+                      input_feeding: bool = True, arch: str = 'rnn') -> dict[str, Any]:
+  """Trains OpenNMT-py on the same synthetic sentences and returns its target tokens/s
+  (as it logs them, data loading included): the median of its report windows after the
+  first. arch 'rnn': brnn LSTM encoder, rnn LSTM decoder with input feeding unless
+  input_feeding=False (i.e. Luong), global attention `ONMT_ATTENTION[score]`; arch
+  'transformer': 3+3 layers of shape.d_model, 4 heads, FF shape.ff_dim (score scaled_dot).
+  `threads`: OMP/MKL threads of PyTorch (on this 2-core machine, with other work running,
+  2 OpenMP threads made it 10-20x slower than 1)."""
   binary = os.path.join(venv, 'bin', 'onmt_train')
   if not os.path.exists(binary):
     raise FileNotFoundError(f'{binary} not found: install OpenNMT-py into {venv} (see the '
@@ -57,13 +85,9 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
       'data': {'corpus_1': {'path_src': os.path.join(workdir, 'train.src'),
                             'path_tgt': os.path.join(workdir, 'train.tgt')}},
       'src_seq_length': shape.padded * 2, 'tgt_seq_length': shape.padded * 2,
-      'encoder_type': 'brnn', 'decoder_type': 'rnn', 'rnn_type': 'LSTM',
-      'enc_layers': 1, 'dec_layers': 1, 'enc_hid_size': 2 * shape.enc_hidden,
-      'dec_hid_size': shape.dec_hidden, 'word_vec_size': shape.emb_dim,
-      'global_attention': ONMT_ATTENTION[score], 'input_feed': int(input_feeding),
-      'dropout': [0.1],
-      'batch_size': shape.batch, 'batch_type': 'sents', 'optim': 'adam',
-      'learning_rate': 0.002, 'train_steps': steps, 'report_every': report,
+      **_model_options(shape, score, arch, input_feeding),
+      'batch_size': shape.batch, 'batch_type': 'sents',
+      'train_steps': steps, 'report_every': report,
       # the last step's checkpoint is what peer_beam_sentences_per_s translates with
       'valid_steps': 10 * steps, 'save_checkpoint_steps': steps, 'seed': seed,
       # one bucket = the whole corpus: with the default (262,144 examples) OpenNMT-py
@@ -84,7 +108,9 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
     raise RuntimeError(f'onmt_train failed (exit {proc.returncode}); last lines:\n'
                        + '\n'.join(log.splitlines()[-20:]))
   kept = rates[1:] or rates
-  return {'attention': ONMT_ATTENTION[score], 'tokens_per_s': statistics.median(kept),
+  return {'arch': arch,
+          'attention': ONMT_ATTENTION[score] if arch == 'rnn' else 'scaled-dot-flash',
+          'tokens_per_s': statistics.median(kept),
           'report_windows': rates, 'steps': steps, 'threads': threads, 'cpus': cpus,
           'wall_s': wall,
           'checkpoint': os.path.join(workdir, f'model_step_{steps}.pt')}

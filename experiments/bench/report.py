@@ -10,6 +10,9 @@ from typing import Any
 PEER_REFERENCE_TOK_S = {'general': 3400.0, 'additive': 1100.0}
 TARGET_PEER_RATIO = 3.0
 TARGET_PEER_BEAM_RATIO = 5.0   # beam-5 sentences/s over OpenNMT-py's (--peer)
+# issue 32: the Transformer against OpenNMT-py's, at equal resources (both settings)
+TARGET_TRANSFORMER_TRAIN_RATIO = 2.0
+TARGET_TRANSFORMER_BEAM_RATIO = 3.0
 TARGET_MATMUL_RATIO = 0.5   # config base
 TARGET_COMPILE_S = 30.0
 
@@ -24,11 +27,11 @@ def format_loop_matmuls(name: str, lm: dict[str, Any], matmul: float) -> str:
 
 def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
   """The issue's speed targets, each with the measured value and whether it is met."""
+  rnn_peers = [p for p in out.get('peer', []) if p.get('arch', 'rnn') == 'rnn'
+               and p.get('config') == 'char']
   peer = {p['score']: (p['tokens_per_s'], 'OpenNMT-py on 1 thread in this run, ours on every '
-                                          'core: unequal resources')
-          for p in out.get('peer', []) if p.get('config') == 'char'}
-  peer_beam = {p['score']: p['beam5']['sentences_per_s'] for p in out.get('peer', [])
-               if p.get('config') == 'char' and 'beam5' in p}
+                                          'core: unequal resources') for p in rnn_peers}
+  peer_beam = {p['score']: p['beam5']['sentences_per_s'] for p in rnn_peers if 'beam5' in p}
   rows = []
   for r in out['results']:
     what = f'{r["config"]}/{r["score"]}/{r["decoder"]}'
@@ -37,6 +40,8 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
     if r['config'] == 'base':
       rows.append({'what': f'{what} matmul_ratio >= {TARGET_MATMUL_RATIO}',
                    'value': r['matmul_ratio'], 'met': r['matmul_ratio'] >= TARGET_MATMUL_RATIO})
+    if r['decoder'] == 'transformer':
+      continue   # its targets are the equal-resource ratios below
     if r['config'] == 'char' and r['score'] in PEER_REFERENCE_TOK_S:
       ref, source = peer.get(r['score'], (PEER_REFERENCE_TOK_S[r['score']],
                                           'OpenNMT-py figure quoted in issue 9'))
@@ -50,6 +55,17 @@ def targets(out: dict[str, Any]) -> list[dict[str, Any]]:
                            f'every core)',
                    'value': r['beam5']['sentences_per_s'] / ref,
                    'met': r['beam5']['sentences_per_s'] >= TARGET_PEER_BEAM_RATIO * ref})
+  for setting, e in out.get('equal_resources', {}).items():
+    for x in e['ratios']:
+      if x['decoder'] != 'transformer':
+        continue
+      what = f'{x["config"]}/{x["score"]}/transformer vs OpenNMT-py, {setting}:'
+      rows.append({'what': f'{what} train tokens/s ratio >= {TARGET_TRANSFORMER_TRAIN_RATIO:g}',
+                   'value': x['train_ratio'],
+                   'met': x['train_ratio'] >= TARGET_TRANSFORMER_TRAIN_RATIO})
+      rows.append({'what': f'{what} beam-5 sentences/s ratio >= '
+                           f'{TARGET_TRANSFORMER_BEAM_RATIO:g}', 'value': x['beam5_ratio'],
+                   'met': x['beam5_ratio'] >= TARGET_TRANSFORMER_BEAM_RATIO})
   return rows
 
 
@@ -82,17 +98,19 @@ def format_table(out: dict[str, Any]) -> str:
             for name, c in out['configs'].items()]
   for setting, e in out.get('equal_resources', {}).items():
     lines.append(f'\nequal resources, {setting}: ours on {e["cores"]} core(s), OpenNMT-py on '
-                 f'{e["cores"]} core(s) with {e["peer_threads"]} thread(s), config '
-                 f'{e["config"]}, batch {e.get("batch", "64")}, input feeding '
+                 f'{e["cores"]} core(s) with {e["peer_threads"]} thread(s), batch '
+                 f'{e.get("batch", "64")} (sentences), input feeding '
                  f'{"on" if e.get("input_feeding", True) else "off"} (Luong)')
-    ours = {(r['score'], r['decoder']): r for r in e['ours']}
-    peers = {p['score']: p for p in e['peer']}
-    lines.append('| score (OpenNMT-py) | our decoder | ours tok/s | OpenNMT-py tok/s | ratio | '
-                 'ours beam-5 sent/s | OpenNMT-py beam-5 sent/s | ratio |')
-    lines.append('|---|---|---|---|---|---|---|---|')
+    ours = {(r['config'], r['score'], r['decoder']): r for r in e['ours']}
+    peers = {(p['config'], p['arch'], p['score']): p for p in e['peer']}
+    lines.append('| config | score (OpenNMT-py) | our decoder | ours tok/s | OpenNMT-py tok/s | '
+                 'ratio | ours beam-5 sent/s | OpenNMT-py beam-5 sent/s | ratio |')
+    lines.append('|---|---|---|---|---|---|---|---|---|')
     for x in e['ratios']:
-      r, p = ours[(x['score'], x['decoder'])], peers[x['score']]
-      lines.append(f'| {x["score"]} ({p["attention"]}) | {x["decoder"]} | '
+      r = ours[(x['config'], x['score'], x['decoder'])]
+      p = peers[(x['config'], x['peer_arch'], x['score'])]
+      lines.append(f'| {x["config"]} | {x["score"]} ({p["arch"]}, {p["attention"]}) | '
+                   f'{x["decoder"]} | '
                    f'{r["tokens_per_s"]:,.0f} | {p["tokens_per_s"]:,.0f} | '
                    f'{x["train_ratio"]:.2f}x | {r["beam5_sentences_per_s"]:.1f} | '
                    f'{p["beam5"]["sentences_per_s"]:.1f} | {x["beam5_ratio"]:.2f}x |')

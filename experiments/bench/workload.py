@@ -39,6 +39,10 @@ CONFIGS = {
                   batch=64, min_len=50, max_len=70, d_model=128, ff_dim=512),
     'base': Shape(emb_dim=256, enc_hidden=256, dec_hidden=512, attn_dim=512, vocab=8000,
                   batch=64, min_len=30, max_len=50, d_model=256, ff_dim=1024),
+    # long sentences (a character-level paragraph): where a Transformer's attention and its
+    # padding show; batch 32 keeps about as many tokens per batch as char's 64 x 2
+    'long': Shape(emb_dim=128, enc_hidden=128, dec_hidden=256, attn_dim=256, vocab=32,
+                  batch=32, min_len=150, max_len=250, d_model=128, ff_dim=512),
     # a few seconds in all; for tests of this script
     'tiny': Shape(emb_dim=16, enc_hidden=16, dec_hidden=32, attn_dim=32, vocab=20, batch=8,
                   min_len=4, max_len=10, d_model=16, ff_dim=32),
@@ -59,14 +63,26 @@ class Settings:
   batch: int | None = None  # sentences per batch (None: the config's), ours and the peer's
   input_feeding: bool = True  # Luong decoders (ours and OpenNMT-py's `input_feed`)
   matmul_n: int = MATMUL_N  # the n x n float32 matmul measured as the machine's ceiling
+  pairs: str = 'all'        # which (config, decoder, score) of the selection run: PAIRS
 
   def shape(self, name: str) -> 'Shape':
     """The config `name`'s shape with this run's batch size."""
     return dataclasses.replace(CONFIGS[name], batch=self.batch or CONFIGS[name].batch)
 
 
+def _quick_pair(config: str, decoder: str, score: str) -> bool:
+  """--quick: the RNN decoders with every selected score but scaled_dot, on every selected
+  config but long; the Transformer with scaled_dot (OpenNMT-py's one attention) on all."""
+  if decoder == 'transformer':
+    return score == 'scaled_dot'
+  return config != 'long' and score != 'scaled_dot'
+
+
+PAIRS = {'all': lambda config, decoder, score: True, 'quick': _quick_pair}
+
+
 # 3 steps per window: single-step windows varied by 30% between runs on a quiet machine
-QUICK = Settings(warmup=1, windows=2, steps=3, decode_windows=1)
+QUICK = Settings(warmup=1, windows=2, steps=3, decode_windows=1, pairs='quick')
 
 
 def sentences(shape: Shape, seed: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -101,6 +117,9 @@ def experiment_config(shape: Shape, score: str, decoder: str, seed: int,
     m.arch, m.cross_attention_score = 'transformer', score
     m.d_model, m.ff_dim, m.heads, m.transformer_layers = shape.d_model, shape.ff_dim, 4, 3
     m.max_positions = max(m.max_positions, 2 * shape.padded)
+    # the work of OpenNMT-py's Transformer recipe (bench/peer.py): attention dropout and
+    # label smoothing 0.1 (dropout 0.1 as above)
+    m.attention_dropout, cfg.train.label_smoothing = 0.1, 0.1
     return cfg
   m.cell, m.decoder, m.score = 'lstm', decoder, score
   m.emb_dim, m.enc_hidden, m.enc_layers, m.bidirectional = (shape.emb_dim, shape.enc_hidden,
