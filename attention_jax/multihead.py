@@ -16,6 +16,13 @@ rest. Every content score's precompute acts on each position alone, so a decoder
 self-attention caches precompute(k_t) position by position (`KVCache`): a decoding step
 costs one new key, not a pass over the prefix.
 
+`fused`: where no weights are asked for and no dropout applies to them, a scaled_dot /
+softmax attention computed in one call (`__call__`: self-attention, the encoder's and the
+teacher-forced decoder's) goes through `jax.nn.dot_product_attention`, XLA's fused attention
+(cuDNN's flash attention on a GPU where it applies). On the CPU it measured slower than the
+per-head path (README, "The Transformer against OpenNMT-py"), so `fused_attention=None`
+(auto) uses it on GPUs and TPUs only.
+
 Queries may come in groups: when x holds G = N / B rows per memory sentence (beam search's
 K hypotheses of a sentence), `read` scores them as G queries of that sentence, without
 copying the memory G times.
@@ -70,8 +77,11 @@ class MultiHeadAttention(nnx.Module):
   def __init__(self, dim: int, *, heads: int, score: str, memory_dim: int | None = None,
                attn_dim: int | None = None, normaliser: str = 'softmax',
                attention_dropout: float = 0.0, max_src_len: int = 128, dtype: Any = jnp.float32,
-               rngs: nnx.Rngs, what: str = 'self-attention'):
+               rngs: nnx.Rngs, what: str = 'self-attention', fused_attention: bool | None = None):
     check(score, heads, dim, what)
+    if fused_attention is None:   # auto: see the module docstring
+      fused_attention = jax.default_backend() != 'cpu'
+    self.fusable = bool(fused_attention) and score == 'scaled_dot' and normaliser == 'softmax'
     memory_dim = memory_dim or dim
     self.heads, self.d = heads, dim // heads
     self.attention_dropout = attention_dropout
@@ -97,7 +107,7 @@ class MultiHeadAttention(nnx.Module):
   def read(self, x: jax.Array, mem: Memory | KVCache, mask: jax.Array,
            dropout_key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """x [N, T, D] queries, mask [B, T or 1, S] bool (True = may attend) ->
-    (y [N, T, D], weights [N, H, T, S] float32).
+    (y [N, T, D], weights [N, H, T, S] float32); every head's score, normaliser and product.
 
     N = B·G: each memory sentence b is read by rows b·G .. b·G + G - 1 of x (G = 1 unless
     beam search groups a sentence's hypotheses; then T must be 1)."""
@@ -122,9 +132,22 @@ class MultiHeadAttention(nnx.Module):
     return y, w
 
   def __call__(self, x: jax.Array, m: jax.Array, mask: jax.Array,
-               dropout_key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-    """x [B, T, D] attends to m [B, S, Dm] (m = x: self-attention) -> (y, weights)."""
-    return self.read(x, self.memory(m), mask, dropout_key)
+               dropout_key: jax.Array | None = None,
+               weights: bool = True) -> tuple[jax.Array, jax.Array | None]:
+    """x [B, T, D] attends to m [B, S, Dm] (m = x: self-attention) -> (y, weights [B, H, T, S]
+    float32, or None with weights=False)."""
+    dropping = dropout_key is not None and self.attention_dropout > 0
+    if not (self.fusable and not weights and not dropping):
+      y, w = self.read(x, self.memory(m), mask, dropout_key)
+      return y, (w if weights else None)
+    b, t, dim = x.shape
+    q = self.q(x).reshape(b, t, self.heads, self.d)
+    kv = self.kv(m).reshape(b, m.shape[1], 2, self.heads, self.d)
+    mask = jnp.broadcast_to(mask, (b, t, m.shape[1]))                      # [B, T, S]
+    y = jax.nn.dot_product_attention(q, kv[:, :, 0], kv[:, :, 1], mask=mask[:, None],
+                                     scale=self.scores[0].scale)           # [B, T, H, d]
+    y = jnp.where(jnp.any(mask, -1)[:, :, None, None], y, 0)  # no position: 0, as read gives
+    return self.out(y.reshape(b, t, dim)), None
 
   # ---- incremental decoding (decoder self-attention) -----------------------
   def empty_cache(self, n: int, length: int, dtype: Any) -> KVCache:

@@ -123,7 +123,7 @@ class EncoderLayer(_Sublayers):
   def __call__(self, x, mask, keys: _Keys):
     """x [B, S, D], mask [B, 1, S] -> x [B, S, D]."""
     h = self._in(0, x)
-    y, _ = self.attn(h, h, mask, keys())
+    y, _ = self.attn(h, h, mask, keys(), weights=False)
     x = self._out(0, x, y, keys())
     return self._out(1, x, self.ff(self._in(1, x)), keys())
 
@@ -140,7 +140,7 @@ class DecoderLayer(_Sublayers):
     """y [B, T, D], self_mask [B, T, T], cross_mask [B, 1, S] ->
     (y [B, T, D], cross-attention weights [B, H, T, S])."""
     h = self._in(0, y)
-    a, _ = self.self_attn(h, h, self_mask, keys())
+    a, _ = self.self_attn(h, h, self_mask, keys(), weights=False)
     y = self._out(0, y, a, keys())
     c, w = self.cross.read(self._in(1, y), mem, cross_mask, keys())
     y = self._out(1, y, c, keys())

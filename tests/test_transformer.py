@@ -261,3 +261,79 @@ def test_rnn_only_fields_are_not_checked_for_the_transformer():
   aj.ModelConfig(src_vocab=5, tgt_vocab=5, arch='transformer', score='dot', dec_hidden=7)
   with pytest.raises(ValueError, match="unknown normaliser 'entmax'"):
     aj.ModelConfig(src_vocab=5, tgt_vocab=5, arch='transformer', normaliser='entmax')
+
+
+# ---- the fused path and the batched cache (issue 32) ----------------------------------------
+def test_fused_attention_equals_the_einsum_path():
+  """scaled_dot + softmax without weights or dropout may go through
+  jax.nn.dot_product_attention: the same outputs as the per-head path to 1e-5, for a padded
+  memory, a causal mask and a query with nothing to attend to (0 on both paths)."""
+  fused = multihead.MultiHeadAttention(8, heads=2, score='scaled_dot', rngs=nnx.Rngs(0),
+                                       fused_attention=True)
+  plain = multihead.MultiHeadAttention(8, heads=2, score='scaled_dot', rngs=nnx.Rngs(0),
+                                       fused_attention=False)
+  assert fused.fusable and not plain.fusable
+  x = jax.random.normal(jax.random.key(1), (2, 4, 8))
+  m = jax.random.normal(jax.random.key(2), (2, 5, 8))
+  padded = jnp.array([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]], bool)[:, None, :]
+  causal = jnp.tril(jnp.ones((4, 4), bool))[None] & jnp.array([[1, 1, 1, 1], [1, 1, 1, 0]],
+                                                               bool)[:, None, :]
+  empty = padded.at[1].set(False)
+  for mem, mask in ((m, padded), (x, causal), (m, empty)):
+    y, none = fused(x, mem, mask, weights=False)
+    y2, w = plain(x, mem, mask)
+    assert none is None and w.shape == (2, 2, 4, mem.shape[1])
+    np.testing.assert_allclose(np.asarray(y), np.asarray(y2), atol=1e-5)
+    # asking for the weights (or for dropout on them) takes the per-head path
+    np.testing.assert_array_equal(np.asarray(fused(x, mem, mask)[1]), np.asarray(w))
+  assert not np.asarray(fused(x, m, empty, weights=False)[0][1]).any()
+  for score in ('general', 'additive'):   # other scores keep their own path
+    assert not multihead.MultiHeadAttention(8, heads=2, score=score, rngs=nnx.Rngs(0),
+                                            fused_attention=True).fusable
+
+
+def test_a_transformer_with_fused_self_attention_computes_what_the_per_head_path_does():
+  m = model(seed=4)
+  logits, read = m.forward(SRC, TGT[:, :-1])
+  for layer in [*m.enc_layers, *m.dec_layers]:
+    layer_attn = layer.attn if hasattr(layer, 'attn') else layer.self_attn
+    layer_attn.fusable = True
+  logits2, read2 = m.forward(SRC, TGT[:, :-1])
+  np.testing.assert_allclose(np.asarray(logits), np.asarray(logits2), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(read.layers), np.asarray(read2.layers), atol=1e-5)
+
+
+# beam_search(model(seed=5, **kw), GOLDEN_SRC, beam_size=3, max_len=7, alpha=0.6, nbest=3) as
+# it was on 2026-11-25 (per-head KV cache, one array per head): (tokens, scores, sum of
+# weights x source position). A batched-heads cache [N, H, L, .] returned the same and was not
+# kept (no faster on the CPU; README, "The Transformer against OpenNMT-py").
+GOLDEN_SRC = [[10, 9, 7, 8, 9, 9], [7, 5, 8, 10, 7, 0], [7, 5, 4, 8, 5, 7], [3, 3, 6, 0, 0, 0]]
+GOLDEN_BEAMS = [
+    ({}, [[[4, 8, 5, 8, 5, 8, 5], [5, 8, 5, 8, 5, 8, 5], [4, 8, 5, 8, 5, 5, 8]],
+          [[3, 5, 5, 5, 5, 5, 5], [4, 7, 8, 5, 8, 5, 5], [4, 7, 8, 5, 5, 5, 5]],
+          [[3, 5, 5, 5, 5, 5, 5], [3, 5, 5, 5, 8, 5, 5], [3, 5, 5, 5, 5, 8, 5]],
+          [[7, 5, 5, 5, 5, 5, 5], [7, 5, 5, 5, 5, 8, 5], [7, 5, 5, 8, 5, 5, 5]]],
+     [[-5.05657, -5.1143, -5.45946], [-5.35842, -5.68338, -5.78689],
+      [-5.48402, -5.66454, -5.69373], [-4.54707, -4.63609, -4.71498]], 232.2286500558257),
+    ({'cross_attention_score': 'additive', 'self_attention_score': 'general'},
+     [[[6, 2, 0, 0, 0, 0, 0], [6, 8, 2, 0, 0, 0, 0], [5, 6, 2, 0, 0, 0, 0]],
+      [[6, 3, 3, 3, 3, 3, 3], [3, 3, 3, 3, 3, 3, 3], [6, 3, 3, 3, 3, 3, 6]],
+      [[6, 6, 6, 6, 5, 6, 6], [6, 6, 5, 6, 5, 6, 6], [6, 6, 6, 5, 6, 6, 6]],
+      [[5, 6, 2, 0, 0, 0, 0], [6, 5, 6, 2, 0, 0, 0], [5, 6, 5, 6, 2, 0, 0]]],
+     [[-3.11329, -4.12933, -4.44695], [-5.34317, -5.44062, -5.72532],
+      [-6.93935, -7.00452, -7.0382], [-4.39711, -5.24094, -5.94009]], 187.9952912926674)]
+
+
+@pytest.mark.parametrize('kw,tokens,scores,fingerprint', GOLDEN_BEAMS,
+                         ids=['scaled_dot', 'general-self_additive-cross'])
+def test_beam_search_returns_what_it_did_before(kw, tokens, scores,
+                                                                 fingerprint):
+  """A regression pin: if this fails after a change to the attention or the cache, the change
+  altered what beam search finds (tokens exactly, scores to 1e-5): find out why before
+  updating the numbers."""
+  m = model(seed=5, **kw)
+  tok, sc, w = beam_lib.beam_search(m, jnp.array(GOLDEN_SRC, jnp.int32), beam_size=3,
+                                    max_len=7, alpha=0.6, nbest=3)
+  np.testing.assert_array_equal(np.asarray(tok), np.array(tokens))
+  np.testing.assert_allclose(np.asarray(sc), np.array(scores), atol=1e-5)
+  assert float((np.asarray(w) * np.arange(1, 7)).sum()) == pytest.approx(fingerprint, abs=1e-3)
