@@ -21,6 +21,7 @@
 #                                       (writes benchmark.json; --configs --scores --decoders select)
 #   bash launch.sh profile [--config=char --score=general --decoder=luong]
 #                                       where one train step's time goes, per XLA operation
+#   bash launch.sh docs [--serve]       build the documentation site (docs/ -> site/; mkdocs.yml)
 #   bash launch.sh train CONFIG --workdir=W --coordinator HOST:PORT --num-processes N --process-id I
 #                                       one process of a multi-host run (start one per host)
 #
@@ -119,6 +120,11 @@ case "$cmd" in
     setup
     exec python -m experiments.profile_step "$@"
     ;;
+  docs)
+    setup
+    if [[ ${1:-} == --serve ]]; then shift; exec mkdocs serve "$@"; fi
+    exec mkdocs build --strict "$@"
+    ;;
   data-info)
     setup
     [[ $# -ge 1 ]] || { echo "usage: bash launch.sh data-info CONFIG" >&2; exit 2; }
@@ -126,7 +132,7 @@ case "$cmd" in
     exec python -m experiments.data_info --config="$config" "$@"
     ;;
   *)
-    echo "unknown command '$cmd'; valid: (none), test, train, sweep, compare, length-study, evaluate, translate, bench, profile, data-info" >&2
+    echo "unknown command '$cmd'; valid: (none), test, train, sweep, compare, length-study, evaluate, translate, bench, profile, data-info, docs" >&2
     exit 2
     ;;
 esac

@@ -306,7 +306,7 @@ def test_a_transformer_with_fused_self_attention_computes_what_the_per_head_path
 # beam_search(model(seed=5, **kw), GOLDEN_SRC, beam_size=3, max_len=7, alpha=0.6, nbest=3) as
 # it was on 2026-11-25 (per-head KV cache, one array per head): (tokens, scores, sum of
 # weights x source position). A batched-heads cache [N, H, L, .] returned the same and was not
-# kept (no faster on the CPU; README, "The Transformer against OpenNMT-py").
+# kept (no faster on the CPU; docs/performance.md, "The Transformer against OpenNMT-py's").
 GOLDEN_SRC = [[10, 9, 7, 8, 9, 9], [7, 5, 8, 10, 7, 0], [7, 5, 4, 8, 5, 7], [3, 3, 6, 0, 0, 0]]
 GOLDEN_BEAMS = [
     ({}, [[[4, 8, 5, 8, 5, 8, 5], [5, 8, 5, 8, 5, 8, 5], [4, 8, 5, 8, 5, 5, 8]],

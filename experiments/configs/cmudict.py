@@ -25,8 +25,7 @@ cosine decay. The full budget (train.steps) takes about 80-95 minutes on this pr
 2-core CPU: test WER 25.1 / PER 5.86 (beam 5). Warm restarts (copy the workdir, resume with
 a larger --config.train.steps) carry it on: to 44k steps (67 more minutes here) WER 23.8 /
 PER 5.60, to 54k (32 minutes) 23.2 / 5.46, to 88k (108 minutes) 22.9 / 5.43, then to 114k at
-a constant rate 3e-4 with train.ema_decay=0.9998 (84 minutes) 22.8 / 5.40; see the README's
-"Real data: CMUdict G2P".
+a constant rate 3e-4 with train.ema_decay=0.9998 (84 minutes) 22.8 / 5.40; see docs/cmudict.md.
 """
 
 from experiments.configs import common
