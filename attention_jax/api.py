@@ -248,7 +248,7 @@ def load(workdir: str, step: int | None = None) -> Translator:
     raise ckpt_lib.CheckpointMismatch(
         f'the tokenizers in {tok_dir} have vocabularies of {sizes[0]} / {sizes[1]} symbols, '
         f'the model {mcfg.src_vocab} / {mcfg.tgt_vocab}: they belong to another run')
-  graphdef, template = steps_lib.abstract_state(mcfg, steps_lib.make_optimizer(train_cfg))
+  graphdef, template = steps_lib.abstract_params(mcfg)   # no optimiser: train.* plays no part
   for attempt in range(LOAD_ATTEMPTS):
     try:
       state, step = _restore(workdir, step, template, mcfg, tok_dir)
@@ -296,7 +296,7 @@ def _restore(workdir: str, step: int | None, template, mcfg: ModelConfig, tok_di
       raise ckpt_lib.CheckpointError(f'no checkpoint in {workdir!r}/checkpoints')
     state = ckpt_lib.restore(manager, step, template, model_config=mcfg.to_dict(),
                              model_defaults=ModelConfig.defaults(),
-                             tokenizers=ckpt_lib.fingerprint(tok_dir))[0]
+                             tokenizers=ckpt_lib.fingerprint(tok_dir), parameters_only=True)[0]
     return state, step
   finally:
     ckpts.close()

@@ -221,8 +221,12 @@ def differences(saved: dict, expected: dict, defaults: dict, *, prefix: str = ''
 
 def restore(manager: ocp.CheckpointManager, step: int, template, *,
             model_config: dict | None = None, model_defaults: dict | None = None,
-            tokenizers: str | None = None) -> tuple[Any, dict]:
+            tokenizers: str | None = None, parameters_only: bool = False) -> tuple[Any, dict]:
   """Restores (state shaped like `template`, meta dict) of `step` from `manager`.
+
+  parameters_only (inference): `template` is {'params': P}; only the parameters to translate
+  with are read, {'ema': P} when the checkpoint holds an EMA of them, else {'params': P}: no
+  optimiser state (its arrays may even be absent).
 
   Raises CheckpointMismatch (the checkpoint is fine, the model is another) when its saved
   model config differs from `model_config`, its tokenizer fingerprint from `tokenizers`, or
@@ -245,9 +249,18 @@ def restore(manager: ocp.CheckpointManager, step: int, template, *,
     raise CheckpointMismatch(f'{where} was trained with other tokenizers (fingerprint '
                              f'{meta["tokenizers"]}, the workdir\'s are {tokenizers})')
   template = _like_saved(template, meta)
+  if parameters_only:
+    template = {'ema': template['ema']} if 'ema' in template else {'params': template['params']}
   try:   # the arrays (meta was read above)
-    out = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(_abstract(_flat(template)))))
+    item = _abstract(_flat(template))
+    if parameters_only:   # a part of the saved tree, read by a checkpointer of its own
+      with ocp.PyTreeCheckpointer() as reader:
+        out = {'state': reader.restore(
+            os.path.join(manager.directory, str(step), 'state'),
+            args=ocp.args.PyTreeRestore(item=item, partial_restore=True, restore_args=jax.tree.map(
+                lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding), item)))}
+    else:
+      out = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(item)))
   except Exception as e:  # Orbax/tensorstore errors: say which checkpoint, keep the cause
     raise CheckpointError(f'could not read {where}: {type(e).__name__}: {e}') from e
   state = _unflat(dict(out['state']), template)

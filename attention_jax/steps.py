@@ -80,6 +80,13 @@ def abstract_state(mcfg: ModelConfig, tx, seed: int = 0):
   return graphdef[0], abstract
 
 
+def abstract_params(mcfg: ModelConfig, seed: int = 0):
+  """-> (graphdef, {'params': the parameters' shapes and dtypes}): what inference restores
+  (no optimiser: its settings and its moments play no part in translating)."""
+  graphdef, abstract = abstract_state(mcfg, optax.identity(), seed)
+  return graphdef, {'params': abstract['params']}
+
+
 def _state_maker(mcfg: ModelConfig, tx, seed: int):
   """-> (graphdef: [the model's graphdef] once make() is traced, make() -> the initial state).
   The graphdef (static structure) is taken from the trace itself: the model is built once."""
@@ -97,8 +104,9 @@ def _state_maker(mcfg: ModelConfig, tx, seed: int):
 
 
 def eval_params(state):
-  """The parameters to evaluate and translate with: the EMA when the state has one."""
-  return state.get('ema', state['params'])
+  """The parameters to evaluate and translate with: the EMA when the state has one (a state
+  restored for inference may hold only the EMA)."""
+  return state['ema'] if 'ema' in state else state['params']
 
 
 def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 
+import jax
 import numpy as np
 import pytest
 
@@ -37,16 +38,18 @@ def copy(run, tmp_path):
   return workdir
 
 
-def flip(step_dir, nbytes=64):
-  """Inverts `nbytes` bytes in the middle of the largest array data file of a step."""
+def flip(step_dir, nbytes=64, at=(0.5,)):
+  """Inverts `nbytes` bytes at each fraction `at` of the largest array data file of a step
+  (the middle by default)."""
   files = [f for f in glob.glob(os.path.join(step_dir, 'state', '**', '*'), recursive=True)
            if os.path.isfile(f) and '/d/' in f]
   path = max(files, key=os.path.getsize)
   with open(path, 'r+b') as f:
-    f.seek(os.path.getsize(path) // 2)
-    data = f.read(nbytes)
-    f.seek(os.path.getsize(path) // 2)
-    f.write(bytes(b ^ 0xff for b in data))
+    for fraction in at:
+      f.seek(int(os.path.getsize(path) * fraction))
+      data = f.read(nbytes)
+      f.seek(int(os.path.getsize(path) * fraction))
+      f.write(bytes(b ^ 0xff for b in data))
   return path
 
 
@@ -81,9 +84,37 @@ def test_flipped_bytes_make_resume_fall_back_and_load_fail(run, data_dir, tmp_pa
   assert again['results'] == run[1]['results']
   assert glob.glob(os.path.join(workdir, 'checkpoints', 'corrupt', 'latest_8_*'))
   best = str(run[1]['best_step'])
-  flip(os.path.join(workdir, 'checkpoints', 'best', best))
+  # loading reads only the parameters (a third of the arrays): corrupt the file throughout
+  flip(os.path.join(workdir, 'checkpoints', 'best', best), at=(0.1, 0.3, 0.5, 0.7, 0.9))
   with pytest.raises(ckpt_lib.CheckpointError, match=rf'step {best} in .*best'):
     aj.load(workdir)
+
+
+def test_load_restores_the_parameters_only(run, tmp_path):
+  """aj.load reads no optimiser state: a run whose train section names a schedule that does
+  not exist (no optimiser could be built from it) loads and translates as the original."""
+  workdir = copy(run, tmp_path)
+  path = os.path.join(workdir, 'config.json')
+  with open(path) as f:
+    cfg = json.load(f)
+  cfg['train'].update(decay='no_such_schedule', lr='not a number', warmup_steps=None)
+  with open(path, 'w') as f:
+    json.dump(cfg, f)
+  texts = ['22. November 2026', 'Nov 3, 1999']
+  assert aj.load(workdir).translate(texts) == aj.load(run[0]).translate(texts)
+  # what is read: the parameters' arrays and nothing of the optimiser
+  mcfg = aj.ModelConfig.from_dict(json.load(open(os.path.join(workdir, 'model_config.json'))))
+  full = train.init_state(mcfg, train.make_optimizer(smoke('').train), 0)[1]
+  ckpts = ckpt_lib.Checkpoints(workdir)
+  try:
+    step = ckpts.best.best_step()
+    part, _ = ckpt_lib.restore(ckpts.best, step, {'params': full['params']}, parameters_only=True)
+    whole, _ = ckpt_lib.restore(ckpts.best, step, full)
+  finally:
+    ckpts.close()
+  assert list(part) == ['params'] and 'opt' in whole
+  for a, b in zip(jax.tree.leaves(part['params']), jax.tree.leaves(whole['params'])):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_resuming_another_models_checkpoints_is_a_mismatch_and_moves_nothing(
