@@ -48,15 +48,19 @@ class ModelConfig:
   self_attention_layers: int = 0     # encoder self-attention layers (0 = off)
   self_attention_heads: int = 4
   self_attention_score: str = 'scaled_dot'
-  dropout: float = 0.0
-  max_src_len: int = 128
-  dtype: str = 'float32'
+  dropout: float = 0.0               # the experiments use 0.1 (experiments/configs/common.py)
+  max_src_len: int = 128             # location score: the size of its output layer
+  dtype: str = 'float32'             # compute dtype: float32 | bfloat16 (params stay float32)
   # ---- transformer (arch='transformer') ----
   d_model: int = 128
   heads: int = 4
   ff_dim: int = 512
   transformer_layers: int = 3        # encoder layers, and as many decoder layers
-  positions: str = 'sinusoidal'      # sinusoidal | learned | none
+  # sinusoidal (defined for every length: sentences longer than the training maximum get
+  # positions the model has never seen, but well defined), learned (a table of max_positions
+  # vectors: positions past the training lengths stay at their random init, and inputs or
+  # output limits past max_positions are refused), none (the encoder sees a bag of tokens)
+  positions: str = 'sinusoidal'
   max_positions: int = 512           # learned positions: the table's size
   norm_first: bool = True            # pre-norm (False: post-norm, as Vaswani et al. 2017)
   attention_dropout: float = 0.0

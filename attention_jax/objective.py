@@ -26,18 +26,16 @@ from attention_jax import metrics as metrics_lib
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """The loss's coefficients (from the `train` config section); hashable, for jit."""
-  label_smoothing: float = 0.0
-  coverage_weight: float = 0.0
-  reinforce_weight: float = 1.0
-  entropy_weight: float = 0.0
-  baseline_decay: float = 0.9
+  label_smoothing: float = 0.0   # ε of the smoothed targets (Szegedy et al. 2016)
+  coverage_weight: float = 0.0   # λ_cov of the coverage loss (See et al. 2017 use 1.0)
+  reinforce_weight: float = 1.0  # λ_r of hard attention's REINFORCE term (Xu et al. 2015)
+  entropy_weight: float = 0.0    # λ_e of hard attention's entropy bonus (Xu et al. 2015)
+  baseline_decay: float = 0.9    # hard attention: decay of the moving-average reward baseline
 
   @classmethod
   def of(cls, t) -> 'Objective':
-    return cls(label_smoothing=t.label_smoothing, coverage_weight=t.get('coverage_weight', 0.0),
-               reinforce_weight=t.get('reinforce_weight', 1.0),
-               entropy_weight=t.get('entropy_weight', 0.0),
-               baseline_decay=t.get('baseline_decay', 0.9))
+    """From a `train` config section; a field it lacks (an older run's) takes its default."""
+    return cls(**{f.name: t.get(f.name, f.default) for f in dataclasses.fields(cls)})
 
 
 def reinforce_surrogate(logp: jax.Array, reward: jax.Array, baseline: jax.Array) -> jax.Array:

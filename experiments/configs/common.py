@@ -6,9 +6,22 @@ checkpoints). Every field is overridable from the command line, e.g.
 `--config.model.score=general --config.train.steps=500`.
 """
 
+import dataclasses
+
 import ml_collections
 
 from attention_jax import evaluate
+from attention_jax.model import ModelConfig
+from attention_jax.objective import Objective
+
+# Where the experiments differ from the library's defaults (a ModelConfig or Objective built
+# in Python gets the defaults; tests/test_configs.py keeps these the only differences).
+MODEL_OVERRIDES = {
+    'dropout': 0.1,            # the experiments regularise; a bare ModelConfig has no dropout
+}
+OBJECTIVE_OVERRIDES = {
+    'entropy_weight': 0.01,    # hard attention: a small entropy bonus (Xu et al. 2015)
+}
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -46,48 +59,10 @@ def base_config() -> ml_collections.ConfigDict:
   d.num_buckets = 4         # padded length buckets (a handful of jit shapes)
   d.batch_size = 64         # global batch (per-device batch x device count)
 
-  # ---- model: attention_jax.model.ModelConfig ----------------------------
-  m = c.model = ml_collections.ConfigDict()
-  m.arch = 'rnn'            # rnn (the fields down to self_attention_score) | transformer
-  m.cell = 'gru'            # gru | lstm
-  m.emb_dim = 64
-  m.enc_hidden = 64
-  m.enc_layers = 1
-  m.bidirectional = True
-  m.dec_hidden = 128
-  m.dec_layers = 1
-  m.decoder = 'bahdanau'    # bahdanau | luong
-  m.score = 'additive'      # see attention_jax.SCORES
-  m.attn_dim = 64
-  m.input_feeding = True    # luong only
-  m.attention_mode = 'global'  # global | local_m | local_p | hard | hard_st
-  m.normaliser = 'softmax'  # softmax | sparsemax
-  m.window = 5              # D: half-width of the local_m / local_p window
-  m.coverage = False        # coverage vector in the additive score (Tu et al. 2016)
-  m.hard_temperature = 1.0  # hard_st: Gumbel-softmax temperature
-  m.self_attention_layers = 0  # encoder self-attention layers (0 = off)
-  m.self_attention_heads = 4
-  m.self_attention_score = 'scaled_dot'
-  m.dropout = 0.1
-  m.max_src_len = 128       # location score: size of its output layer
-  m.dtype = 'float32'       # compute dtype: float32 | bfloat16 (params stay float32)
-  # transformer (arch=transformer; also reads self_attention_score, normaliser, dropout):
-  m.d_model = 128
-  m.heads = 4
-  m.ff_dim = 512
-  m.transformer_layers = 3  # encoder layers, and as many decoder layers
-  # positions: sinusoidal (defined for every length: sentences longer than the training
-  # maximum get positions the model has never seen, but they are well defined), learned (a
-  # table of max_positions vectors: positions past the training lengths stay at their
-  # random init, and inputs or output limits past max_positions are refused), none (the
-  # encoder sees a bag of tokens; the decoder only the causal order)
-  m.positions = 'sinusoidal'
-  m.max_positions = 512
-  m.norm_first = True       # pre-norm (False: post-norm, as in Vaswani et al. 2017)
-  m.attention_dropout = 0.0
-  m.cross_attention_score = 'scaled_dot'  # any content score: see attention_jax.multihead
-  m.share_embeddings = False  # one table for source and target (needs one vocabulary)
-  m.tie_output = False      # output projection = the target embeddings (Press & Wolf 2017)
+  # ---- model: attention_jax.model.ModelConfig --------------------------------
+  # its fields and their defaults (the one source of both: see the field comments in
+  # attention_jax/model.py), with the experiments' own choices in MODEL_OVERRIDES
+  c.model = ml_collections.ConfigDict({**ModelConfig.defaults(), **MODEL_OVERRIDES})
 
   # ---- train ---------------------------------------------------------------
   t = c.train = ml_collections.ConfigDict()
@@ -97,12 +72,11 @@ def base_config() -> ml_collections.ConfigDict:
   t.decay = 'cosine'        # cosine | constant | rsqrt
   t.weight_decay = 0.0
   t.clip_norm = 1.0
-  t.label_smoothing = 0.0
   t.ema_decay = 0.0         # > 0: evaluate/save an EMA of the parameters (e.g. 0.999); 0: off
-  t.coverage_weight = 0.0   # coverage loss weight λ_cov (See et al. 2017 use 1.0)
-  t.reinforce_weight = 1.0  # hard attention: REINFORCE term λ_r (Xu et al. 2015)
-  t.entropy_weight = 0.01   # hard attention: entropy bonus λ_e
-  t.baseline_decay = 0.9    # hard attention: moving-average reward baseline
+  # the loss's coefficients: attention_jax.objective.Objective's fields and defaults
+  # (label_smoothing, coverage_weight, reinforce_weight, entropy_weight, baseline_decay),
+  # with the experiments' own choices in OBJECTIVE_OVERRIDES
+  t.update({**dataclasses.asdict(Objective()), **OBJECTIVE_OVERRIDES})
   t.skip_nonfinite = False  # True: skip a batch with a non-finite loss/gradient (counted)
   t.eval_every = 500
   t.log_every = 50
