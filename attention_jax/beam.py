@@ -44,7 +44,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from attention_jax.data.tokenizers import BOS, EOS, PAD
+from attention_jax.symbols import BOS, EOS, PAD
 from attention_jax.decode import emittable
 
 NEG_INF = float('-inf')

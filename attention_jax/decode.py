@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from attention_jax.data.tokenizers import BOS, EOS, PAD
+from attention_jax.symbols import BOS, EOS, PAD
 
 
 def max_output_len(src_len: int, factor: float) -> int:

@@ -21,7 +21,7 @@ from attention_jax import decode as decode_lib
 from attention_jax import metrics as metrics_lib
 from attention_jax import plots
 from attention_jax import records as records_lib
-from attention_jax.data.tokenizers import EOS
+from attention_jax.symbols import EOS
 
 
 DEFAULT_LENGTH_EDGES = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)

@@ -20,7 +20,7 @@ from flax import nnx
 
 from attention_jax import beam as beam_lib
 from attention_jax import decode as decode_lib
-from attention_jax.data.tokenizers import BOS
+from attention_jax.symbols import BOS
 
 
 def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) -> Callable:

@@ -72,7 +72,7 @@ from absl import app, flags
 from flax import nnx
 
 from attention_jax import beam, decode, train
-from attention_jax.data.tokenizers import EOS
+from attention_jax.symbols import EOS
 from attention_jax.scores import SCORES
 from experiments import cli
 from experiments.bench.measure import (compiled_bytes, count_flops,

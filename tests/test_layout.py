@@ -126,3 +126,22 @@ def test_every_module_imports_on_its_own_in_a_fresh_interpreter():
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.strip().splitlines()[-1] == '{}', proc.stdout[-3000:]
+
+
+# the model and its decoding: they read token ids, never the data package (TFDS, Babel)
+MODEL_SIDE = ('scores', 'attention', 'multihead', 'cells', 'encoder', 'decoder', 'transformer',
+              'self_attention', 'model', 'layers', 'decode', 'beam', 'inference', 'symbols')
+
+
+def test_the_model_and_decoding_do_not_depend_on_the_data_package():
+  edges, _ = graph()
+  for name in MODEL_SIDE:
+    seen, todo = set(), [f'{PACKAGE}.{name}']
+    while todo:
+      u = todo.pop()
+      for v in edges.get(u, ()):
+        if v not in seen:
+          seen.add(v)
+          todo.append(v)
+    data = sorted(m for m in seen if m.startswith(f'{PACKAGE}.data'))
+    assert not data, f'{name} imports {data}'

@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from attention_jax.data.tokenizers import BOS, EOS, PAD
+from attention_jax.symbols import BOS, EOS, PAD
 
 MULTIPLE = 8  # bucket lengths are rounded up to a multiple of this
 

@@ -20,7 +20,8 @@ import json
 import os
 from typing import Iterable, Protocol, Sequence
 
-PAD, BOS, EOS, UNK = 0, 1, 2, 3
+from attention_jax.symbols import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
+
 SPECIAL_PIECES = ('<pad>', '<s>', '</s>', '<unk>')
 UNK_TEXT = '\u2047'  # '⁇', what decode writes for UNK (as sentencepiece does)
 _JSON = 'tokenizer.json'
