@@ -8,6 +8,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# NumPy references of scores registered at test time (tests/throwaway_score.py), by name
+EXTRA_NUMPY_REFERENCES = {}
+
 
 def smoke(module, data_dir, **overrides):
   """module.get_config('smoke') with data in data_dir and 'section.field' overrides."""

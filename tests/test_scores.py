@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import helpers
 from attention_jax import scores as scores_lib
 from attention_jax.attention import Attention
 
@@ -49,6 +50,7 @@ NUMPY_REFERENCES = {
         ..., :k.shape[1]],
     'cosine': lambda q, k, m: _softplus(_p(m, 'beta_raw')) * np.einsum(
         'btk,bsk->bts', _unit(q @ _p(m, 'w_k', 'kernel')), _unit(k)),
+    **helpers.EXTRA_NUMPY_REFERENCES,   # scores registered at test time
 }
 
 ATTENDING = sorted(n for n, cls in scores_lib.SCORES.items() if cls.attends)

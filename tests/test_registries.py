@@ -1,0 +1,27 @@
+"""Adding a score is one class plus one registry line: a plugin (tests/throwaway_score.py)
+registers a throwaway score at test time, and the tests parametrized over the registry
+(scores against NumPy, attention invariants) collect it and pass, with no list edited."""
+
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_a_score_registered_at_test_time_is_picked_up_by_the_parametrized_tests():
+  env = {**os.environ, 'PYTHONPATH': os.pathsep.join([os.path.join(ROOT, 'tests'), ROOT])}
+  proc = subprocess.run(
+      [sys.executable, '-m', 'pytest', '-p', 'throwaway_score', '-q', '-k', 'negdot',
+       'tests/test_scores.py', 'tests/test_attention.py'],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+  passed = int(re.search(r'(\d+) passed', proc.stdout).group(1))
+  # 2 in test_scores (NumPy, jit), 4 in test_attention (weights, padding, jit)
+  assert passed >= 6, proc.stdout[-2000:]
+  # and without the plugin there is no such score: nothing of the kind is collected
+  proc = subprocess.run([sys.executable, '-m', 'pytest', '-q', '--collect-only', '-k', 'negdot',
+                         'tests/test_scores.py'], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=600)
+  assert 'negdot' not in proc.stdout.replace('-k negdot', '')
