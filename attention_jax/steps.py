@@ -10,6 +10,7 @@ parallel.py and api.py (the template a checkpoint is restored into).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -35,13 +36,36 @@ SCHEDULES = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """What the optimiser is built from (the `train` section's optimiser fields): hashable, so
+  that it keys the compiled train step (train.StepSpec)."""
+  lr: float
+  warmup_steps: int
+  decay: str                 # SCHEDULES
+  weight_decay: float
+  clip_norm: float
+  steps: int | None          # the schedule's total (None for a constant rate: unused)
+
+  @classmethod
+  def of(cls, t: ml_collections.ConfigDict) -> 'OptimizerConfig':
+    return cls(lr=t.lr, warmup_steps=t.warmup_steps, decay=t.decay,
+               weight_decay=t.weight_decay, clip_norm=t.clip_norm,
+               steps=None if t.decay == 'constant' else t.steps)
+
+  def build(self) -> optax.GradientTransformation:
+    """AdamW, linear warmup then `decay`, gradient clipping by global norm."""
+    decay = SCHEDULES[self.decay](self.lr, (self.steps or 0) - self.warmup_steps)
+    schedule = optax.join_schedules(
+        [optax.linear_schedule(0.0, self.lr, max(self.warmup_steps, 1)), decay],
+        [self.warmup_steps])
+    chain = [optax.clip_by_global_norm(self.clip_norm)] if self.clip_norm > 0 else []
+    return optax.chain(*chain, optax.adamw(schedule, weight_decay=self.weight_decay))
+
+
 def make_optimizer(t: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """AdamW, linear warmup then `t.decay`, gradient clipping by global norm."""
-  decay = SCHEDULES[t.decay](t.lr, t.steps - t.warmup_steps)
-  schedule = optax.join_schedules(
-      [optax.linear_schedule(0.0, t.lr, max(t.warmup_steps, 1)), decay], [t.warmup_steps])
-  chain = [optax.clip_by_global_norm(t.clip_norm)] if t.clip_norm > 0 else []
-  return optax.chain(*chain, optax.adamw(schedule, weight_decay=t.weight_decay))
+  return OptimizerConfig.of(t).build()
 
 
 def init_state(mcfg: ModelConfig, tx, seed: int, ema: bool = False):

@@ -5,10 +5,12 @@ steps.py, data parallelism in parallel.py, decoding in inference.py.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
 import time
+from typing import Any
 
 import jax
 import ml_collections
@@ -24,10 +26,10 @@ from attention_jax import preemption
 from attention_jax import records as records_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.model import ModelConfig
-from attention_jax.steps import (SCHEDULES, eval_params, init_state, make_optimizer,
-                                 model_config, train_step)
+from attention_jax.steps import (SCHEDULES, OptimizerConfig, eval_params, init_state,
+                                 make_optimizer, model_config, train_step)
 
-__all__ = ['SCHEDULES', 'Steps', 'init_state', 'make_optimizer', 'model_config', 'train_step',
+__all__ = ['SCHEDULES', 'OptimizerConfig', 'StepSpec', 'Steps', 'init_state', 'make_optimizer', 'model_config', 'train_step',
            'train_and_evaluate', 'validate']
 
 
@@ -82,37 +84,55 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     raise ValueError(f'data.batch_size={d.batch_size} is not divisible by the device count {n}')
 
 
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+  """Everything a run's compiled steps are built from, and nothing else: Steps is built from
+  this object alone, so it is also the cache key (an option the steps depend on cannot be
+  left out of the key: the steps could not read it)."""
+  graphdef: Any
+  parallel: str
+  devices: int
+  seed: int
+  optimizer: OptimizerConfig
+  objective: objective.Objective
+  ema_decay: float
+
+  @classmethod
+  def of(cls, graphdef, cfg) -> 'StepSpec':
+    return cls(graphdef, cfg.parallel, jax.device_count(), cfg.seed,
+               OptimizerConfig.of(cfg.train), objective.Objective.of(cfg.train),
+               cfg.train.ema_decay)
+
+
 class Steps:
   """The jit-compiled steps of one model (compiled once per bucket shape).
 
-  `Steps.of` reuses the compiled steps of an identical model and optimiser within one
-  process (resumed runs, tests, in-process sweeps), instead of compiling them again.
+  `Steps.of` reuses the compiled steps of an identical StepSpec within one process (resumed
+  runs, tests, in-process sweeps), instead of compiling them again.
   """
   _cache: dict = {}
 
   @classmethod
   def of(cls, graphdef, cfg) -> 'Steps':
-    t = cfg.train
-    key = (graphdef, cfg.parallel, jax.device_count(), cfg.seed, t.lr, t.warmup_steps,
-           t.decay, t.weight_decay, t.clip_norm, objective.Objective.of(t),
-           t.steps if t.decay != 'constant' else None, t.ema_decay)
-    if key not in cls._cache:
+    spec = StepSpec.of(graphdef, cfg)
+    if spec not in cls._cache:
       cls._cache.clear()  # keep one model's executables alive, not every model's
-      cls._cache[key] = cls(graphdef, make_optimizer(cfg.train), cfg)
-    return cls._cache[key]
+      cls._cache[spec] = cls(spec)
+    return cls._cache[spec]
 
-  def __init__(self, graphdef, tx, cfg):
-    self.mode = parallel.resolve(cfg.parallel)
-    args = (graphdef, tx, objective.Objective.of(cfg.train), cfg.seed)
-    ema = dict(ema_decay=cfg.train.ema_decay)
+  def __init__(self, spec: StepSpec):
+    self.spec = spec
+    self.mode = parallel.resolve(spec.parallel)
+    args = (spec.graphdef, spec.optimizer.build(), spec.objective, spec.seed)
+    ema = dict(ema_decay=spec.ema_decay)
     if self.mode == 'shard_map':
       self.train = parallel.shard_map_train_step(*args, **ema)
     elif self.mode == 'pmap':
       self.train = parallel.pmap_train_step(*args, **ema)
     else:
       self.train = jax.jit(functools.partial(train_step, *args, **ema), donate_argnums=0)
-    eval_step = eval_lib.make_teacher_forced(graphdef)
-    predict = inference.make_decoder(graphdef, beam=1)
+    eval_step = eval_lib.make_teacher_forced(spec.graphdef)
+    predict = inference.make_decoder(spec.graphdef, beam=1)
     # evaluation and decoding: the batch is split over the devices too (XLA partitions the
     # batch-parallel computation; metric sums are global). Several processes each evaluate
     # on their own devices.
@@ -278,9 +298,8 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
     _barrier('data prepared')
   mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
 
-  tx = make_optimizer(t)
   use_ema = t.ema_decay > 0
-  graphdef, state = init_state(mcfg, tx, cfg.seed, ema=use_ema)
+  graphdef, state = init_state(mcfg, OptimizerConfig.of(t).build(), cfg.seed, ema=use_ema)
   steps = Steps.of(graphdef, cfg)
   ckpts = ckpt_lib.Checkpoints(workdir, keep=t.keep_checkpoints)
   it = task.train_iterator(d.batch_size, seed=cfg.seed)

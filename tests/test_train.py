@@ -1,6 +1,7 @@
 """End-to-end: smoke runs of the experiment configs, exact resume, reload from Python, and
 clear errors for bad configs and flags."""
 
+import inspect
 import json
 import os
 import re
@@ -306,3 +307,26 @@ def test_resume_refuses_another_config_but_accepts_fields_the_run_predates():
   cfg.data.max_src_len += 1
   with pytest.raises(ValueError, match=r'runs/x.*another config.*data\.max_src_len'):
     train.check_same_config(json.loads(dates.get_config().to_json()), cfg, 'runs/x')
+
+
+def test_the_compiled_steps_are_keyed_by_the_spec_they_are_built_from():
+  """Steps is built from a StepSpec alone (so an option it depends on cannot be missing from
+  its cache key): the same spec reuses the compiled steps, an option outside it (how often
+  to evaluate) too, and a changed optimiser, objective or seed gets new ones."""
+  assert list(inspect.signature(train.Steps.__init__).parameters) == ['self', 'spec']
+  cfg = dates.get_config('smoke')
+  graphdef, _ = steps.abstract_params(train.model_config(cfg, 20, 20))
+  first = train.Steps.of(graphdef, cfg)
+  assert train.Steps.of(graphdef, cfg) is first
+  cfg.train.eval_every += 1
+  assert train.Steps.of(graphdef, cfg) is first
+  for section, field, value in (('train', 'lr', 1e-4), ('train', 'label_smoothing', 0.1),
+                                ('train', 'ema_decay', 0.9), (None, 'seed', 7)):
+    changed = dates.get_config('smoke')
+    (changed if section is None else changed[section])[field] = value
+    assert train.Steps.of(graphdef, changed) is not first, field
+  constant = dates.get_config('smoke')
+  constant.train.decay = 'constant'
+  again = train.Steps.of(graphdef, constant)
+  constant.train.steps += 100   # a constant rate does not read the total
+  assert train.Steps.of(graphdef, constant) is again
