@@ -20,8 +20,8 @@ costs one new key, not a pass over the prefix.
 softmax attention computed in one call (`__call__`: self-attention, the encoder's and the
 teacher-forced decoder's) goes through `jax.nn.dot_product_attention`, XLA's fused attention
 (cuDNN's flash attention on a GPU where it applies). On the CPU it measured slower than the
-per-head path (docs/performance.md, "The Transformer against OpenNMT-py's"), so `fused_attention=None`
-(auto) uses it on GPUs and TPUs only.
+per-head path (docs/performance.md, "The Transformer against OpenNMT-py's"), so
+`fused_attention=None` (auto) uses it on GPUs and TPUs only.
 
 Queries may come in groups: when x holds G = N / B rows per memory sentence (beam search's
 K hypotheses of a sentence), `read` scores them as G queries of that sentence, without

@@ -29,7 +29,8 @@ from attention_jax.model import ModelConfig
 from attention_jax.steps import (SCHEDULES, OptimizerConfig, eval_params, init_state,
                                  make_optimizer, model_config, train_step)
 
-__all__ = ['SCHEDULES', 'OptimizerConfig', 'StepSpec', 'Steps', 'init_state', 'make_optimizer', 'model_config', 'train_step',
+__all__ = ['SCHEDULES', 'OptimizerConfig', 'StepSpec', 'Steps', 'init_state', 'make_optimizer',
+           'model_config', 'train_step',
            'train_and_evaluate', 'validate']
 
 
