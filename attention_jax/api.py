@@ -228,12 +228,11 @@ def load(workdir: str, step: int | None = None) -> Translator:
     with open(os.path.join(workdir, 'model_config.json')) as f:
       mcfg = ModelConfig.from_dict(json.load(f))
     with open(os.path.join(workdir, 'config.json')) as f:
-      train_cfg = ml_collections.ConfigDict(json.load(f)['train'])
-    factor = float(train_cfg.max_decode_factor)
+      run_cfg = json.load(f)
+    factor = float(run_cfg['train']['max_decode_factor'])
     if not 0 < factor < float('inf'):
       raise ValueError(f'train.max_decode_factor must be a finite number > 0, got {factor!r}')
-    with open(os.path.join(workdir, 'config.json')) as f:
-      max_train_len = json.load(f).get('data', {}).get('max_src_len')
+    max_train_len = run_cfg.get('data', {}).get('max_src_len')
     if max_train_len is not None and (not isinstance(max_train_len, int)
                                       or isinstance(max_train_len, bool) or max_train_len < 1):
       raise ValueError(f'config.json: data.max_src_len must be a positive integer, got '
