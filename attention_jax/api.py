@@ -24,7 +24,6 @@ Each (beam, alpha, nbest) and padded source length compiles once per Translator.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 import warnings
@@ -64,8 +63,10 @@ class Translator:
   MEMORY_BUDGET = 256 * 2 ** 20   # bytes of attention weights and KV caches per chunk
 
   def __init__(self, mcfg: ModelConfig, graphdef, params, src_tok, tgt_tok, factor: float,
-               step: int, max_train_len: int | None = None, chunk_size: int = 256):
+               step: int, max_train_len: int | None = None, chunk_size: int = 256,
+               run_config: dict | None = None):
     self.config, self.step = mcfg, step
+    self.run_config = run_config or {}   # the run's config (workdir.Run.config), for evaluate
     self.max_train_len, self.chunk_size = max_train_len, chunk_size
     # the longest input accepted, in source tokens: 4x the training maximum, at least 512
     self.max_input_len = data_lib.decode_limit(max_train_len or 128)
@@ -224,20 +225,19 @@ def load(workdir: str, step: int | None = None) -> Translator:
   if not os.path.isdir(workdir):
     raise ckpt_lib.CheckpointError(f'no such workdir: {workdir!r}')
   asked = step is not None
+  run = workdir_lib.Run(workdir)
   try:
-    with open(os.path.join(workdir, 'model_config.json')) as f:
-      mcfg = ModelConfig.from_dict(json.load(f))
-    with open(os.path.join(workdir, 'config.json')) as f:
-      run_cfg = json.load(f)
+    mcfg = ModelConfig.from_dict(run.model_config())
+    run_cfg = run.config()
     factor = float(run_cfg['train']['max_decode_factor'])
     if not 0 < factor < float('inf'):
       raise ValueError(f'train.max_decode_factor must be a finite number > 0, got {factor!r}')
     max_train_len = run_cfg.get('data', {}).get('max_src_len')
     if max_train_len is not None and (not isinstance(max_train_len, int)
                                       or isinstance(max_train_len, bool) or max_train_len < 1):
-      raise ValueError(f'config.json: data.max_src_len must be a positive integer, got '
+      raise ValueError(f'{run.config_path}: data.max_src_len must be a positive integer, got '
                        f'{max_train_len!r}')
-    tok_dir = os.path.join(workdir, 'tokenizers')
+    tok_dir = run.tokenizers_dir
     src_tok, tgt_tok = data_lib.load_tokenizers(tok_dir)
   except (OSError, ValueError, KeyError) as e:
     raise ckpt_lib.CheckpointError(f'{workdir!r} is not a usable attention_jax workdir: '
@@ -250,7 +250,7 @@ def load(workdir: str, step: int | None = None) -> Translator:
   graphdef, template = steps_lib.abstract_params(mcfg)   # no optimiser: train.* plays no part
   for attempt in range(LOAD_ATTEMPTS):
     try:
-      state, step = _restore(workdir, step, template, mcfg, tok_dir)
+      state, step = _restore(run, step, template, mcfg)
       break
     except (ckpt_lib.CheckpointError, FileNotFoundError) as e:
       # a run being trained deletes old steps while we read one: read the newest again
@@ -262,7 +262,8 @@ def load(workdir: str, step: int | None = None) -> Translator:
       step = None
       time.sleep(0.2)
   params = steps_lib.eval_params(state)   # the EMA of the parameters when the run kept one
-  return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step, max_train_len)
+  return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step, max_train_len,
+                    run_config=run_cfg)
 
 
 LOAD_ATTEMPTS = 5   # reads of a run whose trainer keeps deleting the step being read
@@ -277,9 +278,10 @@ def _vanished(e: BaseException) -> bool:
   return False
 
 
-def _restore(workdir: str, step: int | None, template, mcfg: ModelConfig, tok_dir: str):
+def _restore(run: workdir_lib.Run, step: int | None, template, mcfg: ModelConfig):
   """(state, step) of the best checkpoint (else the latest), or of `step`."""
-  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
+  workdir = run.path
+  ckpts = ckpt_lib.Checkpoints(run, create=False)
   try:
     if step is None:
       manager, step = ckpts.best, ckpts.best.best_step()
@@ -292,10 +294,11 @@ def _restore(workdir: str, step: int | None, template, mcfg: ModelConfig, tok_di
             f'no checkpoint at step {step} in {workdir!r}; available: '
             f'{sorted(set(ckpts.best.all_steps()) | set(ckpts.latest.all_steps()))}')
     if step is None:
-      raise ckpt_lib.CheckpointError(f'no checkpoint in {workdir!r}/checkpoints')
+      raise ckpt_lib.CheckpointError(f'no checkpoint in {run.checkpoints_dir!r}')
     state = ckpt_lib.restore(manager, step, template, model_config=mcfg.to_dict(),
                              model_defaults=ModelConfig.defaults(),
-                             tokenizers=ckpt_lib.fingerprint(tok_dir), parameters_only=True)[0]
+                             tokenizers=ckpt_lib.fingerprint(run.tokenizers_dir),
+                             parameters_only=True)[0]
     return state, step
   finally:
     ckpts.close()
@@ -332,8 +335,8 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
   if (src is None) != (ref is None):
     raise ValueError('give both src and ref files (or neither, to evaluate a split)')
   translator = load(workdir, step=step)
-  with open(os.path.join(workdir, 'config.json')) as f:
-    cfg = ml_collections.ConfigDict(json.load(f))
+  run = workdir_lib.Run(workdir)
+  cfg = ml_collections.ConfigDict(translator.run_config)
   beam = int(cfg.eval.get('beam_size', 5)) if beam is None else beam
   alpha = float(cfg.eval.get('alpha', 0.6)) if alpha is None else alpha
   toks = (translator.src_tok, translator.tgt_tok)
@@ -364,19 +367,18 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
                  'beam': beam, 'alpha': alpha, 'step': translator.step,
                  'workdir': os.path.abspath(workdir)})
   what = split if src is None else os.path.basename(src)
-  metric = 'wer' if 'wer' in report else 'bleu'
+  metric = records_lib.primary_metrics(report)[0]
   report[f'{metric}_by_length_plot'] = plots.plot_by_length(
       {translator.config.variant: report['by_length']},
-      os.path.join(workdir, f'{name}_{metric}_by_length.png'), metric=metric,
+      run.eval_path(name, 'plot', metric), metric=metric,
       title=f'{os.path.basename(os.path.abspath(workdir))}: {metric.upper()} by source length '
             f'({what})')
   heads = (lambda s, o: inference.layer_weights(graphdef, params, s, o)) \
       if translator.config.arch == 'transformer' else None
-  report['heatmaps'] = eval_lib.heatmaps(task, kept, os.path.join(workdir, f'{name}_heatmaps'),
+  report['heatmaps'] = eval_lib.heatmaps(task, kept, run.eval_path(name, 'heatmaps'),
                                          'test' if src is None else 'file', heads)
-  report['sentences_file'] = records_lib.write(
-      os.path.join(workdir, f'{name}.sentences.jsonl'), header, recs)
-  workdir_lib.write_atomic(os.path.join(workdir, f'{name}.json'), json.dumps(report, indent=2))
+  report['sentences_file'] = records_lib.write(run.eval_path(name, 'sentences'), header, recs)
+  run.write_eval(name, report)
   if verbose:
     print(format_report(report, workdir, name))
   return report
@@ -399,6 +401,7 @@ def format_report(report: dict, workdir: str, name: str) -> str:
     lines.append(f'| {r["bucket"]} | ' + ' | '.join(
         f'{r[c]:.4g}' if isinstance(r[c], float) else str(r[c]) for c in cols) + ' |')
   plot = next(v for k, v in report.items() if k.endswith('_by_length_plot'))
-  lines.append(f'\nwrote {os.path.join(workdir, name + ".json")}, {plot}, '
-               f'{len(report["heatmaps"])} heatmaps in {os.path.join(workdir, name + "_heatmaps")}/')
+  run = workdir_lib.Run(workdir)
+  lines.append(f'\nwrote {run.eval_path(name)}, {plot}, '
+               f'{len(report["heatmaps"])} heatmaps in {run.eval_path(name, "heatmaps")}/')
   return '\n'.join(lines)

@@ -62,7 +62,7 @@ def masked_sparsemax(e: jax.Array, mask: jax.Array) -> jax.Array:
   mask = jnp.broadcast_to(mask, e.shape)
   z = jnp.where(mask, e, NEG)
   z_sorted = -jnp.sort(-z, axis=-1)                                      # descending
-  k = jnp.arange(1, z.shape[-1] + 1, dtype=jnp.float32)
+  k = jnp.arange(1, z.shape[-1] + 1, dtype=jnp.float32).reshape((1,) * (z.ndim - 1) + (-1,))
   cum = jnp.cumsum(jnp.where(z_sorted > NEG / 2, z_sorted, 0.0), axis=-1)
   support = (1.0 + k * z_sorted > cum) & (z_sorted > NEG / 2)           # [..., S]
   k_z = jnp.sum(support, axis=-1, keepdims=True)                         # support size
@@ -258,7 +258,7 @@ class Attention(nnx.Module):
   def __init__(self, score: str, *, query_dim: int, key_dim: int, attn_dim: int,
                max_src_len: int, mode: str = 'global', normaliser: str = 'softmax',
                window: int = 5, coverage: bool = False, temperature: float = 1.0,
-               dtype: Any = jnp.float32, rngs: nnx.Rngs):
+               gate: bool = False, dtype: Any = jnp.float32, rngs: nnx.Rngs):
     check_combination(score, mode, normaliser, coverage)
     self.score = scores_lib.make_score(score, query_dim=query_dim, key_dim=key_dim,
                                        attn_dim=attn_dim, max_src_len=max_src_len,
@@ -269,6 +269,10 @@ class Attention(nnx.Module):
     self.coverage = coverage
     if coverage:
       self.score.enable_coverage(attn_dim, rngs=rngs)
+    # Xu et al. 2015 §4.2.1: c_t <- beta_t c_t, beta_t = sigmoid(w · q_t + b), a scalar per
+    # step that lets the decoder weigh the image (context) against its language model
+    self.gate = nnx.Linear(query_dim, 1, dtype=dtype, param_dtype=jnp.float32,
+                           rngs=rngs) if gate and self.score.attends else None
 
   @property
   def deferrable(self) -> bool:
@@ -311,8 +315,10 @@ class Attention(nnx.Module):
     if factor is not None:
       weights = weights * factor
     context, logp, entropy = self.mode.read(weights, mem.keys, key)
-    if tap is not None:
+    if tap is not None:   # before the gate: the tap's gradient is the ungated context's
       context = context + tap.context
+    if self.gate is not None:
+      context = context * jax.nn.sigmoid(self.gate(query)).astype(context.dtype)   # [B, T, 1]
     cov_loss = jnp.sum(jnp.minimum(weights, cov), -1) if self.coverage else zero
     return Read(context, weights, logp, entropy, cov_loss, q_map)
 

@@ -107,9 +107,10 @@ def _backtrack(st: _State, t_end: jax.Array, cand: jax.Array) -> jax.Array:
 
 def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: float = 0.6,
                 nbest: int = 0, limit: jax.Array | None = None):
-  """src [B, S] -> (tokens [B, L] int32, scores [B] float32, weights [B, L, S] float32).
+  """src [B, ...] -> (tokens [B, L] int32, scores [B] float32, weights [B, L, S] float32).
 
-  `model` has `start(src, max_len) -> (carry, mem)` and `step(carry, y_prev [N], mem) -> (carry,
+  `model` has `source_mask(src) -> [B, S] bool` (the memory's real positions),
+  `start(src, max_len) -> (carry, mem)` and `step(carry, y_prev [N], mem) -> (carry,
   log-probabilities [N, V], weights [N, S])` (`Seq2Seq`). Beam search calls step with
   N = B*K hypothesis rows (a sentence's K rows adjacent) and the memory of the B sentences
   as `start` returned it, not copied K times (`Attention.read` groups the rows). The best
@@ -135,13 +136,14 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   if not isinstance(nbest, int) or not 0 <= nbest <= beam_size:
     raise ValueError(f'nbest must be an integer in [1, beam_size={beam_size}] (or 0), '
                      f'got {nbest!r}')
-  b, s = src.shape
+  mask = model.source_mask(src)                                        # [B, S]
+  b, s = mask.shape
   k, n = beam_size, max_len
   carry, mem = model.start(src, max_len)
   # the carry per hypothesis (leaves [B*K, ...]); the memory stays [B, ...]: the attention
   # reads a sentence's K hypotheses as K queries of it (Attention._grouped_read)
   carry = _tile(carry, k)
-  filler = jnp.all(src == PAD, axis=1)                                 # [B]
+  filler = ~jnp.any(mask, axis=1)                                      # [B]
   row0 = (jnp.arange(b) * k)[:, None]                                  # [B, 1]
   limit = jnp.full((b,), n, jnp.int32) if limit is None else jnp.minimum(limit, n)   # [B]
   lp_limit = length_penalty(limit, alpha)          # an unfinished hypothesis's, at its limit
@@ -169,7 +171,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     # finished, merged with the earlier ones: EOS extensions in the step's top K; and where
     # a sentence reaches its limit, its alive hypotheses (no EOS, |Y| = limit), as fairseq
     # and OpenNMT-py end them at max_len
-    new_fin = is_eos & real & (jnp.arange(2 * k) < k) & ~st.done[:, None]         # [B, 2K]
+    new_fin = is_eos & real & (jnp.arange(2 * k) < k)[None] & ~st.done[:, None]   # [B, 2K]
     new_score = jnp.where(new_fin, top_logp / length_penalty(t + 1, alpha), NEG_INF)
     capped = (t + 1 >= limit) & ~st.done                               # [B]
     cap_score = jnp.where(capped[:, None], alive_logp / lp_limit[:, None], NEG_INF)  # [B, K]

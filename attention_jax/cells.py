@@ -107,7 +107,7 @@ class GRU(Cell):
     hr, hz, hn = jnp.split(hp, 3, axis=-1)
     r = jax.nn.sigmoid(xr + hr)
     z = jax.nn.sigmoid(xz + hz)
-    n = jnp.tanh(xn + r * (hn + extras['b_hn'].astype(hn.dtype)))
+    n = jnp.tanh(xn + r * (hn + extras['b_hn'].astype(hn.dtype)[None]))
     h = ((1.0 - z) * n + z * h).astype(h.dtype)
     return h, h
 

@@ -3,8 +3,8 @@ position, metrics) saved together, so that a restart continues exactly.
 
 Two managers, because with `best_fn` Orbax keeps only the `max_to_keep` best steps and may
 delete the latest:
-  <workdir>/checkpoints/latest  the newest `keep` steps, for resuming
-  <workdir>/checkpoints/best    the step with the best validation BLEU, for using
+  latest  the newest `keep` steps, for resuming (workdir.Run.latest_dir)
+  best    the step with the best validation score, for using (workdir.Run.best_dir)
 The train state is stored as a flat {path: array} dict, so it restores into any pytree
 with the same paths (e.g. integer dict keys of nnx.List survive the round trip).
 No pickle anywhere: arrays are written by Orbax (tensorstore), metadata as JSON.
@@ -27,6 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+
+from attention_jax import workdir as workdir_lib
 
 
 class CheckpointError(RuntimeError):
@@ -162,16 +164,16 @@ def _stderr_held(keep):
 
 
 class Checkpoints:
-  """`latest` and `best` managers under <workdir>/checkpoints."""
+  """The `latest` and `best` managers of a run (a workdir.Run or its path)."""
 
-  def __init__(self, workdir: str, keep: int = 2, create: bool = True):
-    root = os.path.join(os.path.abspath(workdir), 'checkpoints')
+  def __init__(self, run: 'str | workdir_lib.Run', keep: int = 2, create: bool = True):
+    run = run if isinstance(run, workdir_lib.Run) else workdir_lib.Run(run)
     opts = dict(create=create, enable_async_checkpointing=False)
     self.latest = ocp.CheckpointManager(
-        os.path.join(root, 'latest'), item_names=('state', 'meta'),
+        os.path.abspath(run.latest_dir), item_names=('state', 'meta'),
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, **opts))
     self.best = ocp.CheckpointManager(
-        os.path.join(root, 'best'), item_names=('state', 'meta'),
+        os.path.abspath(run.best_dir), item_names=('state', 'meta'),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=1, best_fn=lambda m: m['bleu'], best_mode='max', **opts))
 

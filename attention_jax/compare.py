@@ -4,7 +4,7 @@
   c = compare(groups, split='test', metrics=['bleu', 'exact_match'])
   print(markdown(c))
 
-A group is one finished run (a workdir with results.json) or a directory of them (a sweep
+A group is one finished run (workdir.Run.finished) or a directory of them (a sweep
 variant's seed_<k> workdirs). For every group and metric: the mean over seeds, its standard
 deviation and 95% t interval, overall and per source-length bucket. For every group against
 the baseline (the best group on the first metric, unless named): the difference, its interval
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import re
 from typing import Sequence
@@ -27,12 +26,13 @@ import numpy as np
 from attention_jax import data as data_lib
 from attention_jax import records as records_lib
 from attention_jax import stats
+from attention_jax import workdir as workdir_lib
 
 ALPHA = 0.05
 LABELS = {'bleu': 'BLEU', 'chrf': 'chrF', 'exact_match': 'exact match', 'wer': 'WER',
           'per': 'PER', 'alignment_accuracy': 'alignment accuracy',
           'token_accuracy': 'token accuracy'}
-# every metric of a results.json split that the summary reports where all runs have it
+# every metric of a run's results that the summary reports where all runs have it
 REPORTED = ('bleu', 'chrf', 'exact_match', 'wer', 'per', 'token_accuracy', 'alignment_accuracy')
 # data fields that do not change which sentences a split holds
 _NOT_THE_SPLIT = ('data_dir', 'batch_size', 'num_buckets', 'max_src_len', 'max_tgt_len')
@@ -41,7 +41,7 @@ _NOT_THE_SPLIT = ('data_dir', 'batch_size', 'num_buckets', 'max_src_len', 'max_t
 @dataclasses.dataclass
 class Run:
   workdir: str
-  results: dict            # results.json
+  results: dict            # workdir.Run.results()
   records: dict            # split -> (header, records), where the run wrote them
 
   def split(self, split: str) -> dict:
@@ -55,12 +55,8 @@ class Run:
 
   @functools.cached_property
   def _attempts_read(self) -> list[dict]:
-    """The sweep's attempts of this run (wall_time.json), read once for all the properties."""
-    path = os.path.join(self.workdir, 'wall_time.json')
-    if not os.path.exists(path):
-      return []
-    with open(path) as f:
-      return [json.loads(line) for line in f if line.strip()]
+    """The sweep's attempts of this run, read once for all the properties."""
+    return workdir_lib.Run(self.workdir).attempts()
 
   @property
   def attempts(self) -> int:
@@ -77,8 +73,7 @@ class Run:
   def data_config(self) -> dict:
     """The run's data section; fields it predates hold their data.FIELD_DEFAULTS value."""
     try:
-      with open(os.path.join(self.workdir, 'config.json')) as f:
-        return {**data_lib.FIELD_DEFAULTS, **json.load(f).get('data', {})}
+      return {**data_lib.FIELD_DEFAULTS, **workdir_lib.Run(self.workdir).config().get('data', {})}
     except (OSError, ValueError):
       return {}
 
@@ -90,15 +85,16 @@ class Group:
 
 
 def is_run(path: str) -> bool:
-  return os.path.isfile(os.path.join(path, 'results.json'))
+  """A finished run (its final evaluation written)."""
+  return workdir_lib.Run(path).finished
 
 
 def load_run(workdir: str, splits: Sequence[str] = ('test',)) -> Run:
-  with open(os.path.join(workdir, 'results.json')) as f:
-    results = json.load(f)
+  run = workdir_lib.Run(workdir)
+  results = run.results()
   recs = {}
   for split in splits:
-    path = records_lib.path(workdir, split)
+    path = run.sentences_path(split)
     if os.path.exists(path):
       recs[split] = records_lib.read(path)
   return Run(workdir, results, recs)
@@ -128,8 +124,8 @@ def resolve(paths: Sequence[str], split: str = 'test') -> list[Group]:
     else:
       runs = _runs_under(p)
       if not runs:
-        raise ValueError(f'{p} is neither a finished run (no results.json) nor a group of '
-                         'runs (no subdirectory holds results.json)')
+        raise ValueError(f'{p} is neither a finished run (no {workdir_lib.RESULTS}) nor a '
+                         f'group of runs (no subdirectory holds {workdir_lib.RESULTS})')
     name = os.path.basename(p)
     if re.fullmatch(r'seed_\d+', name):   # one seed of a variant: say which variant
       name = os.path.join(os.path.basename(os.path.dirname(p)), name)
@@ -188,8 +184,7 @@ def _data_diffs(a: Run, b: Run) -> list[str]:
 def default_metrics(groups: Sequence[Group], split: str = 'test') -> list[str]:
   """The primary metric first (WER for tasks with several references, else BLEU), then one
   more (PER, or exact match)."""
-  m = groups[0].runs[0].split(split)
-  return ['wer', 'per'] if 'wer' in m else ['bleu', 'exact_match']
+  return list(records_lib.primary_metrics(groups[0].runs[0].split(split)))
 
 
 def values(group: Group, split: str, metric: str) -> list[float]:

@@ -16,10 +16,11 @@ def max_output_len(src_len: int, factor: float) -> int:
   return int(factor * src_len) + 10
 
 
-def output_limits(src: jax.Array, factor: float, max_len: int) -> jax.Array:
-  """src [B, S] -> [B] int32: each sentence's own output limit, max_output_len of its
-  length (at most max_len), so that an output never depends on the batch it is in."""
-  n = jnp.sum(src != PAD, axis=1).astype(jnp.float32)
+def output_limits(mask: jax.Array, factor: float, max_len: int) -> jax.Array:
+  """mask [B, S] (model.source_mask: a source's real positions) -> [B] int32: each sentence's
+  own output limit, max_output_len of its length (at most max_len), so that an output never
+  depends on the batch it is in."""
+  n = jnp.sum(mask, axis=1).astype(jnp.float32)
   return jnp.minimum(jnp.floor(factor * n).astype(jnp.int32) + 10, max_len)
 
 
@@ -32,17 +33,19 @@ def emittable(logp: jax.Array) -> jax.Array:
 
 
 def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None):
-  """src [B, S] -> (tokens [B, L] int32 (EOS then PAD after the end), weights [B, L, S]):
-  the most probable emittable symbol at each step, L = max_len.
+  """src [B, ...] -> (tokens [B, L] int32 (EOS then PAD after the end), weights [B, L, S]):
+  the most probable emittable symbol at each step, L = max_len; S = the memory's length
+  (model.source_mask: the source's tokens, or an image's grid cells).
 
   limit [B] int32 (<= max_len; default max_len): sentence b stops after limit[b] symbols
   without EOS. Stops early when every sentence has ended; shapes never depend on that.
   """
-  b, s = src.shape
+  mask = model.source_mask(src)               # [B, S]
+  b, s = mask.shape
   carry, mem = model.start(src, max_len)
   tokens = jnp.full((b, max_len), PAD, jnp.int32)
   weights = jnp.zeros((b, max_len, s), jnp.float32)
-  done = jnp.all(src == PAD, axis=1)          # filler rows produce nothing
+  done = ~jnp.any(mask, axis=1)               # filler rows produce nothing
   limit = jnp.full((b,), max_len, jnp.int32) if limit is None else limit
 
   def cond(loop):

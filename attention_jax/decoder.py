@@ -32,7 +32,7 @@ from flax import nnx
 
 from attention_jax import cells, registry
 from attention_jax.attention import Attention, Memory, Read, Tap
-from attention_jax.encoder import Encoded
+from attention_jax.encoders import Encoded
 from attention_jax.layers import dropout
 
 DECODERS: dict[str, type['Decoder']] = {}
@@ -67,7 +67,7 @@ class Decoder(nnx.Module):
                                max_src_len=cfg.max_src_len, mode=cfg.attention_mode,
                                normaliser=cfg.normaliser, window=cfg.window,
                                coverage=cfg.coverage, temperature=cfg.hard_temperature,
-                               dtype=dt, rngs=rngs)
+                               gate=cfg.context_gate, dtype=dt, rngs=rngs)
 
   def extra_input_dim(self, cfg, key_dim) -> int:
     raise NotImplementedError

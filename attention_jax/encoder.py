@@ -4,29 +4,42 @@ For a bidirectional layer h̄_s = [→h_s; ←h_s] (Bahdanau et al. 2015), so th
 size is K = 2·hidden (hidden if unidirectional). Dropout is applied to the embeddings and
 between layers. The summary (the context of score 'none', and the decoder's initial state)
 is [→h_last; ←h_first] (Cho et al. 2014; Bahdanau et al. 2015, appendix A.2.2).
-Optionally, self-attention layers (self_attention.py) refine the annotations.
+Optionally, self-attention layers (self_attention.py) refine the annotations. Registered as
+the source encoder 'rnn' of token sources (encoders.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax import cells
+from attention_jax.encoders import Encoded, register_encoder
 from attention_jax.layers import dropout
 from attention_jax.self_attention import SelfAttentionLayer
 
-
-class Encoded(NamedTuple):
-  annotations: jax.Array  # [B, S, K], zero on padding
-  mask: jax.Array         # [B, S] bool
-  summary: jax.Array      # [B, K]
+__all__ = ['Encoded', 'Encoder']
 
 
+@register_encoder('rnn')
 class Encoder(nnx.Module):
+  source = 'tokens'
+
+  @classmethod
+  def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'Encoder':
+    """From a model.ModelConfig; its annotation size is cfg.key_dim (= dim)."""
+    if dim != cfg.key_dim:
+      raise ValueError(f"the 'rnn' encoder's annotations have {cfg.key_dim} numbers "
+                       f'(model.enc_hidden x directions), the decoder needs {dim}')
+    return cls(vocab=cfg.src_vocab, emb_dim=cfg.emb_dim, hidden=cfg.enc_hidden,
+               layers=cfg.enc_layers, bidirectional=cfg.bidirectional, cell=cfg.cell,
+               dropout=cfg.dropout, dtype=cfg.compute_dtype,
+               self_layers=cfg.self_attention_layers, self_heads=cfg.self_attention_heads,
+               self_score=cfg.self_attention_score, attn_dim=cfg.attn_dim,
+               max_src_len=cfg.max_src_len, rngs=rngs)
 
   def __init__(self, *, vocab: int, emb_dim: int, hidden: int, layers: int,
                bidirectional: bool, cell: str, dropout: float, dtype: Any, rngs: nnx.Rngs,
@@ -49,9 +62,17 @@ class Encoder(nnx.Module):
                            max_src_len=max_src_len, dropout=dropout, dtype=dtype, rngs=rngs)
         for _ in range(self_layers)])
 
+  def source_mask(self, src: jax.Array) -> jax.Array:
+    """src [B, S] int32 -> [B, S] bool: the tokens that are not padding (id 0)."""
+    return src != 0
+
+  def grid(self, shape) -> None:
+    del shape
+    return None
+
   def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None) -> Encoded:
     """src [B, S] int32 (0 = padding) -> Encoded."""
-    mask = src != 0                                                   # [B, S]
+    mask = self.source_mask(src)                                      # [B, S]
     n = len(self.fwd) + len(self.self_attention) + 1
     keys = (None,) * n if dropout_key is None else tuple(jax.random.split(dropout_key, n))
     x = dropout(self.embed(src), self.dropout, keys[0])               # [B, S, E]

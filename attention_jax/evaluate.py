@@ -128,7 +128,8 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
 def selection_score(report: dict) -> float:
   """What picks the best checkpoint on validation (higher is better): 100 - WER where the task
   has several references per source (G2P), else corpus BLEU."""
-  return 100.0 - report['wer'] if 'wer' in report else report['bleu']
+  metric = records_lib.primary_metrics(report)[0]
+  return 100.0 - report[metric] if metric in records_lib.LOWER_IS_BETTER else report[metric]
 
 
 def heatmaps(task, kept, directory: str, prefix: str,

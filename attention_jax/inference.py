@@ -40,7 +40,8 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) ->
 
   def decode(params, src, max_len, factor=None):
     model = nnx.merge(graphdef, params)
-    limit = None if factor is None else decode_lib.output_limits(src, factor, max_len)
+    limit = (None if factor is None
+             else decode_lib.output_limits(model.source_mask(src), factor, max_len))
     if not nbest:
       if beam == 1:
         return decode_lib.greedy(model, src, max_len, limit)

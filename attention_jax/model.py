@@ -1,5 +1,6 @@
 """The frozen model config, the recurrent Seq2Seq model (encoder + attention decoder), and
-`build`, which makes the model a config names (model.arch: rnn | transformer)."""
+`build`, which makes the model a config names (model.arch: rnn | transformer; model.encoder:
+the source encoder, encoders.ENCODERS)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import attention, cells, scores, self_attention, transformer
+from attention_jax import (attention, cells, encoder, encoders, images, scores, self_attention,
+                           transformer)
 from attention_jax.decoder import DECODERS
-from attention_jax.encoder import Encoder
 from attention_jax.layers import dropout
+
+# the modules whose encoder classes register themselves in encoders.ENCODERS ('rnn'; 'cnn', 'vit')
+ENCODER_MODULES = (encoder, images)
 
 DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
@@ -29,6 +33,9 @@ class ModelConfig:
   src_vocab: int
   tgt_vocab: int
   arch: str = 'rnn'                  # ARCHS: rnn | transformer
+  # the source encoder (encoders.ENCODERS): '' = the arch's own token encoder (rnn: 'rnn';
+  # transformer: its Transformer encoder); 'cnn' or 'vit' for image sources (images.py)
+  encoder: str = ''
   emb_dim: int = 64
   enc_hidden: int = 64
   enc_layers: int = 1
@@ -67,12 +74,22 @@ class ModelConfig:
   cross_attention_score: str = 'scaled_dot'
   share_embeddings: bool = False     # one embedding table for source and target
   tie_output: bool = False           # output projection = target embeddings transposed
+  # ---- image sources (model.encoder = 'cnn' | 'vit'; images.py) ----
+  image_channels: int = 1            # 1 grayscale, 3 RGB
+  image_dim: int = 128               # annotation size K of an image encoder (RNN decoders)
+  cnn_layers: int = 3                # conv blocks, each halving H and W: cells of 2^L pixels
+  cnn_width: int = 32                # channels of the first block, doubling per block
+  patch_size: int = 4                # 'vit': p x p pixel patches (its layers: d_model, heads,
+                                     # ff_dim, transformer_layers, self_attention_score)
+  # Xu et al. 2015 §4.2.1: the context is scaled by a gate beta_t = sigmoid(w · s_{t-1} + b)
+  context_gate: bool = False
 
   def __post_init__(self):
     for name in ('src_vocab', 'tgt_vocab', 'emb_dim', 'enc_hidden', 'enc_layers',
                  'dec_hidden', 'dec_layers', 'attn_dim', 'max_src_len', 'window',
                  'self_attention_heads', 'd_model', 'heads', 'ff_dim', 'transformer_layers',
-                 'max_positions'):
+                 'max_positions', 'image_channels', 'image_dim', 'cnn_layers', 'cnn_width',
+                 'patch_size'):
       value = getattr(self, name)
       if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f'model.{name} must be a positive integer, got {value!r}')
@@ -89,6 +106,7 @@ class ModelConfig:
       if getattr(self, name) not in valid:
         raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
                          f'valid: {", ".join(sorted(valid))}')
+    self._check_encoder()
     if self.arch == 'transformer':   # the RNN's fields are not read: not checked either
       transformer.check(self)
       attention.check_combination(self.cross_attention_score, 'global', self.normaliser, False)
@@ -99,14 +117,47 @@ class ModelConfig:
     if self.self_attention_layers:
       self_attention.check(self.self_attention_score, self.self_attention_heads, self.key_dim)
 
+  def _check_encoder(self) -> None:
+    if self.encoder == '':
+      return
+    cls = encoders.lookup(self.encoder)
+    if self.arch == 'transformer' and cls.source == 'tokens':
+      raise ValueError(f"model.encoder={self.encoder!r} reads tokens; the transformer's token "
+                       f"encoder is model.encoder='' (image encoders: "
+                       f"{', '.join(encoders.names('images'))})")
+    if cls.source == 'images':
+      if self.share_embeddings and self.arch == 'transformer':
+        raise ValueError('model.share_embeddings needs token sources; the source is images '
+                         f'(model.encoder={self.encoder!r})')
+      if self.attention_mode in ('local_m', 'local_p'):
+        raise ValueError(
+            f'model.attention_mode={self.attention_mode!r} places a window p_t ± D on a 1-D '
+            f'source; an image encoder ({self.encoder!r}) gives a 2-D grid, where that window '
+            'is not defined here: use global, hard, hard_st or the sparsemax normaliser')
+    if hasattr(cls, 'check'):
+      cls.check(self)
+
+  @property
+  def source_encoder(self) -> str:
+    """The encoder's registry name ('' resolves to the arch's own token encoder)."""
+    return self.encoder or ('transformer' if self.arch == 'transformer' else 'rnn')
+
+  @property
+  def source(self) -> str:
+    """'tokens' or 'images': what the model reads."""
+    name = self.source_encoder
+    return 'tokens' if name == 'transformer' else encoders.lookup(name).source
+
   def describe(self) -> str:
     """One line naming the architecture, for logs."""
     if self.arch == 'transformer':
-      return (f'transformer ({self.transformer_layers}+{self.transformer_layers} layers, '
+      src = '' if self.source == 'tokens' else f'{self.encoder} image encoder, '
+      return (f'{src}transformer ({self.transformer_layers}+{self.transformer_layers} layers, '
               f'd_model {self.d_model}, {self.heads} heads, {self.positions} positions), '
               f'{self.self_attention_score} self- / {self.cross_attention_score} '
               f'cross-attention')
-    return f'{self.decoder} decoder, {self.score} score, {self.cell} cells'
+    src = '' if self.source == 'tokens' else f'{self.encoder} image encoder, '
+    return f'{src}{self.decoder} decoder, {self.score} score, {self.cell} cells'
 
   @property
   def stochastic(self) -> bool:
@@ -115,7 +166,9 @@ class ModelConfig:
 
   @property
   def key_dim(self) -> int:
-    """Size K of the encoder annotations h̄_s."""
+    """Size K of the encoder annotations h̄_s (RNN decoders)."""
+    if self.source == 'images':
+      return self.image_dim
     return self.enc_hidden * (2 if self.bidirectional else 1)
 
   @property
@@ -165,20 +218,18 @@ def build(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
 class Seq2Seq(nnx.Module):
   """Encoder-decoder with attention.
 
-  model(src [B, S], tgt_in [B, T]) -> (logits [B, T, V] float32, weights [B, T, S] float32)
-  Token id 0 is padding. Pass `dropout_key` to train (dropout on), None to evaluate.
+  model(src, tgt_in [B, T]) -> (logits [B, T, V] float32, weights [B, T, S] float32)
+  src: token ids [B, S] (0 is padding) or images (encoders.py); S = the memory's length. Pass `dropout_key` to train (dropout on), None to evaluate.
   """
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.cfg = cfg
-    self.encoder = Encoder(vocab=cfg.src_vocab, emb_dim=cfg.emb_dim, hidden=cfg.enc_hidden,
-                           layers=cfg.enc_layers, bidirectional=cfg.bidirectional,
-                           cell=cfg.cell, dropout=cfg.dropout, dtype=cfg.compute_dtype,
-                           self_layers=cfg.self_attention_layers,
-                           self_heads=cfg.self_attention_heads,
-                           self_score=cfg.self_attention_score, attn_dim=cfg.attn_dim,
-                           max_src_len=cfg.max_src_len, rngs=rngs)
+    self.encoder = encoders.lookup(cfg.source_encoder).build(cfg, dim=cfg.key_dim, rngs=rngs)
     self.decoder = DECODERS[cfg.decoder](cfg, cfg.key_dim, rngs=rngs)
+
+  def source_mask(self, src: jax.Array) -> jax.Array:
+    """src -> [B, S] bool: the memory positions that are real (not padding)."""
+    return self.encoder.source_mask(src)
 
   def __call__(self, src: jax.Array, tgt_in: jax.Array, *,
                dropout_key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:

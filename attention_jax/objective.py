@@ -4,12 +4,16 @@
        + λ_cov · Σ_{b,t} Σ_s min(a_{t,s}, cov_{t,s}) / N             coverage (See et al. 2017)
        - λ_r · Σ_{b,t} sg(R_b - baseline) · log a_{t,s_t} / N        REINFORCE (Xu et al. 2015)
        - λ_e · Σ_{b,t} H(a_t) / N                                    entropy bonus (Xu et al. 2015)
+       + λ_ds · Σ_b Σ_s (1 - Σ_t a_{t,s})² / N                       doubly stochastic attention
+                                                                     (Xu et al. 2015, eq. 14)
 
 N is the number of real target tokens (over all devices), R_b = log p(y_b | s, x_b) the
 sentence's log-likelihood under the sampled positions, and the baseline a moving average
 of the batch-mean R: b ← decay · b + (1 - decay) · mean_b R_b. The gradient of the
 REINFORCE term is the score-function estimator of ∇ E_s[log p(y | s, x)], unbiased for any
-baseline that does not depend on the sample (tests/test_modes.py checks this).
+baseline that does not depend on the sample (tests/test_modes.py checks this). The doubly
+stochastic term sums over the real source positions s and target steps t of each sentence:
+it pushes every position (an image region) to receive about one unit of attention in all.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Objective:
   reinforce_weight: float = 1.0  # λ_r of hard attention's REINFORCE term (Xu et al. 2015)
   entropy_weight: float = 0.0    # λ_e of hard attention's entropy bonus (Xu et al. 2015)
   baseline_decay: float = 0.9    # hard attention: decay of the moving-average reward baseline
+  doubly_stochastic_weight: float = 0.0   # λ_ds (Xu et al. 2015 eq. 14; they use 1.0)
 
   @classmethod
   def of(cls, t) -> 'Objective':
@@ -44,9 +49,18 @@ def reinforce_surrogate(logp: jax.Array, reward: jax.Array, baseline: jax.Array)
   return jax.lax.stop_gradient(reward - baseline) * logp
 
 
+def doubly_stochastic(weights: jax.Array, tgt_mask: jax.Array, src_mask: jax.Array) -> jax.Array:
+  """weights [B, T, S], tgt_mask [B, T], src_mask [B, S] (float) -> [B]:
+  Σ_s src_mask (1 - Σ_t tgt_mask · a_{t,s})² per sentence."""
+  received = jnp.sum(weights * tgt_mask[:, :, None], axis=1)                  # [B, S]
+  return jnp.sum(src_mask * jnp.square(1.0 - received), axis=1)
+
+
 def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: jax.Array | None,
-         psum: Callable = lambda x: x) -> tuple[jax.Array, dict, jax.Array | None]:
-  """logits [B, T, V], read (attention.Read, fields [B, T, ...]) ->
+         psum: Callable = lambda x: x, src_mask: jax.Array | None = None
+         ) -> tuple[jax.Array, dict, jax.Array | None]:
+  """logits [B, T, V], read (attention.Read, fields [B, T, ...]), src_mask [B, S] bool (the
+  memory's real positions; needed by the doubly stochastic term) ->
   (loss, metric sums, the new baseline (None when no mode samples))."""
   s = metrics_lib.sums(logits, batch['tgt_out'], batch['weight'], obj.label_smoothing)
   n = jnp.maximum(psum(s['tokens']), 1.0)
@@ -56,6 +70,12 @@ def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: ja
     cov = jnp.sum(read.coverage_loss * mask)
     total = total + obj.coverage_weight * cov
     s = {**s, 'coverage_loss_sum': cov}
+  if obj.doubly_stochastic_weight:
+    real = (batch['weight'] > 0).astype(jnp.float32)
+    ds = jnp.sum(real * doubly_stochastic(read.weights.astype(jnp.float32), mask,
+                                          src_mask.astype(jnp.float32)))
+    total = total + obj.doubly_stochastic_weight * ds
+    s = {**s, 'doubly_stochastic_sum': ds}
   new_baseline = None
   if baseline is not None:
     _, ce = metrics_lib.token_losses(logits, batch['tgt_out'])

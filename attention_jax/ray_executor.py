@@ -4,7 +4,7 @@
   bash launch.sh sweep FILE --executor=ray --ray_address=auto     # join the running cluster
   bash launch.sh sweep FILE --executor=ray --ray_address=HEAD:6379 --trial_gpus=1
 
-The trial list, the skip rule (results.json) and the report are the local executor's
+The trial list, the skip rule (a finished run) and the report are the local executor's
 (attention_jax/sweep.py). Each task asks the cluster for --trial_cpus / --trial_gpus /
 --trial_tpus and runs `python -m experiments.main ...` as a child process into its workdir,
 so as many runs go at once as the cluster holds. The sweep root and the project are read and
@@ -36,6 +36,7 @@ import time
 import uuid
 
 from attention_jax import sweep as sweep_lib
+from attention_jax import workdir as workdir_lib
 
 # exits that say the process was killed or preempted, not that the run is wrong
 RETRIED_EXITS = (128 + signal.SIGKILL, 128 + signal.SIGTERM)
@@ -67,15 +68,15 @@ def _where() -> dict:
 
 def _trial(cmd: list[str], workdir: str, cwd: str, env: dict, label: str, progress) -> dict:
   """One attempt of one run, inside a Ray task: the experiment process, its log appended to
-  <workdir>/train.log. Raises TrialDied (Ray retries) when the process was killed."""
+  the run's log (workdir.Run.open_log). Raises TrialDied (Ray retries) when the process was killed."""
   where = _where()
   progress.started.remote(label, where)
   nice = os.getpriority(os.PRIO_PROCESS, 0)
   os.makedirs(workdir, exist_ok=True)
-  attempts = os.path.join(workdir, 'wall_time.json')
-  attempt = 1 + (sum(1 for _ in open(attempts)) if os.path.exists(attempts) else 0)
+  run = workdir_lib.Run(workdir)
+  attempt = 1 + len(run.attempts())
   t0 = time.time()
-  with open(os.path.join(workdir, 'train.log'), 'a') as log:
+  with run.open_log() as log:
     log.write(f'== {label}: attempt {attempt} on {where["host"]} ({where["ip"]}, Ray node '
               f'{where["node_id"][:8]}; worker niceness {nice}) ==\n')
     log.flush()
@@ -105,7 +106,7 @@ def _preexec() -> None:
   """The run's process: dies with its worker, and runs at niceness 0 where it may. (Ray
   starts workers at niceness 15; on a shared machine a run would then crawl beside anyone
   else's work. Lowering niceness needs CAP_SYS_NICE: without it the run keeps the worker's,
-  and the attempt's header in train.log says which.)"""
+  and the attempt's header in the run's log says which.)"""
   sweep_lib.die_with_parent()
   try:
     os.setpriority(os.PRIO_PROCESS, 0, 0)
@@ -256,7 +257,7 @@ def _schedule(ray, config_arg, queue, extra_flags, request, max_retries) -> dict
   refs = {}
   for v in queue:
     os.makedirs(v.workdir, exist_ok=True)
-    how = 'resuming' if os.path.isdir(os.path.join(v.workdir, 'checkpoints')) else 'starting'
+    how = 'resuming' if workdir_lib.Run(v.workdir).has_checkpoints else 'starting'
     print(f'[{v.label}] queued ({how}): {sweep_lib.describe(v)}', flush=True)
     cmd = sweep_lib.command(config_arg, v) + list(extra_flags)
     refs[remote.options(name=v.label, **options).remote(
@@ -280,7 +281,7 @@ def _schedule(ray, config_arg, queue, extra_flags, request, max_retries) -> dict
         print(('\r' if tty else '') + f'[{v.label}] ' + (
             f'finished in {out["seconds"]:.0f} s on {out["host"]} (Ray node '
             f'{out["node_id"][:8]})' if ok else
-            f'FAILED ({why}); see {os.path.join(v.workdir, "train.log")}'), flush=True)
+            f'FAILED ({why}); see {workdir_lib.Run(v.workdir).train_log_path}'), flush=True)
       running = ray.get(progress.get.remote())
       counts = {'done': sum(s == 'finished' for s in status.values()),
                 'failed': sum(s == 'failed' for s in status.values()),

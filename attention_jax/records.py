@@ -1,7 +1,7 @@
 """Per-sentence records of an evaluation: what two runs need to be compared later, sentence
 by sentence, without decoding again.
 
-One JSON-lines file per evaluated split (`sentences_<split>.jsonl` beside results.json). The
+One JSON-lines file per evaluated split (`workdir.Run.sentences_path`). The
 first line is a header: the split, its number of sentences and a fingerprint of its sources
 and references (two runs are comparable only if their fingerprints are equal), the metric
 signatures and the names of each metric's statistics. Then one line per sentence, in id
@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from typing import Sequence
 
 import numpy as np
@@ -34,12 +33,19 @@ from attention_jax import workdir as workdir_lib
 KIND = 'attention_jax.sentences'
 VERSION = 1
 LOWER_IS_BETTER = ('wer', 'per')
-# metric (as named in results.json) -> its key in a record
+# metric (as named in a report) -> its key in a record
 KEYS = {'bleu': 'bleu', 'chrf': 'chrf', 'exact_match': 'exact', 'wer': 'wer', 'per': 'per',
         'alignment_accuracy': 'align'}
 # metric -> the names of its per-sentence statistics (BLEU / chrF: sacrebleu's)
 STATS = {'exact_match': ('exact', 'sentences'), 'wer': ('wrong', 'words'),
          'per': ('edits', 'ref_phones'), 'alignment_accuracy': ('hits', 'steps')}
+
+
+def primary_metrics(report) -> tuple[str, str]:
+  """The metric that selects checkpoints and leads comparisons, and the one shown beside it:
+  WER and PER where a task has several references per source (G2P), else BLEU and exact
+  match. The one place that rule is written."""
+  return ('wer', 'per') if 'wer' in report else ('bleu', 'exact_match')
 
 
 @functools.cache
@@ -87,10 +93,6 @@ def build(split: str, rows: Sequence[dict], bleu_tokenize: str) -> tuple[dict, l
             'stats': {'bleu': "sacrebleu BLEU's sentence statistics",
                       'chrf': "sacrebleu chrF's sentence statistics", **STATS}}
   return header, records
-
-
-def path(workdir: str, split: str) -> str:
-  return os.path.join(workdir, f'sentences_{split}.jsonl')
 
 
 def write(file: str, header: dict, records: Sequence[dict]) -> str:

@@ -1,4 +1,4 @@
-"""The report of a sweep directory (runs/<sweep>/<variant>[/seed_<k>]/results.json): every
+"""The report of a sweep directory (runs/<sweep>/<variant>[/seed_<k>], finished runs): every
 variant's mean, standard deviation and 95% interval over seeds, overall and per source-length
 bucket, and every variant against the best one (or the sweep file's BASELINE) with intervals,
 p-values over seeds and over sentences, Holm-adjusted (attention_jax.compare). Writes
@@ -19,11 +19,11 @@ BLEU.
 from __future__ import annotations
 
 import csv
-import json
 import os
 
 from attention_jax import compare as compare_lib
 from attention_jax import plots
+from attention_jax import workdir as workdir_lib
 
 RUN_COLUMNS = ('wer', 'per', 'bleu', 'chrf', 'exact_match', 'token_accuracy',
                'alignment_accuracy')
@@ -32,8 +32,7 @@ RUN_COLUMNS = ('wer', 'per', 'bleu', 'chrf', 'exact_match', 'token_accuracy',
 def _train_max_len(workdir: str) -> int | None:
   """The longest training source of a symbol task (copy/reverse/sort), else None."""
   try:
-    with open(os.path.join(workdir, 'config.json')) as f:
-      data = json.load(f)['data']
+    data = workdir_lib.Run(workdir).config()['data']
   except (OSError, KeyError, ValueError):
     return None
   return data.get('max_len') if data.get('name') in ('copy', 'reverse', 'sort') else None
@@ -52,7 +51,7 @@ def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
   """Writes the files of the module docstring into sweep_dir; returns their paths."""
   groups = compare_lib.sweep_groups(sweep_dir, split)
   if not groups:
-    raise FileNotFoundError(f'no finished run (results.json) under {sweep_dir}')
+    raise FileNotFoundError(f'no finished run ({workdir_lib.RESULTS}) under {sweep_dir}')
   c = compare_lib.compare(groups, split, metrics, baseline=baseline)
   name = os.path.basename(os.path.normpath(sweep_dir))
   paths = {'markdown': os.path.join(sweep_dir, 'summary.md')}

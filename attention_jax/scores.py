@@ -213,7 +213,7 @@ def _additive_energies(q, pre, cov, w_c, v):
   (interleaved A/B, char and base, both decoders)."""
   x = q[:, :, None, :] + pre[:, None, :, :]                                 # [B, T, S, A]
   if w_c is not None:
-    x = x + cov[..., None].astype(x.dtype) * w_c.astype(x.dtype)
+    x = x + cov[..., None].astype(x.dtype) * w_c.astype(x.dtype)[None, None, None]
   hidden = jnp.tanh(x)
   return hidden @ v.astype(hidden.dtype)
 

@@ -158,7 +158,8 @@ def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
     model = nnx.merge(graphdef, params)
     logits, read = model.forward(batch['src'], batch['tgt_in'], dropout_key=dropout_key,
                                  sample_key=sample_key)
-    loss, s, baseline = objective.loss(obj, logits, read, batch, state.get('baseline'), psum)
+    loss, s, baseline = objective.loss(obj, logits, read, batch, state.get('baseline'), psum,
+                                       src_mask=model.source_mask(batch['src']))
     return loss, (s, baseline)
 
   (loss, (sums, baseline)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])

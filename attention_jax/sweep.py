@@ -13,7 +13,7 @@ its run. Without seeds a variant is one run at the config's seed, in <root>/<swe
 with N seeds it is N runs, `--config.seed=k` for k = 1..N, in
 <root>/<sweep>/<variant>/seed_<k>. The seed changes parameter init, dropout and batch order;
 the data set (data.seed) is the same for every seed, so every run is tested on the same
-sentences. A run whose workdir has results.json is finished and skipped (so raising N later
+sentences. A finished run (workdir.Run.finished) is skipped (so raising N later
 runs only the new seeds); an interrupted one resumes from its checkpoint. With accelerators,
 runs go in parallel, one per device (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS), as devices
 free up.
@@ -102,7 +102,7 @@ def load_sweep(path_arg: str, root: str = 'runs',
   if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
     raise ValueError(f'seeds must be a whole number >= 1, got {seeds!r}')
   for v in variants:
-    if os.path.exists(os.path.join(v.workdir, 'config.json')):
+    if workdir_lib.Run(v.workdir).started:
       raise ValueError(f'{v.workdir} holds a single-seed run of variant {v.name!r}; with '
                        f'seeds its runs go to {v.workdir}/{SEED_DIR.format("<k>")}: move it '
                        f'there (named after its config seed) or use another --root')
@@ -130,7 +130,7 @@ def command(config_arg: str, v: Variant) -> list[str]:
 
 
 def finished(v: Variant) -> bool:
-  return os.path.exists(os.path.join(v.workdir, 'results.json'))
+  return workdir_lib.Run(v.workdir).finished
 
 
 def select(variants: list[Variant], only: Sequence[str]) -> list[Variant]:
@@ -166,7 +166,7 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
     for v in variants:
       if finished(v):
         status[v.label] = 'skipped'
-        print(f'[{v.label}] finished earlier (results.json exists), skipping', flush=True)
+        print(f'[{v.label}] finished earlier ({workdir_lib.RESULTS} exists), skipping', flush=True)
       else:
         queue.append(v)
     status |= execute(config_arg, name, queue, sweep_dir, extra_flags)
@@ -184,20 +184,19 @@ def describe(v: Variant) -> str:
 
 
 def record_attempt(workdir: str, seconds: float, returncode: int | None, **where) -> None:
-  """Appends one attempt (its running time, exit status and where it ran) to
-  <workdir>/wall_time.json; a run's wall time is the sum over its attempts."""
-  with open(os.path.join(workdir, 'wall_time.json'), 'a') as f:
-    f.write(json.dumps({'seconds': seconds, 'returncode': returncode, **where}) + '\n')
+  """Appends one attempt (its running time, exit status and where it ran) to the run's
+  attempts (workdir.Run.attempts); a run's wall time is the sum over its attempts."""
+  workdir_lib.Run(workdir).append_attempt({'seconds': seconds, 'returncode': returncode, **where})
 
 
 class Attempt:
-  """One attempt of a run as the last line of <workdir>/wall_time.json: written when it
+  """One attempt of a run as the last line of its attempts (workdir.Run.attempts): written when it
   starts, its seconds brought up to date every `beat` seconds while it runs, and closed with
   its exit status. A sweep killed mid-run leaves the time its run really ran (to within
   `beat`; its process dies with it: die_with_parent), not nothing."""
 
   def __init__(self, workdir: str, beat: float = 10.0, **where):
-    self.path, self.beat, self.where = os.path.join(workdir, 'wall_time.json'), beat, where
+    self.path, self.beat, self.where = workdir_lib.Run(workdir).wall_time_path, beat, where
     try:
       with open(self.path) as f:
         self.before = [line for line in f if line.strip()]
@@ -265,10 +264,10 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None):
       if slot is not None:
         env['CUDA_VISIBLE_DEVICES'] = env['TPU_VISIBLE_CHIPS'] = slot
       wait_for_workdir(v)
-      how = 'resuming' if os.path.isdir(os.path.join(v.workdir, 'checkpoints')) else 'starting'
+      how = 'resuming' if workdir_lib.Run(v.workdir).has_checkpoints else 'starting'
       print(f'[{v.label}] {how}{" on device " + slot if slot else ""}: {describe(v)}',
             flush=True)
-      log = open(os.path.join(v.workdir, 'train.log'), 'a')
+      log = workdir_lib.Run(v.workdir).open_log()
       proc = subprocess.Popen(command(config_arg, v) + list(extra_flags), stdout=log,
                               stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
       running[proc] = (v, slot, log, Attempt(v.workdir, executor='local',
@@ -286,7 +285,7 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None):
       attempt.close(proc.returncode)
       print(f'[{v.label}] {"finished" if ok else f"FAILED (exit {proc.returncode})"} in '
             f'{attempt.seconds:.0f} s' + ('' if ok else
-                                          f'; see {os.path.join(v.workdir, "train.log")}'),
+                                          f'; see {workdir_lib.Run(v.workdir).train_log_path}'),
             flush=True)
     time.sleep(0.5)
   return status

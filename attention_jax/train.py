@@ -55,7 +55,8 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
       raise ValueError(f'{name} must be a finite number > {lo:g}, got {value!r}')
   for name, value in (('train.warmup_steps', t.warmup_steps), ('train.clip_norm', t.clip_norm),
                       ('train.weight_decay', t.weight_decay), ('eval.alpha', cfg.eval.alpha),
-                      ('train.coverage_weight', t.coverage_weight)):
+                      ('train.coverage_weight', t.coverage_weight),
+                      ('train.doubly_stochastic_weight', t.get('doubly_stochastic_weight', 0.0))):
     if not isinstance(value, (int, float)) or not 0 <= value < float('inf'):
       raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
   if not isinstance(t.ema_decay, (int, float)) or not 0.0 <= t.ema_decay < 1.0:
@@ -216,6 +217,8 @@ class Progress:
 
 
 def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
+  """A fresh run needs an empty workdir: refuse a non-empty one unless `overwrite` (which
+  clears a run of this project only, workdir.clear), or resume in it."""
   if os.path.isdir(workdir) and set(os.listdir(workdir)) - {workdir_lib.LOCK_FILE} and not resume:
     if not overwrite:
       raise FileExistsError(
@@ -277,16 +280,15 @@ def _sizes(cfg: ml_collections.ConfigDict) -> str:
 def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> dict:
   prepare_workdir(workdir, cfg.train.resume, overwrite)
   t, d = cfg.train, cfg.data
-  latest_dir = os.path.join(workdir, 'checkpoints', 'latest')
-  resuming = os.path.isdir(latest_dir) and any(
-      n.isdigit() for n in os.listdir(latest_dir))
+  run = workdir_lib.Run(workdir)
+  latest_dir = run.latest_dir
+  resuming = run.resumable
   if resuming:
-    with open(os.path.join(workdir, 'config.json')) as f:
-      check_same_config(json.load(f), cfg, workdir)
+    check_same_config(run.config(), cfg, workdir)
   elif lead():   # a fresh run: the directory is a run of this project from now on
-    workdir_lib.write_atomic(os.path.join(workdir, workdir_lib.MARKER), 'attention_jax run\n')
+    run.mark()
 
-  tok_dir = os.path.join(workdir, 'tokenizers')
+  tok_dir = run.tokenizers_dir
   if jax.process_count() > 1 and not lead():
     _barrier('data prepared')   # process 0 prepares the data set and tokenizers first
   if resuming and os.path.isdir(tok_dir):   # the run's own vocabulary, not a retrained one
@@ -302,7 +304,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   use_ema = t.ema_decay > 0
   graphdef, state = init_state(mcfg, OptimizerConfig.of(t).build(), cfg.seed, ema=use_ema)
   steps = Steps.of(graphdef, cfg)
-  ckpts = ckpt_lib.Checkpoints(workdir, keep=t.keep_checkpoints)
+  ckpts = ckpt_lib.Checkpoints(run, keep=t.keep_checkpoints)
   it = task.train_iterator(d.batch_size, seed=cfg.seed)
   # best_bleu: the best validation eval_lib.selection_score (BLEU; 100 - WER for G2P tasks)
   best_bleu, train_time = -1.0, 0.0   # train_time: seconds in train steps, over all sessions
@@ -325,14 +327,10 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
       del state['ema']
       log('  train.ema_decay=0: the saved EMA of the parameters is dropped; evaluation uses '
           'the trained parameters')
-  if lead():   # only once the run is accepted (a refused resume changes nothing); written
-    # whole, then renamed: a reader never sees half a file
-    workdir_lib.write_atomic(os.path.join(workdir, 'config.json'), cfg.to_json(indent=2))
-    workdir_lib.write_atomic(os.path.join(workdir, workdir_lib.MARKER), 'attention_jax run\n')
-    workdir_lib.write_atomic(os.path.join(workdir, 'model_config.json'),
-                             json.dumps(mcfg.to_dict(), indent=2))
+  if lead():   # only once the run is accepted (a refused resume changes nothing)
+    run.write_config(cfg.to_json(indent=2), mcfg.to_dict())
 
-  writer = _writer(os.path.join(workdir, 'tensorboard'))
+  writer = _writer(run.tensorboard_dir)
   step = int(state['step'])
   progress = Progress(t.steps, step, t.log_every, writer)
   log(f'[{steps.mode}: {jax.process_count()} process(es), {jax.device_count()} {jax.devices()[0].platform} device(s)] '
@@ -404,7 +402,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
         params, task, split, keep_outputs=cfg.eval.heatmaps if split == 'test' else 0)
   heads = functools.partial(inference.layer_weights, graphdef, params) \
       if mcfg.arch == 'transformer' else None
-  paths = eval_lib.heatmaps(task, kept, os.path.join(workdir, 'heatmaps'), 'test',
+  paths = eval_lib.heatmaps(task, kept, run.heatmaps_dir, 'test',
                             heads) if lead() and kept else []
   summary = {'step': step, 'best_step': best_step, 'results': results,
              'nonfinite_skipped': skips,
@@ -412,9 +410,8 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
              'model_config': mcfg.to_dict(), 'heatmaps': paths}
   if lead():
     for split, (header, recs) in sentences.items():   # for comparisons later (records.py)
-      records_lib.write(records_lib.path(workdir, split), header, recs)
-    # written whole, then renamed: results.json marks a finished run
-    workdir_lib.write_atomic(os.path.join(workdir, 'results.json'), json.dumps(summary, indent=2))
+      records_lib.write(run.sentences_path(split), header, recs)
+    run.write_results(summary)   # last: it marks the run finished
   for split, m in results.items():
     for k in ('exact_match', 'bleu', 'chrf'):
       writer.add_scalar(f'final_{split}/{k}', m[k], step)
@@ -422,6 +419,5 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   ckpts.close()
   log(f'\nresults (best checkpoint, step {best_step}); BLEU signature '
         f'{results["test"]["bleu_signature"]}\n{format_table(results)}')
-  log(f'results: {os.path.join(workdir, "results.json")}' + (
-      f'\nheatmaps: {os.path.join(workdir, "heatmaps")}/' if paths else ''))
+  log(f'results: {run.results_path}' + (f'\nheatmaps: {run.heatmaps_dir}/' if paths else ''))
   return summary

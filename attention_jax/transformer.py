@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import multihead
+from attention_jax import encoders, multihead
 from attention_jax.layers import dropout
 
 POSITIONS = ('sinusoidal', 'learned', 'none')
@@ -53,6 +53,9 @@ def check(cfg) -> None:
                      f'model.coverage=False); got attention_mode={cfg.attention_mode!r}, '
                      f'coverage={cfg.coverage!r}: local, hard and coverage modes belong to the '
                      f"RNN decoders (model.arch='rnn')")
+  if cfg.context_gate:
+    raise ValueError("model.context_gate (Xu et al. 2015's gate on the context) belongs to the "
+                     "RNN decoders (model.arch='rnn')")
   if cfg.share_embeddings and cfg.src_vocab != cfg.tgt_vocab:
     raise ValueError(f'model.share_embeddings needs one vocabulary for source and target, got '
                      f'{cfg.src_vocab} and {cfg.tgt_vocab} symbols')
@@ -67,7 +70,7 @@ def sinusoids(length: int, dim: int, offset: Any = 0) -> jax.Array:
   return jnp.stack([jnp.sin(angles), jnp.cos(angles)], -1).reshape(length, -1)[:, :dim]
 
 
-class _Keys:
+class DropoutKeys:
   """Dropout keys drawn one by one (None when evaluating)."""
 
   def __init__(self, key: jax.Array | None):
@@ -120,7 +123,7 @@ class EncoderLayer(_Sublayers):
     self.ff = FeedForward(cfg.d_model, cfg.ff_dim, dtype=cfg.compute_dtype, rngs=rngs)
     self._norms(2, cfg, rngs)
 
-  def __call__(self, x, mask, keys: _Keys):
+  def __call__(self, x, mask, keys: DropoutKeys):
     """x [B, S, D], mask [B, 1, S] -> x [B, S, D]."""
     h = self._in(0, x)
     y, _ = self.attn(h, h, mask, keys(), weights=False)
@@ -136,7 +139,7 @@ class DecoderLayer(_Sublayers):
     self.ff = FeedForward(cfg.d_model, cfg.ff_dim, dtype=cfg.compute_dtype, rngs=rngs)
     self._norms(3, cfg, rngs)
 
-  def __call__(self, y, self_mask, mem: multihead.Memory, cross_mask, keys: _Keys):
+  def __call__(self, y, self_mask, mem: multihead.Memory, cross_mask, keys: DropoutKeys):
     """y [B, T, D], self_mask [B, T, T], cross_mask [B, 1, S] ->
     (y [B, T, D], cross-attention weights [B, H, T, S])."""
     h = self._in(0, y)
@@ -167,22 +170,29 @@ class Carry(NamedTuple):
 
 class Transformer(nnx.Module):
   """Encoder-decoder Transformer with the interface of `model.Seq2Seq`: __call__, forward,
-  start, step. Token id 0 is padding."""
+  start, step, source_mask. Token id 0 is padding. With model.encoder naming an image
+  encoder (encoders.py), that encoder replaces the token encoder."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     self.cfg = cfg   # validated by ModelConfig (transformer.check)
     d, dtype = cfg.d_model, cfg.compute_dtype
     embed = lambda v: nnx.Embed(v, d, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
-    self.src_embed = embed(cfg.src_vocab)
+    # the source encoder: the token encoder's parameters live here (src_embed, enc_layers,
+    # enc_norm: the names saved runs have), another encoder's in `source`
+    self.source = None if cfg.source == 'tokens' else encoders.lookup(cfg.encoder).build(
+        cfg, dim=d, rngs=rngs)
+    tokens = self.source is None
+    self.src_embed = embed(cfg.src_vocab) if tokens or cfg.share_embeddings else None
     self.tgt_embed = None if cfg.share_embeddings else embed(cfg.tgt_vocab)
     if cfg.positions == 'learned':
       self.pos = nnx.Param(0.02 * jax.random.normal(rngs.params(), (cfg.max_positions, d)))
     self.enc_layers = nnx.List([EncoderLayer(cfg, rngs=rngs)
-                                for _ in range(cfg.transformer_layers)])
+                                for _ in range(cfg.transformer_layers if tokens else 0)])
     self.dec_layers = nnx.List([DecoderLayer(cfg, rngs=rngs)
                                 for _ in range(cfg.transformer_layers)])
     ln = lambda: nnx.LayerNorm(d, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
-    self.enc_norm, self.dec_norm = (ln(), ln()) if cfg.norm_first else (None, None)
+    self.enc_norm = ln() if cfg.norm_first and tokens else None
+    self.dec_norm = ln() if cfg.norm_first else None
     self.out = None if cfg.tie_output else nnx.Linear(d, cfg.tgt_vocab, dtype=dtype,
                                                       param_dtype=jnp.float32, rngs=rngs)
 
@@ -208,7 +218,8 @@ class Transformer(nnx.Module):
   def _inputs(self, embed, tokens, offset: Any = 0) -> jax.Array:
     """tokens [B, T] -> E[token]·√D + P [B, T, D]."""
     x = embed(tokens) * jnp.asarray(math.sqrt(self.cfg.d_model), self.cfg.compute_dtype)
-    return x + jnp.asarray(self._positions(tokens.shape[1], offset), x.dtype)
+    pos = jnp.asarray(self._positions(tokens.shape[1], offset), x.dtype)   # [T, D] or 0.0
+    return x + (pos[None] if pos.ndim else pos)
 
   def _logits(self, y: jax.Array) -> jax.Array:
     """y [B, T, D] (after the final norm) -> logits [B, T, V] float32."""
@@ -216,9 +227,16 @@ class Transformer(nnx.Module):
       return self._embed_tgt().attend(y).astype(jnp.float32)
     return self.out(y).astype(jnp.float32)
 
-  def encode(self, src: jax.Array, keys: _Keys | None = None) -> tuple[jax.Array, jax.Array]:
-    """src [B, S] -> (encoder output [B, S, D] zero on padding, mask [B, S])."""
-    keys = keys or _Keys(None)
+  def source_mask(self, src: jax.Array) -> jax.Array:
+    """src -> [B, S] bool: the memory positions that are real (not padding)."""
+    return src != 0 if self.source is None else self.source.source_mask(src)
+
+  def encode(self, src: jax.Array, keys: DropoutKeys | None = None) -> tuple[jax.Array, jax.Array]:
+    """src [B, S] (or images) -> (encoder output [B, S, D] zero on padding, mask [B, S])."""
+    keys = keys or DropoutKeys(None)
+    if self.source is not None:
+      enc = self.source(src, dropout_key=keys())
+      return enc.annotations, enc.mask
     self.check_length(src.shape[1], 'a source')
     mask = src != 0
     x = dropout(self._inputs(self.src_embed, src), self.cfg.dropout, keys())
@@ -238,7 +256,7 @@ class Transformer(nnx.Module):
     """src [B, S], tgt_in [B, T] -> (logits [B, T, V] float32, Read): all target positions in
     one pass; position t sees tgt_in[:, :t+1] only (causal mask)."""
     del sample_key   # no attention mode of the transformer samples
-    keys = _Keys(dropout_key)
+    keys = DropoutKeys(dropout_key)
     enc, mask = self.encode(src, keys)
     t = tgt_in.shape[1]
     self.check_length(t, 'a target')

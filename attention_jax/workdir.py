@@ -1,9 +1,22 @@
-"""One run per workdir: an advisory lock held for the life of the training process; files
+"""The run directory (a workdir): its one owner. `Run` knows where each file of a run lives and
+reads and writes them; no other module spells a file name of a run.
+
+  <workdir>/config.json           the run's config (ml_collections), written when it is accepted
+  <workdir>/model_config.json     the ModelConfig it trains, with the vocabulary sizes
+  <workdir>/tokenizers/           its source and target vocabularies
+  <workdir>/checkpoints/{latest,best}/   Orbax checkpoints (checkpoint.py)
+  <workdir>/results.json          the final evaluation: its presence marks a finished run
+  <workdir>/sentences_<split>.jsonl      per-sentence records of the final evaluation (records.py)
+  <workdir>/eval_<name>.json (+ .sentences.jsonl, _heatmaps/, _<metric>_by_length.png)
+                                  what `evaluate` wrote later
+  <workdir>/tensorboard/, heatmaps/      training curves, the final attention heatmaps
+  <workdir>/train.log, wall_time.json    a sweep's log of the run and its attempts (sweep.py)
+
+One run per workdir: an advisory lock held for the life of the training process; files
 in it written atomically.
 
   with WorkdirLock(workdir):      # raises WorkdirInUse at once if another process holds it
     ...train...
-
 The lock is `flock(LOCK_EX | LOCK_NB)` on <workdir>/.lock, which holds the owner's pid and
 host. The kernel releases it when the process ends, however it ends (SIGKILL included), so a
 stale lock never needs cleaning up. On NFS, Linux implements flock with the server's byte-range
@@ -17,15 +30,173 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import shutil
 import socket
 
 LOCK_FILE = '.lock'
 MARKER = '.attention_jax_run'   # written with config.json when a run is accepted
+CONFIG, MODEL_CONFIG, RESULTS = 'config.json', 'model_config.json', 'results.json'
+TOKENIZERS, CHECKPOINTS, TENSORBOARD, HEATMAPS = 'tokenizers', 'checkpoints', 'tensorboard', 'heatmaps'
+TRAIN_LOG, WALL_TIME = 'train.log', 'wall_time.json'
 # what a run of this project holds: `--overwrite` clears a directory only if it is one
-RUN_ENTRIES = ('config.json', 'model_config.json', 'tokenizers', 'checkpoints', 'results.json',
-               'tensorboard', 'heatmaps', 'train.log', 'wall_time.json', LOCK_FILE, MARKER)
+RUN_ENTRIES = (CONFIG, MODEL_CONFIG, TOKENIZERS, CHECKPOINTS, RESULTS, TENSORBOARD, HEATMAPS,
+               TRAIN_LOG, WALL_TIME, LOCK_FILE, MARKER)
+
+
+class Run:
+  """One run directory: the paths of its files, and reading and writing them.
+
+    run = Run('runs/dates')
+    run.finished                  # results.json exists
+    run.config()                  # config.json as a dict (OSError / ValueError if unreadable)
+    run.write_config(cfg.to_json(indent=2), model_config.to_dict())
+  """
+
+  def __init__(self, path: str):
+    self.path = path
+
+  def __repr__(self) -> str:
+    return f'Run({self.path!r})'
+
+  def _join(self, *names: str) -> str:
+    return os.path.join(self.path, *names)
+
+  # ---- where its files are --------------------------------------------------------
+  @property
+  def config_path(self) -> str:
+    return self._join(CONFIG)
+
+  @property
+  def model_config_path(self) -> str:
+    return self._join(MODEL_CONFIG)
+
+  @property
+  def results_path(self) -> str:
+    return self._join(RESULTS)
+
+  @property
+  def tokenizers_dir(self) -> str:
+    return self._join(TOKENIZERS)
+
+  @property
+  def checkpoints_dir(self) -> str:
+    return self._join(CHECKPOINTS)
+
+  @property
+  def latest_dir(self) -> str:
+    """The newest checkpoints, for resuming."""
+    return self._join(CHECKPOINTS, 'latest')
+
+  @property
+  def best_dir(self) -> str:
+    """The checkpoint with the best validation score, for using."""
+    return self._join(CHECKPOINTS, 'best')
+
+  @property
+  def tensorboard_dir(self) -> str:
+    return self._join(TENSORBOARD)
+
+  @property
+  def heatmaps_dir(self) -> str:
+    return self._join(HEATMAPS)
+
+  @property
+  def train_log_path(self) -> str:
+    return self._join(TRAIN_LOG)
+
+  @property
+  def wall_time_path(self) -> str:
+    return self._join(WALL_TIME)
+
+  def sentences_path(self, split: str) -> str:
+    """Per-sentence records of the final evaluation of `split` (records.py)."""
+    return self._join(f'sentences_{split}.jsonl')
+
+  def eval_path(self, name: str, what: str = 'report', metric: str = '') -> str:
+    """The files of a later evaluation `name` (eval_<split> or eval_<file>[_beam..]):
+    what = 'report' (JSON), 'sentences' (JSON lines), 'heatmaps' (a directory), 'plot' (the
+    `metric` by source length, PNG)."""
+    suffix = {'report': '.json', 'sentences': '.sentences.jsonl', 'heatmaps': '_heatmaps',
+              'plot': f'_{metric}_by_length.png'}
+    if what not in suffix:
+      raise ValueError(f'unknown evaluation file {what!r}; valid: {", ".join(suffix)}')
+    return self._join(name + suffix[what])
+
+  # ---- what state it is in ----------------------------------------------------------
+  @property
+  def started(self) -> bool:
+    """A config has been written: a run was accepted here."""
+    return os.path.exists(self.config_path)
+
+  @property
+  def has_checkpoints(self) -> bool:
+    return os.path.isdir(self.checkpoints_dir)
+
+  @property
+  def resumable(self) -> bool:
+    """The latest-checkpoint directory holds a step to resume from."""
+    d = self.latest_dir
+    return os.path.isdir(d) and any(n.isdigit() for n in os.listdir(d))
+
+  @property
+  def finished(self) -> bool:
+    """The final evaluation was written (results.json)."""
+    return os.path.isfile(self.results_path)
+
+  # ---- reading ----------------------------------------------------------------------------
+  @staticmethod
+  def _read_json(path: str):
+    with open(path, encoding='utf-8') as f:
+      return json.load(f)
+
+  def config(self) -> dict:
+    """config.json as a dict; OSError if absent, ValueError if not JSON."""
+    return self._read_json(self.config_path)
+
+  def model_config(self) -> dict:
+    return self._read_json(self.model_config_path)
+
+  def results(self) -> dict:
+    return self._read_json(self.results_path)
+
+  def attempts(self) -> list[dict]:
+    """The sweep's attempts of this run (wall_time.json lines), [] if none."""
+    try:
+      with open(self.wall_time_path, encoding='utf-8') as f:
+        return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+      return []
+
+  # ---- writing (atomically: a reader sees the old file or the new one) -----------------
+  def mark(self) -> None:
+    """From now on the directory is a run of this project (`clear` may empty it)."""
+    write_atomic(self._join(MARKER), 'attention_jax run\n')
+
+  def write_config(self, config_json: str, model_config: dict) -> None:
+    """Written once a run is accepted (a refused resume changes nothing)."""
+    write_atomic(self.config_path, config_json)
+    self.mark()
+    write_atomic(self.model_config_path, json.dumps(model_config, indent=2))
+
+  def write_results(self, summary: dict) -> None:
+    """results.json, which marks the run finished."""
+    write_atomic(self.results_path, json.dumps(summary, indent=2))
+
+  def write_eval(self, name: str, report: dict) -> str:
+    path = self.eval_path(name)
+    write_atomic(path, json.dumps(report, indent=2))
+    return path
+
+  def append_attempt(self, line: dict) -> None:
+    """Appends one attempt of a sweep to wall_time.json."""
+    with open(self.wall_time_path, 'a', encoding='utf-8') as f:
+      f.write(json.dumps(line) + '\n')
+
+  def open_log(self):
+    """train.log, for appending (a sweep's log of the run's process)."""
+    return open(self.train_log_path, 'a')
 
 
 class WorkdirInUse(RuntimeError):
@@ -99,7 +270,7 @@ def foreign_entries(workdir: str) -> list[str]:
   own = lambda n: (n in RUN_ENTRIES or n.startswith('eval_') or '.tmp' in n
                    or (n.startswith('sentences_') and n.endswith('.jsonl')))
   foreign = [n for n in names if not own(n)]
-  if foreign or {'tokenizers', 'checkpoints'} & set(names):
+  if foreign or {TOKENIZERS, CHECKPOINTS} & set(names):
     return foreign
   return [n for n in names if n != LOCK_FILE]
 

@@ -6,9 +6,9 @@ over seeds and over sentences (Holm-adjusted), one plain sentence per comparison
   bash launch.sh compare runs/a runs/b runs/c --split=validation --metric=chrf,exact_match
   bash launch.sh compare runs/cmudict_attention/* --baseline=global_additive --out=cmp.md
 
-A directory with results.json is one run; a directory whose subdirectories hold results.json
+A finished run's directory is one run; a directory whose subdirectories are finished runs
 is a group (its runs are seeds). Runs evaluated on different sentences are refused, naming
-the difference. The per-sentence records (sentences_<split>.jsonl, written by training) are
+the difference. The per-sentence records of each split (written by training) are
 what the sentence-level test resamples; runs without them get the seed-level statistics only.
 """
 

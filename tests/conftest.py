@@ -3,7 +3,7 @@ optimisation is turned down and its older CPU emitters are used (TEST_XLA_FLAGS:
 2-5x faster; results are the same up to float rounding). Set ATTENTION_JAX_TEST_XLA_OPT=1 to test with full optimisation. The programs
 compiled by the session (its pytest-xdist workers and the experiments they start as
 subprocesses: the same smoke models again and again) go to one JAX compilation cache per
-session, removed at its end.
+session, removed at its end. Rank promotion raises (JAX_NUMPY_RANK_PROMOTION=raise).
 
 Data fixtures: `data_cfg(name, **overrides)` gives a small `data` config section whose TFDS
 data dir is one temp dir per test session (each offline task is prepared once).
@@ -26,6 +26,10 @@ TEST_XLA_FLAGS = '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitte
 if (os.environ.get('ATTENTION_JAX_TEST_XLA_OPT') != '1'
     and '--xla_backend_optimization_level' not in os.environ.get('XLA_FLAGS', '')):
   os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') + ' ' + TEST_XLA_FLAGS).strip()
+# implicit broadcasting between arrays of different ranks ([B, T, D] + [D]) is an error in
+# the tests (as in nanodo): a shape bug cannot hide behind it; the code broadcasts explicitly.
+# Set before jax is imported: workers and the experiments the tests start inherit it
+os.environ.setdefault('JAX_NUMPY_RANK_PROMOTION', 'raise')
 # set before jax is imported; pytest-xdist workers inherit it from the controller
 _OWN_CACHE = 'JAX_COMPILATION_CACHE_DIR' not in os.environ
 if _OWN_CACHE:

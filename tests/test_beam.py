@@ -71,6 +71,9 @@ class Chain:
   def __init__(self):
     self.logp = jnp.asarray(LOGP, jnp.float32)
 
+  def source_mask(self, src):
+    return src != PAD
+
   def start(self, src, max_len=None):
     b, s = src.shape
     mask = (src != PAD).astype(jnp.float32)
@@ -209,6 +212,9 @@ class Smoothed:
   truncated outputs (a Transformer's beam 5 fell to 67% exact match where greedy had 99%)."""
 
   TARGET = (A, B, A, A, B, B, A, B, EOS)
+
+  def source_mask(self, src):
+    return src != PAD
 
   def start(self, src, max_len=None):
     return jnp.zeros((src.shape[0],), jnp.int32), (src != PAD).astype(jnp.float32)

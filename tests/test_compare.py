@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from attention_jax import compare, metrics, records, report
+from attention_jax import workdir as workdir_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = 'the a cat dog sat on mat red blue green house tree'.split()
@@ -42,7 +43,7 @@ def make_run(workdir, refs, noise, seed, num_test=None):
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
     json.dump({'seed': seed, 'data': {'name': 'toy', 'num_test': num_test or len(refs),
                                       'data_dir': f'/somewhere/{seed}'}}, f)
-  records.write(records.path(workdir, 'test'), header, recs)
+  records.write(workdir_lib.Run(workdir).sentences_path('test'), header, recs)
   return workdir
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from attention_jax import data
-from attention_jax.data import textfiles, tfds_translation
+from attention_jax.data import tasks, textfiles, tfds_translation
 from experiments import data_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,6 +27,17 @@ def write_corpus(directory, pairs=PAIRS):
       with open(os.path.join(directory, f'{prefix}.{side}'), 'w', encoding='utf-8') as f:
         f.writelines(row[k] + '\n' for row in rows)
   return str(directory)
+
+
+def test_a_data_set_is_one_loader_and_one_registry_line(monkeypatch, data_cfg):
+  """data.name picks its loader from tasks.LOADERS: one registered at test time is a task."""
+  pairs = {'train': PAIRS['train'], 'validation': PAIRS['valid'], 'test': PAIRS['test']}
+  monkeypatch.setitem(tasks.LOADERS, 'in_memory', lambda d: (pairs, {}, 'this test'))
+  task = data.load_task(data_cfg('in_memory', tokenizer='char'))
+  assert task.texts('validation') == PAIRS['valid'] and task.location == 'this test'
+  with pytest.raises(ValueError, match=r"unknown data.name 'nope'; valid: dates, .*cmudict, "
+                                       r"textfiles, tfds, in_memory"):
+    data.load_task(data_cfg('nope'))
 
 
 def test_textfiles_round_trip(tmp_path, data_cfg):

@@ -2,7 +2,9 @@
 function to dodge one, and every module importable on its own in a fresh interpreter."""
 
 import ast
+import glob
 import os
+import re
 import pkgutil
 import subprocess
 import sys
@@ -145,3 +147,34 @@ def test_the_model_and_decoding_do_not_depend_on_the_data_package():
           todo.append(v)
     data = sorted(m for m in seen if m.startswith(f'{PACKAGE}.data'))
     assert not data, f'{name} imports {data}'
+
+
+# a run directory's file names: only workdir.py (its owner, workdir.Run) spells them
+RUN_FILES = re.compile(r'\b(model_)?config\.json|\bresults\.json|\bwall_time\.json|\btrain\.log\b'
+                       r'|(^|[^\w])sentences_(<|\{|$)|\.sentences\.jsonl|^_heatmaps$')
+RUN_DIRS = ('tokenizers', 'checkpoints', 'tensorboard', 'heatmaps', 'latest', 'best')
+
+
+def run_file_names(path: str) -> list[str]:
+  """'line: text' of each string in the module (docstrings too) that names a run's file, and
+  of each os.path.join of a run's directory."""
+  tree, found = ast.parse(open(path, encoding='utf-8').read()), []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+      if RUN_FILES.search(node.value):
+        found.append(f'{node.lineno}: {node.value[:60]!r}')
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr == 'join' and any(isinstance(a, ast.Constant) and a.value in RUN_DIRS
+                                             for a in node.args)):
+      found.append(f'{node.lineno}: os.path.join(..., {ast.unparse(node.args[-1])})')
+  return found
+
+
+def test_run_file_names_are_spelled_by_the_run_directory_owner_only():
+  assert run_file_names(os.path.join(ROOT, PACKAGE, 'workdir.py'))   # the check can fail
+  spelled = {name: hits for name, path in modules().items()
+             if not name.endswith('.workdir') and (hits := run_file_names(path))}
+  for path in sorted(glob.glob(os.path.join(ROOT, 'experiments', '**', '*.py'), recursive=True)):
+    if hits := run_file_names(path):
+      spelled[os.path.relpath(path, ROOT)] = hits
+  assert not spelled, f'use attention_jax.workdir.Run for these: {spelled}'

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from attention_jax import api, multihead, records, stats, sweep
+from attention_jax import workdir as workdir_lib
 from helpers import sweep_cmd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -113,7 +114,7 @@ def test_seeds_give_other_parameters_on_the_same_test_set_and_more_seeds_run_onl
           for k in (1, 2)] == [1, 2]
   leaves = [jax.tree.leaves(t.params) for t in loaded]
   assert any(not np.array_equal(a, b) for a, b in zip(*leaves))     # another init / training
-  heads = [records.read(records.path(str(variant / f'seed_{k}'), 'test')) for k in (1, 2)]
+  heads = [records.read(workdir_lib.Run(str(variant / f'seed_{k}')).sentences_path('test')) for k in (1, 2)]
   assert heads[0][0]['fingerprint'] == heads[1][0]['fingerprint']   # the same test sentences
   assert [r['id'] for r in heads[0][1]] == [r['id'] for r in heads[1][1]]
   for k, (header, recs) in zip((1, 2), heads):   # the records reproduce the run's results

@@ -46,6 +46,26 @@ def test_dates_smoke_writes_results_checkpoints_heatmaps(dates_run):
   assert summary['step'] == 8
 
 
+def test_the_run_directory_reads_what_training_wrote(dates_run, tmp_path):
+  """workdir.Run, the one owner of a run's file names, finds every file the trainer wrote."""
+  workdir, summary = dates_run
+  run = workdir_lib.Run(workdir)
+  assert run.started and run.finished and run.resumable and run.has_checkpoints
+  assert run.results()['step'] == summary['step'] == 8
+  assert run.config()['data']['name'] == 'dates'
+  assert run.model_config() == summary['model_config']
+  assert os.path.isdir(run.tokenizers_dir) and os.listdir(run.best_dir)
+  assert os.path.isfile(run.sentences_path('test')) and os.listdir(run.tensorboard_dir)
+  assert workdir_lib.foreign_entries(workdir) == []
+  empty = workdir_lib.Run(str(tmp_path))
+  assert not (empty.started or empty.finished or empty.resumable or empty.has_checkpoints)
+  assert empty.attempts() == []
+  with pytest.raises(FileNotFoundError):
+    empty.config()
+  with pytest.raises(ValueError, match="unknown evaluation file 'png'; valid: report, "):
+    run.eval_path('eval_test', 'png')
+
+
 def test_abstract_state_is_the_initial_states_shapes_and_the_initial_state_is_seeded():
   """What aj.load restores into (no initialiser run) has the shapes, dtypes and tree of the
   state training starts from; the compiled initialiser gives the seed's parameters."""
@@ -89,7 +109,7 @@ def test_load_refuses_missing_and_foreign_workdirs(tmp_path, dates_run):
   text = (edited / 'config.json').read_text()
   (edited / 'config.json').write_text(re.sub(r'"max_src_len": (\d+)', r'"max_src_len": "\1"', text))
   with pytest.raises(ckpt_lib.CheckpointError, match=r"not a usable attention_jax workdir: "
-                     r"ValueError: config.json: data.max_src_len must be a positive integer, "
+                     r"ValueError: \S*config.json: data.max_src_len must be a positive integer, "
                      r"got '\d+'"):
     aj.load(str(edited))
 
@@ -286,7 +306,7 @@ def test_evaluate_workdir_writes_report_plot_and_heatmaps(dates_run):
   assert os.path.exists(os.path.join(workdir, 'eval_test_beam1_a0.6.json'))
   # per-sentence records beside it, the same outputs as training's own (greedy) evaluation
   _, again = records.read(report['sentences_file'])
-  _, final = records.read(records.path(workdir, 'test'))
+  _, final = records.read(workdir_lib.Run(workdir).sentences_path('test'))
   assert report['sentences_file'].endswith('eval_test_beam1_a0.6.sentences.jsonl')
   assert [r['hyp'] for r in again] == [r['hyp'] for r in final] and len(final) == 32
 

@@ -14,7 +14,8 @@ tfds_translation.py).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+import functools
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from absl import logging
@@ -23,7 +24,6 @@ from attention_jax.data import batching, builders, cmudict, textfiles, tfds_tran
 from attention_jax.data import tokenizers as tok_lib
 
 SPLITS = ('train', 'validation', 'test')
-TASKS = (*builders.BUILDERS, 'cmudict', 'textfiles', 'tfds')
 # data fields added after runs were saved, with the value a saved config without them means
 FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT}
 
@@ -238,23 +238,35 @@ class Task:
     return out
 
 
+def _builder(prepare: Callable) -> Callable:
+  """A loader of one of our offline TFDS builders (`prepare(cfg.data)` builds it once)."""
+  def load(d):
+    builder = prepare(d)
+    texts, extras = _read_builder(builder)
+    return texts, extras, str(builder.data_dir)
+  return load
+
+
+def _tfds(d):
+  pairs = tfds_translation.load_pairs(d.tfds_name, d.src_lang, d.tgt_lang, data_dir=d.data_dir)
+  return pairs, {}, f'{d.tfds_name} ({d.src_lang} -> {d.tgt_lang})'
+
+
+# data.name -> loader(cfg.data) -> (pairs by split, per-split extras (e.g. references, gold
+# alignments), where the data came from). A new data set is one loader and one line here.
+LOADERS: dict[str, Callable] = {
+    **{name: _builder(functools.partial(builders.prepare, name)) for name in builders.BUILDERS},
+    'cmudict': _builder(cmudict.prepare),
+    'textfiles': lambda d: (textfiles.read_corpus(d.textfiles_dir), {}, d.textfiles_dir),
+    'tfds': _tfds,
+}
+TASKS = tuple(LOADERS)
+
+
 def _load_texts(d) -> tuple[dict, dict, str]:
-  name = d.name
-  if name in builders.BUILDERS:
-    builder = builders.prepare(name, d)
-    texts, extras = _read_builder(builder)
-    return texts, extras, str(builder.data_dir)
-  if name == 'cmudict':
-    builder = cmudict.prepare(d)
-    texts, extras = _read_builder(builder)
-    return texts, extras, str(builder.data_dir)
-  if name == 'textfiles':
-    return textfiles.read_corpus(d.textfiles_dir), {}, d.textfiles_dir
-  if name == 'tfds':
-    pairs = tfds_translation.load_pairs(d.tfds_name, d.src_lang, d.tgt_lang,
-                                        data_dir=d.data_dir)
-    return pairs, {}, f'{d.tfds_name} ({d.src_lang} -> {d.tgt_lang})'
-  raise ValueError(f'unknown data.name {name!r}; valid: {", ".join(TASKS)}')
+  if d.name not in LOADERS:
+    raise ValueError(f'unknown data.name {d.name!r}; valid: {", ".join(LOADERS)}')
+  return LOADERS[d.name](d)
 
 
 def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Task:

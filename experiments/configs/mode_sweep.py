@@ -9,18 +9,16 @@ bleu_by_length.png) is written at the end. Another score or decoder for all vari
 --config.model.score=general etc. after the sweep file (see launch.sh sweep).
 """
 
+from attention_jax.attention import MODES, NORMALISERS
 from experiments.configs import dates
 
-VARIANTS = [
-    ('global', {}),
-    ('local_m', {'model.attention_mode': 'local_m'}),
-    ('local_p', {'model.attention_mode': 'local_p'}),
-    ('hard', {'model.attention_mode': 'hard'}),
-    ('hard_st', {'model.attention_mode': 'hard_st'}),
-    ('sparsemax', {'model.normaliser': 'sparsemax'}),
-    ('coverage', {'model.coverage': True, 'train.coverage_weight': 1.0}),
-    ('self_attention', {'model.self_attention_layers': 1}),
-]
+# every registered mode and normaliser (a new one joins the sweep with no edit here), then
+# coverage and encoder self-attention
+VARIANTS = (
+    [(mode, {} if mode == 'global' else {'model.attention_mode': mode}) for mode in MODES]
+    + [(name, {'model.normaliser': name}) for name in NORMALISERS if name != 'softmax']
+    + [('coverage', {'model.coverage': True, 'train.coverage_weight': 1.0}),
+       ('self_attention', {'model.self_attention_layers': 1})])
 
 
 def get_config(arg: str | None = None):

@@ -1,0 +1,179 @@
+"""Image encoders: an image -> a grid of annotation vectors, the memory a decoder attends over
+(Xu et al. 2015, "Show, Attend and Tell", §3.1.1: the L = H' x W' vectors of a CNN's last
+feature map, one per image region).
+
+Sources: images [B, H, W] (grayscale) or [B, H, W, C] float, pixels in [0, 1]; images of
+different sizes are padded to one size with -1. H and W must be multiples of the grid's cell
+size (2^cnn_layers for 'cnn', patch_size for 'vit').
+
+  'cnn'  model.cnn_layers blocks of (3x3 convolution, ReLU, 2x2 max pool), model.cnn_width
+         channels doubling per block, then a linear map to the annotation size: H' = H / 2^L.
+  'vit'  non-overlapping p x p patches (p = model.patch_size), each a linear embedding plus a
+         2-D sinusoidal position (half the numbers for the row, half for the column), then
+         model.transformer_layers Transformer encoder layers of width model.d_model
+         (Dosovitskiy et al. 2021): H' = H / p.
+
+A grid cell is real if any pixel it covers is; padded cells are zero and masked (they get no
+attention), and the convolutions see zeros there, so padding aligned to the grid changes no
+real cell's annotation. The grid is flattened row by row: position s = i * W' + j.
+The summary (the RNN decoders' initial state) is the mean annotation over the real cells, as
+Xu et al. initialise their LSTM from the average annotation vector (§3.1.2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention_jax import multihead, transformer
+from attention_jax.encoders import Encoded, register_encoder
+from attention_jax.layers import dropout
+
+
+def pixels(src: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """images [B, H, W] or [B, H, W, C] -> (x [B, H, W, C] with padding set to 0, real [B, H, W])."""
+  x = src[..., None] if src.ndim == 3 else src
+  real = x[..., 0] >= 0
+  return jnp.where(real[..., None], x, 0), real
+
+
+def check_grid(shape, cell: int, what: str) -> tuple[int, int]:
+  """(H', W') of images of `shape` with cells of `cell` x `cell` pixels; ValueError otherwise."""
+  if len(shape) not in (3, 4):
+    raise ValueError(f'image sources are [B, H, W] or [B, H, W, C] arrays, got shape '
+                     f'{tuple(shape)}')
+  h, w = shape[1], shape[2]
+  if h % cell or w % cell:
+    raise ValueError(f'images of {h} x {w} pixels do not divide into {cell} x {cell} cells '
+                     f'({what}): pad them to multiples of {cell}')
+  return h // cell, w // cell
+
+
+def pool_mask(real: jax.Array, cell: int) -> jax.Array:
+  """real [B, H, W] bool -> [B, H/cell, W/cell]: a cell is real if any of its pixels is."""
+  b, h, w = real.shape
+  return real.reshape(b, h // cell, cell, w // cell, cell).any(axis=(2, 4))
+
+
+def mean_over(ann: jax.Array, mask: jax.Array) -> jax.Array:
+  """ann [B, S, K], mask [B, S] -> [B, K]: the mean over the real positions."""
+  m = mask.astype(ann.dtype)[..., None]
+  return jnp.sum(ann * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1)
+
+
+def sinusoids_2d(h: int, w: int, dim: int) -> jax.Array:
+  """[h * w, dim] float32: row i's sinusoids (dim/2 numbers) then column j's, at s = i*w + j."""
+  rows = transformer.sinusoids(h, dim // 2)                                       # [h, D/2]
+  cols = transformer.sinusoids(w, dim - dim // 2)                                 # [w, D/2]
+  return jnp.concatenate([jnp.repeat(rows, w, axis=0), jnp.tile(cols, (h, 1))], axis=-1)
+
+
+class _ImageEncoder(nnx.Module):
+  source = 'images'
+  cell: int
+  what: str
+
+  @classmethod
+  def check(cls, cfg) -> None:
+    if cfg.image_channels < 1:
+      raise ValueError(f'model.image_channels must be >= 1, got {cfg.image_channels!r}')
+
+  def grid(self, shape) -> tuple[int, int]:
+    return check_grid(shape, self.cell, self.what)
+
+  def source_mask(self, src: jax.Array) -> jax.Array:
+    """images -> [B, H' * W'] bool, the real grid cells."""
+    self.grid(src.shape)
+    _, real = pixels(src)
+    return pool_mask(real, self.cell).reshape(src.shape[0], -1)
+
+
+@register_encoder('cnn')
+class CNNEncoder(_ImageEncoder):
+  """Convolution blocks -> the annotation grid (see the module docstring)."""
+
+  @classmethod
+  def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'CNNEncoder':
+    return cls(channels=cfg.image_channels, layers=cfg.cnn_layers, width=cfg.cnn_width,
+               dim=dim, dropout=cfg.dropout, dtype=cfg.compute_dtype, rngs=rngs)
+
+  def __init__(self, *, channels: int, layers: int, width: int, dim: int, dropout: float,
+               dtype: Any, rngs: nnx.Rngs):
+    convs, c_in = [], channels
+    for layer in range(layers):
+      c_out = width * 2 ** layer
+      convs.append(nnx.Conv(c_in, c_out, (3, 3), padding='SAME', dtype=dtype,
+                            param_dtype=jnp.float32, rngs=rngs))
+      c_in = c_out
+    self.convs = nnx.List(convs)
+    self.proj = nnx.Linear(c_in, dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    self.cell, self.what = 2 ** layers, f'{layers} blocks of 2 x 2 pooling (model.cnn_layers)'
+    self.dropout, self.dtype = dropout, dtype
+
+  def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None) -> Encoded:
+    """images [B, H, W(, C)] -> Encoded: annotations [B, H'W', K], mask [B, H'W']."""
+    self.grid(src.shape)
+    x, real = pixels(src)
+    x = x.astype(self.dtype)                                                  # [B, H, W, C]
+    for conv in self.convs:
+      x = jax.nn.relu(conv(x))
+      b, h, w, c = x.shape
+      x = x.reshape(b, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))               # 2 x 2 max pool
+      real = pool_mask(real, 2)
+      x = x * real[..., None].astype(x.dtype)     # padded cells stay zero for the next block
+    b, h, w, _ = x.shape
+    mask = real.reshape(b, h * w)
+    ann = self.proj(x.reshape(b, h * w, -1)) * mask[..., None].astype(x.dtype)  # [B, S, K]
+    ann = dropout(ann, self.dropout, dropout_key)
+    return Encoded(annotations=ann, mask=mask, summary=mean_over(ann, mask))
+
+
+@register_encoder('vit')
+class ViTEncoder(_ImageEncoder):
+  """Patch embeddings + 2-D positions -> Transformer encoder layers (see the module docstring)."""
+
+  @classmethod
+  def check(cls, cfg) -> None:
+    super().check(cfg)
+    multihead.check(cfg.self_attention_score, cfg.heads, cfg.d_model,
+                    "the 'vit' encoder (model.self_attention_score, model.heads)")
+
+  @classmethod
+  def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'ViTEncoder':
+    return cls(cfg, dim=dim, rngs=rngs)
+
+  def __init__(self, cfg, *, dim: int, rngs: nnx.Rngs):
+    p, d, dtype = cfg.patch_size, cfg.d_model, cfg.compute_dtype
+    self.embed = nnx.Linear(p * p * cfg.image_channels, d, dtype=dtype, param_dtype=jnp.float32,
+                            rngs=rngs)
+    self.layers = nnx.List([transformer.EncoderLayer(cfg, rngs=rngs)
+                            for _ in range(cfg.transformer_layers)])
+    self.norm = nnx.LayerNorm(d, dtype=dtype, param_dtype=jnp.float32,
+                              rngs=rngs) if cfg.norm_first else None
+    self.proj = None if dim == d else nnx.Linear(d, dim, dtype=dtype, param_dtype=jnp.float32,
+                                                 rngs=rngs)
+    self.cell, self.what = p, 'patches of model.patch_size pixels'
+    self.dim, self.dropout, self.dtype = d, cfg.dropout, dtype
+
+  def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None) -> Encoded:
+    """images [B, H, W(, C)] -> Encoded: annotations [B, H'W', K], mask [B, H'W']."""
+    gh, gw = self.grid(src.shape)
+    x, real = pixels(src)
+    b, p, c = x.shape[0], self.cell, x.shape[-1]
+    patches = (x.reshape(b, gh, p, gw, p, c).transpose(0, 1, 3, 2, 4, 5)
+               .reshape(b, gh * gw, p * p * c).astype(self.dtype))              # [B, S, p*p*C]
+    mask = pool_mask(real, p).reshape(b, gh * gw)                              # [B, S]
+    keys = transformer.DropoutKeys(dropout_key)
+    h = self.embed(patches) + sinusoids_2d(gh, gw, self.dim).astype(self.dtype)[None]
+    h = dropout(h, self.dropout, keys()) * mask[..., None].astype(self.dtype)
+    for layer in self.layers:
+      h = layer(h, mask[:, None, :], keys)
+    if self.norm is not None:
+      h = self.norm(h)
+    if self.proj is not None:
+      h = self.proj(h)
+    ann = h * mask[..., None].astype(h.dtype)
+    return Encoded(annotations=ann, mask=mask, summary=mean_over(ann, mask))

@@ -1,0 +1,199 @@
+"""Image sources (images.py, encoders.py): the encoders' grids, masks and padding invariance,
+every image encoder with every decoder, Xu et al. 2015's context gate and doubly stochastic
+regulariser against NumPy, and the clear errors of combinations that are not defined."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_jax import beam, decode, encoders, images, objective
+from attention_jax import steps as steps_lib
+from attention_jax.attention import Attention
+from attention_jax.model import ModelConfig, build
+
+IMAGE_ENCODERS = encoders.names('images')
+SMALL = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
+             d_model=16, heads=2, ff_dim=24, transformer_layers=1, emb_dim=8, dec_hidden=12,
+             attn_dim=8)
+
+
+def config(encoder, decoder='bahdanau', **kw):
+  arch = 'transformer' if decoder == 'transformer' else 'rnn'
+  return ModelConfig(**{**SMALL, 'arch': arch, 'encoder': encoder,
+                        **({} if arch == 'transformer' else {'decoder': decoder}), **kw})
+
+
+def batch_of(*sizes, seed=0):
+  """Images of `sizes` (h, w) padded with -1 to the largest -> [B, H, W], and the originals."""
+  rng = np.random.RandomState(seed)
+  originals = [rng.rand(h, w).astype(np.float32) for h, w in sizes]
+  hh, ww = max(h for h, _ in sizes), max(w for _, w in sizes)
+  out = np.full((len(sizes), hh, ww), -1.0, np.float32)
+  for i, im in enumerate(originals):
+    out[i, :im.shape[0], :im.shape[1]] = im
+  return jnp.asarray(out), originals
+
+
+def test_image_encoders_are_registered_beside_the_token_encoder():
+  assert set(IMAGE_ENCODERS) >= {'cnn', 'vit'} and encoders.names('tokens') == ['rnn']
+  with pytest.raises(ValueError, match=r"unknown encoder 'resnet'; valid encoders: cnn, rnn, vit"):
+    config('resnet')
+
+
+@pytest.mark.parametrize('name', IMAGE_ENCODERS)
+def test_grid_shapes_and_masks_of_padded_images(name):
+  """8x16 and 4x8 images in one batch: the grid of 4-pixel cells is 2 x 4; the small image's
+  real cells are its own 1 x 2; padded cells are zero and masked."""
+  cfg = config(name)
+  enc = build(cfg, rngs=nnx.Rngs(0)).encoder
+  src, _ = batch_of((8, 16), (4, 8))
+  out = enc(src)
+  assert enc.grid(src.shape) == (2, 4)
+  assert out.annotations.shape == (2, 8, cfg.image_dim) and out.summary.shape == (2, 12)
+  expected = np.zeros((2, 2, 4), bool)
+  expected[0] = True
+  expected[1, 0, :2] = True
+  np.testing.assert_array_equal(out.mask, expected.reshape(2, 8))
+  np.testing.assert_array_equal(enc.source_mask(src), out.mask)
+  np.testing.assert_array_equal(out.annotations[~np.asarray(out.mask)], 0.0)
+  real = np.asarray(out.annotations[1])[np.asarray(out.mask[1])]
+  np.testing.assert_allclose(out.summary[1], real.mean(0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('name', IMAGE_ENCODERS)
+@pytest.mark.parametrize('decoder', ['bahdanau', 'luong', 'transformer'])
+def test_padding_gets_no_attention_and_changes_no_output(name, decoder):
+  """An image decoded alone and padded in a batch with a larger one: the same annotations,
+  logits, attention and greedy output; its padded cells get zero weight."""
+  model = build(config(name, decoder), rngs=nnx.Rngs(1))
+  src, originals = batch_of((8, 16), (4, 8), seed=1)
+  alone = jnp.asarray(originals[1])[None]
+  tgt = jnp.asarray([[1, 4, 5, 6, 3], [1, 7, 8, 3, 0]])
+  logits, w = model(src, tgt)
+  logits1, w1 = model(alone, tgt[1:])
+  mask = np.asarray(model.source_mask(src))
+  np.testing.assert_array_equal(np.asarray(w[1])[:, ~mask[1]], 0.0)
+  np.testing.assert_allclose(np.asarray(w[1])[:, mask[1]], w1[0], rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(logits[1, :4], logits1[0, :4], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(w).sum(-1)[:, :4], 1.0, rtol=1e-5)   # weights sum to 1
+  toks, ws = decode.greedy(model, src, 6)
+  toks1, _ = decode.greedy(model, alone, 6)
+  np.testing.assert_array_equal(toks[1], toks1[0])
+  assert ws.shape == (2, 6, 8)
+
+
+@pytest.mark.parametrize('name', IMAGE_ENCODERS)
+@pytest.mark.parametrize('score,mode,normaliser', [
+    ('additive', 'global', 'softmax'), ('general', 'hard', 'softmax'),
+    ('scaled_dot', 'hard_st', 'softmax'), ('dot', 'global', 'sparsemax'),
+    ('cosine', 'global', 'softmax')])
+def test_rnn_decoders_read_an_image_with_scores_and_modes(name, score, mode, normaliser):
+  """Beam search's best equals greedy's output with beam 1, over an image memory."""
+  cfg = config(name, 'luong', score=score, attention_mode=mode, normaliser=normaliser,
+               dec_hidden=12)
+  model = build(cfg, rngs=nnx.Rngs(2))
+  src, _ = batch_of((8, 16), (8, 8), seed=2)
+  greedy, _ = decode.greedy(model, src, 5)
+  best, _, weights = beam.beam_search(model, src, beam_size=1, max_len=5)
+  np.testing.assert_array_equal(best, greedy)
+  assert weights.shape == (2, 5, 8)
+
+
+def test_sinusoids_2d_are_the_row_then_the_column():
+  p = np.asarray(images.sinusoids_2d(3, 5, 8))
+  i, j = 2, 4
+  np.testing.assert_allclose(p[i * 5 + j, :4], [np.sin(i), np.cos(i), np.sin(i / 100), np.cos(i / 100)],
+                             rtol=1e-5)
+  np.testing.assert_allclose(p[i * 5 + j, 4:], [np.sin(j), np.cos(j), np.sin(j / 100), np.cos(j / 100)],
+                             rtol=1e-5)
+
+
+def test_cnn_grid_against_numpy():
+  """One conv block (3x3 SAME, ReLU, 2x2 max pool) and the linear map, by hand."""
+  enc = build(config('cnn', cnn_layers=1, cnn_width=3), rngs=nnx.Rngs(3)).encoder
+  x = np.random.RandomState(3).rand(1, 4, 6).astype(np.float32)
+  k = np.asarray(enc.convs[0].kernel[...])                         # [3, 3, 1, 3]
+  pad = np.pad(x[0], 1)
+  conv = np.stack([[np.einsum('ab,abc->c', pad[i:i + 3, j:j + 3], k[:, :, 0])
+                    for j in range(6)] for i in range(4)]) + np.asarray(enc.convs[0].bias[...])
+  pooled = np.maximum(conv, 0).reshape(2, 2, 3, 2, 3).max(axis=(1, 3))     # [2, 3, C]
+  ann = pooled.reshape(6, 3) @ np.asarray(enc.proj.kernel[...]) + np.asarray(enc.proj.bias[...])
+  np.testing.assert_allclose(enc(jnp.asarray(x)).annotations[0], ann, rtol=1e-4, atol=1e-5)
+
+
+def test_sizes_that_do_not_divide_into_cells_are_refused():
+  model = build(config('cnn'), rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match=r'images of 6 x 8 pixels do not divide into 4 x 4 cells'):
+    model(jnp.zeros((1, 6, 8)), jnp.ones((1, 2), jnp.int32))
+
+
+@pytest.mark.parametrize('kw,needle', [
+    (dict(encoder='cnn', attention_mode='local_m'), r"local_m' places a window p_t ± D on a 1-D"),
+    (dict(encoder='vit', attention_mode='local_p'), r'use global, hard, hard_st or the sparsemax'),
+    (dict(encoder='rnn', arch='transformer'), r"reads tokens; the transformer's token encoder"),
+    (dict(encoder='cnn', arch='transformer', context_gate=True), r'context_gate .* RNN decoders'),
+    (dict(encoder='cnn', image_channels=0), r'model.image_channels must be a positive integer'),
+])
+def test_undefined_combinations_are_refused_by_name(kw, needle):
+  with pytest.raises(ValueError, match=needle):
+    ModelConfig(**{**SMALL, **kw})
+
+
+# ---- Xu et al. 2015's own parts --------------------------------------------------------------
+def test_context_gate_scales_the_context_by_a_sigmoid_of_the_query():
+  attn = Attention('general', query_dim=5, key_dim=4, attn_dim=3, max_src_len=8, gate=True,
+                   rngs=nnx.Rngs(4))
+  rng = np.random.RandomState(4)
+  q, keys = rng.randn(2, 3, 5).astype(np.float32), rng.randn(2, 6, 4).astype(np.float32)
+  mask = np.ones((2, 6), bool)
+  mem = attn.memory(jnp.asarray(keys), jnp.asarray(mask), jnp.zeros((2, 4)))
+  gated = attn.read(jnp.asarray(q), mem)
+  w, b = np.asarray(attn.gate.kernel[...]), np.asarray(attn.gate.bias[...])
+  beta = 1 / (1 + np.exp(-(q @ w + b)))                                  # [2, 3, 1]
+  ungated = np.einsum('bts,bsk->btk', np.asarray(gated.weights), keys)
+  np.testing.assert_allclose(gated.context, beta * ungated, rtol=1e-5, atol=1e-6)
+  assert Attention('general', query_dim=5, key_dim=4, attn_dim=3, max_src_len=8,
+                   rngs=nnx.Rngs(4)).gate is None
+
+
+def test_doubly_stochastic_term_against_numpy():
+  rng = np.random.RandomState(5)
+  w = rng.dirichlet(np.ones(4), size=(2, 3)).astype(np.float32)          # [B, T, S]
+  tgt = np.array([[1, 1, 0], [1, 1, 1]], np.float32)
+  src = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], np.float32)
+  expected = [sum(src[b, i] * (1 - sum(tgt[b, t] * w[b, t, i] for t in range(3))) ** 2
+                  for i in range(4)) for b in range(2)]
+  np.testing.assert_allclose(objective.doubly_stochastic(w, tgt, src), expected, rtol=1e-5)
+  # in the loss: λ_ds times the sum over real sentences, per real target token
+  logits = jnp.zeros((2, 3, 6))
+  batch = {'tgt_out': jnp.asarray([[4, 3, 0], [4, 5, 3]]), 'weight': jnp.asarray([1.0, 1.0])}
+  read = type('Read', (), {'weights': jnp.asarray(w)})
+  base, _, _ = objective.loss(objective.Objective(), logits, read, batch, None)
+  obj = dataclasses.replace(objective.Objective(), doubly_stochastic_weight=0.5)
+  with_ds, sums, _ = objective.loss(obj, logits, read, batch, None, src_mask=jnp.asarray(src > 0))
+  np.testing.assert_allclose(with_ds - base, 0.5 * sum(expected) / 5, rtol=1e-5)
+  np.testing.assert_allclose(sums['doubly_stochastic_sum'], sum(expected), rtol=1e-5)
+
+
+def test_train_step_with_the_regulariser_and_gate_lowers_the_loss():
+  """A few optimiser steps on one batch of images: the objective with λ_ds and the gate is
+  differentiable end to end and goes down."""
+  cfg = config('cnn', 'bahdanau', context_gate=True)
+  obj = dataclasses.replace(objective.Objective(), doubly_stochastic_weight=1.0)
+  tx = steps_lib.OptimizerConfig(lr=3e-3, warmup_steps=0, decay='constant', steps=None,
+                                 weight_decay=0.0, clip_norm=1.0).build()
+  graphdef, state = steps_lib.init_state(cfg, tx, 0)
+  src, _ = batch_of((8, 16), (4, 8), seed=6)
+  batch = {'src': src, 'tgt_in': jnp.asarray([[1, 4, 5, 6], [1, 7, 8, 0]]),
+           'tgt_out': jnp.asarray([[4, 5, 6, 3], [7, 8, 3, 0]]), 'weight': jnp.ones((2,))}
+  step = jax.jit(lambda s, b: steps_lib.train_step(graphdef, tx, obj, 0, s, b))
+  losses = []
+  for _ in range(6):
+    state, m = step(state, batch)
+    losses.append(float(m['objective']))
+  assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
+  assert float(m['doubly_stochastic_sum']) > 0
