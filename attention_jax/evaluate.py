@@ -61,10 +61,11 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
 
   tf_fn(params, batch) -> (sums, argmax attention [B, T]); decode_fn(params, src, max_len,
   factor) -> (tokens [B, L], weights [B, L, S]). Returns (report, kept, records): kept holds
-  the first `keep_outputs` (src, hyp, ref, ids, weights) for heatmaps; records = (header,
+  the first `keep_outputs` (src, hyp, ref, ids, weights, image or None) for heatmaps; records = (header,
   per-sentence records) of attention_jax.records, to be written beside the report.
   """
   texts = task.texts(split)
+  src_lens = task.encoded(split).src_len     # tokens of the source (image tasks: of what is drawn)
   all_refs = task.references(split)   # several references per source (G2P), or None
   total, rows, kept, per_sentence = None, [], [], []
   align_hits = align_total = 0
@@ -72,13 +73,15 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
     sums, argmax = tf_fn(params, batch)
     total = metrics_lib.add(total, sums)
     gold = task.batch_alignment(batch)
-    max_len = decode_lib.max_output_len(batch['src'].shape[1], factor)
+    # the output limit: from the source length (an image: from the longest training target)
+    max_len = decode_lib.max_output_len(
+        batch['src'].shape[1] if task.source == 'tokens' else task.max_tgt_len, factor)
     tokens, weights = jax.device_get(decode_fn(params, batch['src'], max_len, factor))
     argmax = np.asarray(argmax)
     for r in np.nonzero(batch['weight'] > 0)[0]:
       idx = int(batch['index'][r])
       src_text, ref = texts[idx]
-      src_len = int((batch['src'][r] != 0).sum()) - 1                    # without EOS
+      src_len = int(src_lens[idx])                                        # without EOS
       hyp = task.tgt_tok.decode(tokens[r].tolist())
       hits = total_steps = 0
       if gold is not None:
@@ -92,7 +95,8 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
                            'ref': ref, 'refs': rows[-1][5],
                            'align': [hits, total_steps] if gold is not None else None})
       if len(kept) < keep_outputs:
-        kept.append((src_text, hyp, ref, tokens[r], weights[r]))
+        image = None if task.source == 'tokens' else batch['src'][r]
+        kept.append((src_text, hyp, ref, tokens[r], weights[r], image))
   report = metrics_lib.summarise(total)
   hyps, refs = [x[1] for x in rows], [x[2] for x in rows]
   report.update(metrics_lib.text_metrics(hyps, refs, bleu_tokenize))
@@ -136,10 +140,13 @@ def heatmaps(task, kept, directory: str, prefix: str,
              heads: Callable | None = None) -> list[str]:
   """One labelled PNG per kept sentence, plus a grid of all of them; with `heads`
   (inference.layer_weights(graphdef, params, ...) of a Transformer) also a grid of the first
-  sentence's cross-attention per decoder layer (rows) and head (columns)."""
+  sentence's cross-attention per decoder layer (rows) and head (columns). Image sources: each
+  output token's attention upsampled onto the image (image_heatmaps)."""
   os.makedirs(directory, exist_ok=True)
+  if kept and kept[0][5] is not None:
+    return image_heatmaps(task, kept, directory, prefix)
   paths, items = [], []
-  for i, (src, hyp, ref, ids, weights) in enumerate(kept):
+  for i, (src, hyp, ref, ids, weights, _) in enumerate(kept):
     src_tokens = task.src_tok.pieces(src) + ['</s>']
     n = next((j + 1 for j, t in enumerate(ids) if t == EOS), len(ids))
     tgt_tokens = [task.tgt_tok.id_to_piece(int(t)) for t in ids[:n]]
@@ -151,7 +158,7 @@ def heatmaps(task, kept, directory: str, prefix: str,
   if items:
     paths.append(plots.plot_attention_grid(items, os.path.join(directory, f'{prefix}_grid.png')))
   if items and heads is not None:
-    src, _, _, ids, _ = kept[0]
+    src, _, _, ids, _, _ = kept[0]
     w, src_tokens, tgt_tokens, title = items[0]
     src_ids = np.asarray(task.src_tok.encode(src) + [EOS], np.int32)
     per_head = heads(src_ids, np.asarray(ids[:len(tgt_tokens)], np.int32))      # [N, H, T, S]
@@ -159,4 +166,22 @@ def heatmaps(task, kept, directory: str, prefix: str,
             for n in range(per_head.shape[0]) for h in range(per_head.shape[1])]
     paths.append(plots.plot_attention_grid(
         grid, os.path.join(directory, f'{prefix}_heads.png'), cols=per_head.shape[1]))
+  return paths
+
+
+def image_heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
+  """Image sources (Xu et al. 2015's figures): per kept example a PNG with one row per output
+  token, its attention over the grid upsampled onto the image, and a grid of all examples'
+  first ten tokens."""
+  paths, items = [], []
+  for i, (src, hyp, ref, ids, weights, image) in enumerate(kept):
+    n = next((j + 1 for j, t in enumerate(ids) if t == EOS), len(ids))
+    tokens = [task.tgt_tok.id_to_piece(int(t)) for t in ids[:n]]
+    title = f'{src!r} -> {hyp!r}' + ('' if hyp == ref else f' (ref {ref!r})')
+    items.append((image, weights[:n], tokens, title))
+    paths.append(plots.plot_image_attention(image, weights[:n], tokens,
+                                            os.path.join(directory, f'{prefix}_{i}.png'), title))
+  if items:
+    paths.append(plots.plot_image_attention_grid(
+        items, os.path.join(directory, f'{prefix}_grid.png')))
   return paths

@@ -113,3 +113,72 @@ def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
   fig.savefig(path, dpi=110)
   _pyplot().close(fig)
   return path
+
+
+# ---- attention over an image (Xu et al. 2015, the figures of §5) ---------------------------
+def image_grid(num_cells: int, shape: Sequence[int]) -> tuple[int, int]:
+  """The (H', W') grid of square cells that num_cells makes over an image of shape (H, W)."""
+  h, w = shape[0], shape[1]
+  cell = int(round(np.sqrt(h * w / num_cells)))
+  if cell < 1 or (h // cell) * (w // cell) != num_cells:
+    raise ValueError(f'{num_cells} attention weights do not tile a {h} x {w} image in square '
+                     'cells')
+  return h // cell, w // cell
+
+
+def _draw_image(ax, image, weights_s, label):
+  """The image in grey, one step's attention over its grid upsampled onto it (bilinear)."""
+  image = np.asarray(image, np.float32)
+  h, w = image.shape[:2]
+  ax.imshow(np.clip(image, 0, 1), cmap='gray', vmin=0, vmax=1, extent=(0, w, h, 0))
+  grid = np.asarray(weights_s, np.float32).reshape(image_grid(len(weights_s), (h, w)))
+  ax.imshow(grid, cmap='inferno', alpha=0.6, vmin=0, vmax=max(float(grid.max()), 1e-6),
+            extent=(0, w, h, 0), interpolation='bilinear')
+  ax.set_xticks([])
+  ax.set_yticks([])
+  ax.set_ylabel(label, rotation=0, ha='right', va='center', fontsize=9)
+
+
+def plot_image_attention(image, weights, tgt_tokens: Sequence[str], path: str,
+                         title: str = '') -> str:
+  """image [H, W] (pixels in [0, 1]), weights [T, H'·W'] -> a PNG with one row per output
+  token: where the decoder looked to emit it."""
+  image = np.asarray(image)
+  t = len(tgt_tokens)
+  aspect = image.shape[1] / image.shape[0]
+  width = 8.0
+  fig, axes = _pyplot().subplots(t, 1, figsize=(width, t * (width / aspect + 0.3) + 0.5),
+                                 squeeze=False)
+  for i, ax in enumerate(axes[:, 0]):
+    _draw_image(ax, image, np.asarray(weights)[i], repr(tgt_tokens[i])[1:-1])
+  if title:
+    axes[0, 0].set_title(title, fontsize=9)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=100)
+  _pyplot().close(fig)
+  return path
+
+
+def plot_image_attention_grid(items, path: str, steps: int = 10) -> str:
+  """items: list of (image [H, W], weights [T, S], tgt_tokens, title) -> one PNG: a column
+  per example, its first `steps` output tokens top to bottom."""
+  rows = min(steps, max(len(it[2]) for it in items))
+  image = np.asarray(items[0][0])
+  aspect = image.shape[1] / image.shape[0]
+  width = 4.0
+  fig, axes = _pyplot().subplots(rows, len(items), figsize=(
+      (width + 0.4) * len(items), rows * (width / aspect + 0.12) + 0.6), squeeze=False)
+  for c, (img, weights, tokens, title) in enumerate(items):
+    for r in range(rows):
+      ax = axes[r, c]
+      if r < len(tokens):
+        _draw_image(ax, img, np.asarray(weights)[r], repr(tokens[r])[1:-1])
+      else:
+        ax.axis('off')
+    axes[0, c].set_title(title, fontsize=8)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=100)
+  _pyplot().close(fig)
+  return path

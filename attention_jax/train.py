@@ -17,6 +17,7 @@ import ml_collections
 import sacrebleu
 
 from attention_jax import checkpoint as ckpt_lib
+from attention_jax import encoders
 from attention_jax import data as data_lib
 from attention_jax import evaluate as eval_lib
 from attention_jax import inference
@@ -229,6 +230,16 @@ def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
   os.makedirs(workdir, exist_ok=True)
 
 
+def check_source(task, mcfg: ModelConfig) -> None:
+  """The model reads what the task gives (token ids or images), or a clear error."""
+  if task.source != mcfg.source:
+    valid = ', '.join(encoders.names(task.source)) + (
+        " (or '' for the arch's own)" if task.source == 'tokens' else '')
+    raise ValueError(f'data.name={task.name!r} gives {task.source} as sources, but '
+                     f'model.encoder={mcfg.encoder!r} reads {mcfg.source}; valid encoders for '
+                     f'{task.source}: {valid}')
+
+
 def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str) -> None:
   """Resuming with a different model/data config would silently mix two runs: refuse.
   A model field the saved run predates counts as its ModelConfig default (as in checkpoints),
@@ -300,6 +311,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   if jax.process_count() > 1 and lead():
     _barrier('data prepared')
   mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
+  check_source(task, mcfg)
 
   use_ema = t.ema_decay > 0
   graphdef, state = init_state(mcfg, OptimizerConfig.of(t).build(), cfg.seed, ema=use_ema)

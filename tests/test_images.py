@@ -3,6 +3,7 @@ every image encoder with every decoder, Xu et al. 2015's context gate and doubly
 regulariser against NumPy, and the clear errors of combinations that are not defined."""
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -10,10 +11,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import beam, decode, encoders, images, objective
+from attention_jax import api, beam, data, decode, encoders, images, objective, train
 from attention_jax import steps as steps_lib
 from attention_jax.attention import Attention
+from attention_jax.data import image_builders
 from attention_jax.model import ModelConfig, build
+from experiments.configs import image_dates
+from helpers import smoke
 
 IMAGE_ENCODERS = encoders.names('images')
 SMALL = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
@@ -197,3 +201,46 @@ def test_train_step_with_the_regulariser_and_gate_lowers_the_loss():
     losses.append(float(m['objective']))
   assert all(np.isfinite(losses)) and losses[-1] < losses[0], losses
   assert float(m['doubly_stochastic_sum']) > 0
+
+
+# ---- the image_dates task, end to end ---------------------------------------------------------
+def test_image_dates_are_drawn_deterministically_and_test_strings_are_unseen(tmp_path):
+  cfg = image_dates.get_config('smoke').data
+  cfg.update(num_train=24, num_valid=8, num_test=8)
+  first, second = (data.load_task(dict_cfg(cfg, str(tmp_path / d))) for d in ('a', 'b'))
+  for split in ('train', 'test'):
+    a, b = first._images[split], second._images[split]
+    assert a.shape == (len(first.texts(split)), 32, 256) and a.dtype == np.uint8
+    np.testing.assert_array_equal(a, b)                 # regenerated elsewhere: the same pixels
+    assert (a.reshape(len(a), -1).max(1) > 150).all()   # every image has ink
+  train = {s for s, _ in first.texts('train')}
+  assert not train & {s for s, _ in first.texts('test')}
+  assert set(first.features('test')['font']) <= set(image_builders.FONTS)
+  batch = next(iter(first.eval_batches('test', 16)))
+  assert batch['src'].shape == (16, 32, 256) and batch['src'].dtype == np.float32
+  real = batch['weight'] > 0
+  assert batch['src'][real].min() >= 0 and batch['src'][real].max() <= 1
+  np.testing.assert_array_equal(batch['src'][~real], -1.0)          # filler rows: padding
+
+
+def dict_cfg(cfg, data_dir):
+  c = cfg.copy_and_resolve_references()
+  c.data_dir = data_dir
+  return c
+
+
+def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tmp_path):
+  cfg = smoke(image_dates, str(tmp_path / 'tfds'), **{'eval.heatmaps': 2})
+  workdir = str(tmp_path / 'run')
+  summary = train.train_and_evaluate(cfg, workdir)
+  assert summary['model_config']['encoder'] == 'cnn'
+  assert np.isfinite(summary['results']['test']['loss'])
+  assert [os.path.basename(p) for p in summary['heatmaps']] == ['test_0.png', 'test_1.png',
+                                                                 'test_grid.png']
+  report = api.evaluate_run(workdir, split='test', beam=2, num_heatmaps=1, verbose=False)
+  assert report['sentences'] == 32 and len(report['heatmaps']) == 2
+  wrong = smoke(image_dates, str(tmp_path / 'tfds'), **{'model.encoder': ''})
+  with pytest.raises(ValueError, match=r"data.name='image_dates' gives images as sources, but "
+                                       r"model.encoder='' reads tokens; valid encoders for "
+                                       r"images: cnn, vit"):
+    train.train_and_evaluate(wrong, str(tmp_path / 'wrong'))

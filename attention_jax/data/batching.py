@@ -11,7 +11,7 @@ A batch is a dict of numpy arrays, with (S, T) one of a few bucket shapes:
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -203,8 +203,9 @@ class TrainIterator:
   """
 
   def __init__(self, enc: Encoded, kept: np.ndarray, buckets: Buckets, batch_size: int,
-               seed: int):
+               seed: int, source: Callable[[dict], dict] | None = None):
     self._enc, self._buckets = enc, buckets
+    self._source = source   # batch -> batch with other sources (Task: images), or None
     self._kept = np.asarray(kept, np.int64)
     self._bucket = buckets.assign(enc.src_len[self._kept], enc.tgt_len[self._kept])
     if (self._bucket < 0).any():
@@ -238,7 +239,8 @@ class TrainIterator:
       self._plan = self._epoch_plan(self._epoch)
     b, rows = self._plan[self._position]
     self._position += 1
-    return make_batch(self._enc, rows, self._buckets.shapes[b], self.batch_size)
+    batch = make_batch(self._enc, rows, self._buckets.shapes[b], self.batch_size)
+    return batch if self._source is None else self._source(batch)
 
   def get_state(self) -> dict:
     return {'epoch': self._epoch, 'position': self._position, 'seed': self.seed,

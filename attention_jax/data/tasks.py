@@ -15,33 +15,47 @@ tfds_translation.py).
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 from absl import logging
 
-from attention_jax.data import batching, builders, cmudict, textfiles, tfds_translation
+from attention_jax.data import (batching, builders, cmudict, image_builders, textfiles,
+                                 tfds_translation)
 from attention_jax.data import tokenizers as tok_lib
 
 SPLITS = ('train', 'validation', 'test')
 # data fields added after runs were saved, with the value a saved config without them means
-FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT}
+FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT, 'image_height': 32, 'image_width': 256}
 
 
 def _text(x: Any) -> str:
   return x.decode('utf-8') if isinstance(x, bytes) else str(x)
 
 
-def _read_builder(builder) -> tuple[dict, dict]:
-  """All examples of a prepared builder: ({split: [(src, tgt)]}, {split: {feature: [str]}})."""
+class Loaded(NamedTuple):
+  """What a data set's loader gives: (source, target) strings per split, per-split extra
+  string features (references, locales, ...), where the data came from, and for image tasks
+  the source images per split (uint8 [N, H, W]; the strings then say what is drawn)."""
+  texts: dict[str, list[tuple[str, str]]]
+  extras: dict[str, dict[str, list[str]]]
+  location: str
+  images: dict[str, np.ndarray] | None = None
+
+
+def _read_builder(builder) -> Loaded:
+  """All examples of a prepared builder."""
   sources = builder.as_data_source()
-  extra_keys = [k for k in builder.info.features if k not in ('src', 'tgt')]
-  texts, extras = {}, {}
+  features = builder.info.features
+  extra_keys = [k for k in features if k not in ('src', 'tgt', 'image')]
+  texts, extras, images = {}, {}, {}
   for split in SPLITS:
     examples = tfds_translation.read_all(sources[split])
     texts[split] = [(_text(ex['src']), _text(ex['tgt'])) for ex in examples]
     extras[split] = {k: [_text(ex[k]) for ex in examples] for k in extra_keys}
-  return texts, extras
+    if 'image' in features:
+      images[split] = np.stack([np.asarray(ex['image'], np.uint8) for ex in examples])
+  return Loaded(texts, extras, str(builder.data_dir), images or None)
 
 
 def _encode(tok, texts: Sequence[str]) -> batching.Ragged:
@@ -66,15 +80,23 @@ def length_stats(lengths: np.ndarray) -> dict[str, float]:
 
 
 class Task:
-  """A tokenized data set with its tokenizers and length buckets (see module doc)."""
+  """A tokenized data set with its tokenizers and length buckets (see module doc).
+
+  With `images` ({split: uint8 [N, H, W]}) the sources are images: batches carry them as
+  float32 [B, H, W] in [0, 1] (padding -1) in place of token ids, while the source strings
+  (what is drawn) still give the length buckets, the records and the heatmaps' labels."""
 
   def __init__(self, name: str, texts: dict[str, list[tuple[str, str]]], src_tok, tgt_tok, *,
                max_src_len: int, max_tgt_len: int, num_buckets: int,
-               extras: dict[str, dict[str, list[str]]] | None = None, location: str = ''):
+               extras: dict[str, dict[str, list[str]]] | None = None, location: str = '',
+               images: dict[str, np.ndarray] | None = None):
     self.name = name
     self.location = location  # where the data lives (a TFDS dir, a corpus dir)
     self._texts = texts
     self._extras = extras or {}
+    self._images = images
+    self.source = 'tokens' if images is None else 'images'
+
     self._limits = dict(max_src_len=max_src_len, max_tgt_len=max_tgt_len,
                         num_buckets=num_buckets)
     self._src_tok, self._tgt_tok = src_tok, tgt_tok
@@ -168,7 +190,38 @@ class Task:
     """Training batches of [batch_size, S|T] forever, reshuffled from (seed, epoch)."""
     batching.check_batch_size(batch_size, num_devices)
     return batching.TrainIterator(self.encoded('train'), self.kept, self.buckets, batch_size,
-                                  seed)
+                                  seed, source=self._source_fn('train'))
+
+  @property
+  def max_tgt_len(self) -> int:
+    return self._limits['max_tgt_len']
+
+  @property
+  def image_shape(self) -> tuple[int, int] | None:
+    """(H, W) of an image task's batches (its largest image), None for token sources."""
+    if self._images is None:
+      return None
+    shapes = [im.shape[1:3] for im in self._images.values()]
+    return max(s[0] for s in shapes), max(s[1] for s in shapes)
+
+  def image(self, split: str, index: int) -> np.ndarray:
+    """One source image as float32 [H, W] in [0, 1]."""
+    return self._images[split][index].astype(np.float32) / 255.0
+
+  def _source_fn(self, split: str) -> Callable | None:
+    """For image tasks: batch -> the batch with `src` = its images (float32 [B, H, W], pixels
+    in [0, 1], -1 on padding and filler rows); None for token sources."""
+    if self._images is None:
+      return None
+    images, (h, w) = self._images[split], self.image_shape
+
+    def with_images(batch: dict) -> dict:
+      src = np.full((len(batch['index']), h, w), -1.0, np.float32)
+      for r in np.flatnonzero(batch['weight'] > 0):
+        im = images[batch['index'][r]]
+        src[r, :im.shape[0], :im.shape[1]] = im.astype(np.float32) / 255.0
+      return {**batch, 'src': src}
+    return with_images
 
   @property
   def eval_limits(self) -> tuple[int, int]:
@@ -192,8 +245,10 @@ class Task:
     """Every example of the split within eval_limits exactly once, fixed order, filler rows
     with weight 0."""
     batching.check_batch_size(batch_size, num_devices)
-    return batching.eval_batches(self.encoded(split), self.buckets, batch_size,
-                                 self.eval_rows(split))
+    batches = batching.eval_batches(self.encoded(split), self.buckets, batch_size,
+                                    self.eval_rows(split))
+    source = self._source_fn(split)
+    return batches if source is None else map(source, batches)
 
   def eval_shapes(self, split: str) -> tuple[tuple[int, int], ...]:
     """The (S, T) shapes eval_batches(split) uses (the buckets plus any overflow shape)."""
@@ -240,30 +295,27 @@ class Task:
 
 def _builder(prepare: Callable) -> Callable:
   """A loader of one of our offline TFDS builders (`prepare(cfg.data)` builds it once)."""
-  def load(d):
-    builder = prepare(d)
-    texts, extras = _read_builder(builder)
-    return texts, extras, str(builder.data_dir)
-  return load
+  return lambda d: _read_builder(prepare(d))
 
 
-def _tfds(d):
+def _tfds(d) -> Loaded:
   pairs = tfds_translation.load_pairs(d.tfds_name, d.src_lang, d.tgt_lang, data_dir=d.data_dir)
-  return pairs, {}, f'{d.tfds_name} ({d.src_lang} -> {d.tgt_lang})'
+  return Loaded(pairs, {}, f'{d.tfds_name} ({d.src_lang} -> {d.tgt_lang})')
 
 
-# data.name -> loader(cfg.data) -> (pairs by split, per-split extras (e.g. references, gold
-# alignments), where the data came from). A new data set is one loader and one line here.
-LOADERS: dict[str, Callable] = {
+# data.name -> loader(cfg.data) -> Loaded. A new data set is one loader and one line here.
+LOADERS: dict[str, Callable[[Any], Loaded]] = {
     **{name: _builder(functools.partial(builders.prepare, name)) for name in builders.BUILDERS},
     'cmudict': _builder(cmudict.prepare),
-    'textfiles': lambda d: (textfiles.read_corpus(d.textfiles_dir), {}, d.textfiles_dir),
+    **{name: _builder(functools.partial(image_builders.prepare_image_task, name))
+       for name in image_builders.IMAGE_BUILDERS},
+    'textfiles': lambda d: Loaded(textfiles.read_corpus(d.textfiles_dir), {}, d.textfiles_dir),
     'tfds': _tfds,
 }
 TASKS = tuple(LOADERS)
 
 
-def _load_texts(d) -> tuple[dict, dict, str]:
+def _load(d) -> Loaded:
   if d.name not in LOADERS:
     raise ValueError(f'unknown data.name {d.name!r}; valid: {", ".join(LOADERS)}')
   return LOADERS[d.name](d)
@@ -278,7 +330,7 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
   with a checkpoint (`load_tokenizers(workdir)`).
   """
   d = data_cfg
-  texts, extras, location = _load_texts(d)
+  texts, extras, location, images = _load(d)
   if not texts['train']:
     raise ValueError(f'{d.name}: the training split is empty')
   if tokenizers is None:
@@ -295,4 +347,4 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
                     d.name, d.tokenizer)
   return Task(d.name, texts, src_tok, tgt_tok, max_src_len=int(d.max_src_len),
               max_tgt_len=int(d.max_tgt_len), num_buckets=int(d.num_buckets), extras=extras,
-              location=location)
+              location=location, images=images)

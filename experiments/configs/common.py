@@ -32,6 +32,7 @@ def base_config() -> ml_collections.ConfigDict:
   # ---- data: see attention_jax/data --------------------------------------
   d = c.data = ml_collections.ConfigDict()
   d.name = 'dates'          # dates | copy | reverse | sort | addition | cmudict | textfiles | tfds
+                            # | image_dates (attention_jax.data.LOADERS)
   d.data_dir = ''           # TFDS data dir; '' = ~/tensorflow_datasets
   d.seed = 0                # generation seed of the offline tasks
   d.num_train = 20_000      # examples per split for the offline tasks
@@ -51,6 +52,8 @@ def base_config() -> ml_collections.ConfigDict:
   d.tfds_name = 'ted_hrlr_translate/pt_to_en'  # tfds: any translation builder
   d.src_lang = 'pt'         # tfds: language keys of the pair
   d.tgt_lang = 'en'
+  d.image_height = 32       # image tasks: the canvas, in pixels
+  d.image_width = 256
   d.tokenizer = 'char'      # char | word | sentencepiece
   d.tgt_tokenizer = ''      # the target's, if another ('' = data.tokenizer); cmudict: word
   d.vocab_size = 8000       # sentencepiece vocabulary size

@@ -1,0 +1,146 @@
+"""Offline image tasks: TFDS builders whose source is a grayscale image (deterministic, no
+download, no TensorFlow: array_record, like builders.py).
+
+  image_dates  the `dates` task's source strings (builders.AjDates: the same draws for the
+               same seed) drawn with fonts that matplotlib ships (DejaVu Sans / Serif / Mono
+               and STIX, upright, bold and italic), 10-13 px, at a random offset, rotated by
+               up to ±2 degrees, with Gaussian noise, on a canvas of data.image_height x
+               data.image_width pixels (32 x 256); the target is the ISO date. The model must
+               read the image: the string is stored (feature `src`) for display, records and
+               length buckets only.
+
+Features: image (uint8 [H, W]: 0 background, 255 ink), src, tgt, font, locale, style.
+
+  builder = prepare_image_task('image_dates', cfg.data)
+  builder.as_data_source()['test'][0]['image']       # uint8 [32, 256]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import zlib
+from typing import Any, Iterator
+
+import matplotlib
+import numpy as np
+import tensorflow_datasets as tfds
+from matplotlib.ft2font import FT2Font, LoadFlags
+from scipy import ndimage
+
+from attention_jax.data import builders
+
+FONT_DIR = os.path.join(os.path.dirname(matplotlib.__file__), 'mpl-data', 'fonts', 'ttf')
+FONTS = ('DejaVuSans.ttf', 'DejaVuSans-Bold.ttf', 'DejaVuSans-Oblique.ttf', 'DejaVuSerif.ttf',
+         'DejaVuSerif-Italic.ttf', 'DejaVuSansMono.ttf', 'STIXGeneral.ttf',
+         'STIXGeneralItalic.ttf')
+SIZES = (10, 11, 12, 13)      # pixels (points at 72 dpi)
+MAX_ANGLE = 2.0               # degrees
+NOISE = 0.04                  # standard deviation of the Gaussian noise, in [0, 1] units
+
+
+@dataclasses.dataclass(eq=False)
+class ImageTaskConfig(builders.TaskBuilderConfig):
+  image_height: int = 32
+  image_width: int = 256
+
+
+def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
+  """The builder config of an image task: the text task's (sizes, seed) plus the canvas."""
+  base = builders.make_config(task.removeprefix('image_'), data_cfg)
+  h, w = int(data_cfg.get('image_height', 32)), int(data_cfg.get('image_width', 256))
+  if not (8 <= h <= 1024 and 8 <= w <= 4096):
+    raise ValueError(f'data.image_height / image_width must be 8-1024 / 8-4096 pixels, got '
+                     f'{h} / {w}')
+  tfds_fields = {f.name for f in dataclasses.fields(tfds.core.BuilderConfig)}
+  fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(builders.TaskBuilderConfig)
+            if f.name not in tfds_fields}
+  return ImageTaskConfig(**{**fields, 'name': f'{base.name}_h{h}w{w}', 'image_height': h,
+                            'image_width': w})
+
+
+@functools.cache
+def _font(name: str) -> FT2Font:
+  return FT2Font(os.path.join(FONT_DIR, name))
+
+
+def covers(font: str, text: str) -> bool:
+  """Whether `font` has a glyph for every character of text."""
+  f = _font(font)
+  return all(c == ' ' or f.get_char_index(ord(c)) for c in text)
+
+
+def glyphs(text: str, font: str, size: int) -> np.ndarray:
+  """text drawn in font at size pixels -> float32 [h, w] ink in [0, 1], tightly cropped."""
+  f = _font(font)
+  f.set_size(size, 72)
+  f.set_text(text, 0.0, flags=LoadFlags.FORCE_AUTOHINT)
+  f.draw_glyphs_to_bitmap(antialiased=True)
+  return np.asarray(f.get_image(), np.float32) / 255.0
+
+
+def render(text: str, rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, str]:
+  """One drawing of text: (uint8 [height, width], the font used). A random font that has every
+  glyph, a size that fits, an offset, a small rotation, then noise."""
+  fonts = [f for f in FONTS if covers(f, text)]
+  if not fonts:
+    raise ValueError(f'no font of {FONTS} draws {text!r}')
+  font = fonts[int(rng.integers(len(fonts)))]
+  size = int(rng.choice(SIZES))
+  while True:
+    ink = glyphs(text, font, size)
+    angle = float(rng.uniform(-MAX_ANGLE, MAX_ANGLE))
+    ink = np.clip(ndimage.rotate(ink, angle, reshape=True, order=1), 0, 1)
+    h, w = ink.shape
+    if (h <= height - 2 and w <= width - 4) or size <= 6:
+      break
+    size -= 1                                   # too large for the canvas: a smaller size
+  ink = ink[:height, :width]
+  h, w = ink.shape
+  y = int(rng.integers(0, height - h + 1))
+  x = int(rng.integers(0, max(1, (width - w) // 4) + 1))     # near the left, as text is
+  canvas = np.zeros((height, width), np.float32)
+  canvas[y:y + h, x:x + w] = ink
+  canvas = np.clip(canvas + rng.normal(0.0, NOISE, canvas.shape), 0.0, 1.0)
+  return np.round(canvas * 255).astype(np.uint8), font
+
+
+class AjImageDates(builders.AjDates, skip_registration=True):
+  """`dates` drawn as images -> ISO 8601 (see the module docstring)."""
+  name = 'aj_image_dates'
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
+  DESCRIPTION = 'Dates in many formats and locales, drawn as grayscale images -> ISO 8601.'
+  EXTRA_FEATURES = ('locale', 'style', 'font')
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    c = self.builder_config
+    features = {'image': tfds.features.Tensor(shape=(c.image_height, c.image_width),
+                                              dtype=np.uint8, encoding='zlib'),
+                'src': tfds.features.Text(), 'tgt': tfds.features.Text(),
+                **{k: tfds.features.Text() for k in self.EXTRA_FEATURES}}
+    return tfds.core.DatasetInfo(builder=self, description=self.DESCRIPTION,
+                                 features=tfds.features.FeaturesDict(features),
+                                 supervised_keys=('image', 'tgt'))
+
+  def _generate_examples(self, examples: list[dict]) -> Iterator[tuple[str, dict]]:
+    c = self.builder_config
+    for i, ex in enumerate(examples):
+      # one generator per source string: a drawing does not depend on the others
+      rng = np.random.default_rng([c.seed, zlib.crc32(ex['src'].encode('utf-8'))])
+      image, font = render(ex['src'], rng, c.image_height, c.image_width)
+      yield f'{i:08d}', {**ex, 'image': image, 'font': font}
+
+
+IMAGE_BUILDERS = {'image_dates': AjImageDates}
+
+
+def prepare_image_task(task: str, data_cfg: Any) -> tfds.core.DatasetBuilder:
+  """Generates the image task's splits into data_cfg.data_dir once (later calls reuse them)."""
+  if task not in IMAGE_BUILDERS:
+    raise ValueError(f'no offline image builder for {task!r}; valid: {", ".join(IMAGE_BUILDERS)}')
+  with builders.quiet_tfds():
+    return builders.prepared(lambda: IMAGE_BUILDERS[task](
+        config=make_config(task, data_cfg), data_dir=data_cfg.data_dir or None,
+        file_format='array_record'))

@@ -1,0 +1,42 @@
+"""Dates drawn as images -> ISO 8601: soft visual attention (Xu et al. 2015, "Show, Attend and
+Tell") on rendered text.
+
+  bash launch.sh train experiments/configs/image_dates.py --workdir=runs/image_dates
+  bash launch.sh train experiments/configs/image_dates.py --config.model.encoder=vit --workdir=runs/image_dates_vit
+  bash launch.sh train experiments/configs/image_dates.py --config.model.attention_mode=hard --workdir=runs/image_dates_hard
+
+The source is a 32 x 256 grayscale image of a `dates` string (several fonts, sizes, offsets, a
+small rotation and noise; attention_jax/data/image_builders.py); the model must read it. A
+small CNN (3 blocks of 3x3 convolutions and 2x2 pooling, 32-64-128 channels) gives a 4 x 32
+grid of annotations (one per 8 x 8 pixels), and a Bahdanau decoder with the additive score
+attends over the grid, with Xu et al.'s gate on the context and their doubly stochastic
+regulariser. The test heatmaps (runs/<name>/heatmaps/) show each output character's attention
+upsampled onto the image. `--config.model.encoder=vit` uses 8 x 8 patches (the same grid) and
+model.transformer_layers Transformer encoder layers instead of the CNN.
+"""
+
+from experiments.configs import common
+
+
+def get_config(arg: str | None = None):
+  c = common.base_config()
+  c.data.name = 'image_dates'
+  c.data.tokenizer = 'char'       # the target's characters (and the drawn string's, for display)
+  c.data.max_src_len = 64         # the drawn string, in characters (length buckets, records)
+  c.data.max_tgt_len = 16
+  c.data.num_buckets = 1          # every image has one size and every target ten characters
+  c.data.image_height, c.data.image_width = 32, 256
+  c.model.encoder = 'cnn'
+  c.model.cnn_layers = 3          # cells of 8 x 8 pixels: a 4 x 32 grid
+  c.model.cnn_width = 32
+  c.model.image_dim = 128
+  c.model.patch_size = 8          # encoder 'vit': the same grid
+  c.model.d_model = 128
+  c.model.transformer_layers = 2
+  c.model.context_gate = True
+  c.train.doubly_stochastic_weight = 1.0
+  c.eval.bleu_tokenize = 'char'
+  c.eval.length_edges = (10, 15, 20, 25, 30, 35, 40)   # characters drawn
+  c.train.steps = 3000
+  c.train.eval_every = 500
+  return common.apply_arg(c, arg)
