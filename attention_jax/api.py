@@ -19,6 +19,14 @@ ValueError before anything is allocated. Non-strings raise TypeError naming the 
 Large batches are decoded in chunks of at most `chunk_size` sentences (sorted by length, so
 each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays bounded.
 Each (beam, alpha, nbest) and padded source length compiles once per Translator.
+
+Image models (model.encoder 'cnn' / 'vit') take images where text models take strings: file
+paths or arrays ([H, W], uint8 0-255 or float 0-1), padded together; `attend(image)` gives
+the weights over the image's grid, [T, H', W'] (images.py):
+
+  t = attention_jax.load('runs/image_dates')
+  t.translate(['scan.png', np.asarray(...)], beam=5)   # -> ['2026-11-22', ...]
+  out, weights, _, tgt_tokens = t.attend('scan.png')   # weights [T, H', W']
 """
 
 from __future__ import annotations
@@ -36,7 +44,9 @@ import numpy as np
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
+from attention_jax import encoders
 from attention_jax import evaluate as eval_lib
+from attention_jax import images as images_lib
 from attention_jax import inference
 from attention_jax import plots
 from attention_jax import records as records_lib
@@ -147,7 +157,10 @@ class Translator:
   def decode(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
              nbest: int = 1) -> list[Hypotheses]:
     """list of source strings -> their n-best Hypotheses (outputs, scores, attention), in
-    input order. An empty or whitespace-only text gives nbest empty outputs of score 0."""
+    input order. An empty or whitespace-only text gives nbest empty outputs of score 0.
+    Image models: a list of images (file paths or arrays); weights [T_i, H', W']."""
+    if self.config.source == 'images':
+      return self._decode_images(texts, beam, alpha, nbest)
     self._check_texts(texts, 'decode(texts)')
     fn = self.decoder(beam, alpha, nbest)
     out: list[Hypotheses | None] = [None] * len(texts)
@@ -164,6 +177,39 @@ class Translator:
           self._factor))
       for r, i in enumerate(rows):
         out[i] = self._hypotheses(texts[i], tokens[r], scores[r], weights[r])
+    return out
+
+  def _decode_images(self, sources, beam: int, alpha: float, nbest: int) -> list[Hypotheses]:
+    if isinstance(sources, (str, bytes, np.ndarray)) or not isinstance(sources, Sequence):
+      raise TypeError(f'this model reads images: pass a list of images (file paths or arrays), '
+                      f'got {type(sources).__name__}')
+    imgs = []
+    for i, s in enumerate(sources):
+      try:
+        imgs.append(images_lib.read_image(s, self.config.image_channels))
+      except (OSError, ValueError) as e:
+        raise ValueError(f'images[{i}]: {e}') from e
+    cell = encoders.lookup(self.config.encoder).cell_size(self.config)
+    fn = self.decoder(beam, alpha, nbest)
+    max_tgt = int(self.run_config.get('data', {}).get('max_tgt_len', 128))
+    max_len = decode_lib.max_output_len(max_tgt, self._factor)
+    out = []
+    for start in range(0, len(imgs), self.chunk_size):
+      chunk = imgs[start:start + self.chunk_size]
+      src = images_lib.pad_batch(chunk, cell)
+      tokens, scores, weights = jax.device_get(fn(self.params, src, max_len, self._factor))
+      grid = (src.shape[1] // cell, src.shape[2] // cell)
+      for r, im in enumerate(chunk):
+        own = (-(-im.shape[0] // cell), -(-im.shape[1] // cell))   # its cells, top left
+        outs, ws, tgts, id_rows = [], [], [], []
+        for row, w in zip(tokens[r], weights[r]):
+          ids = row.tolist()
+          n = ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids else len(ids)
+          outs.append(self.tgt_tok.decode(ids))
+          tgts.append([self.tgt_tok.id_to_piece(i) for i in ids[:n]])
+          ws.append(np.asarray(w[:n], np.float32).reshape(n, *grid)[:, :own[0], :own[1]])
+          id_rows.append(np.asarray(ids[:n], np.int32))
+        out.append(Hypotheses(outs, [float(x) for x in scores[r]], ws, [], tgts, id_rows))
     return out
 
   def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
@@ -186,8 +232,9 @@ class Translator:
                 nbest: int = 1) -> list:
     """list of source strings -> list of output strings, in input order (greedy for beam 1,
     else beam search with length penalty alpha). nbest > 1: a list of [(output, score)]
-    per input, best first."""
-    self._check_texts(texts)
+    per input, best first. Image models: a list of images (file paths or arrays)."""
+    if self.config.source == 'tokens':
+      self._check_texts(texts)
     hyps = self.decode(texts, beam, alpha, nbest)
     if nbest == 1:
       return [h.outputs[0] for h in hyps]
@@ -196,7 +243,11 @@ class Translator:
   def attend(self, text: str, beam: int = 1, alpha: float = 0.6):
     """text -> (output str, weights [T, S] float32, source tokens, output tokens).
 
-    An empty or whitespace-only text gives ('', an empty [0, 0] array, [], [])."""
+    An empty or whitespace-only text gives ('', an empty [0, 0] array, [], []).
+    Image models: an image (file path or array) -> weights [T, H', W'] over its grid."""
+    if self.config.source == 'images':
+      h = self.decode([text], beam, alpha)[0]
+      return h.outputs[0], h.weights[0], h.src_tokens, h.tgt_tokens[0]
     if not isinstance(text, str):
       raise TypeError(f'attend(text): text must be a str, got {type(text).__name__}')
     h = self.decode([text], beam, alpha)[0]

@@ -22,10 +22,12 @@ Xu et al. initialise their LSTM from the average annotation vector (§3.1.2).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from attention_jax import multihead, transformer
@@ -77,6 +79,11 @@ class _ImageEncoder(nnx.Module):
   what: str
 
   @classmethod
+  def cell_size(cls, cfg) -> int:
+    """Pixels per side of a grid cell: images are padded to multiples of it."""
+    raise NotImplementedError
+
+  @classmethod
   def check(cls, cfg) -> None:
     if cfg.image_channels < 1:
       raise ValueError(f'model.image_channels must be >= 1, got {cfg.image_channels!r}')
@@ -94,6 +101,10 @@ class _ImageEncoder(nnx.Module):
 @register_encoder('cnn')
 class CNNEncoder(_ImageEncoder):
   """Convolution blocks -> the annotation grid (see the module docstring)."""
+
+  @classmethod
+  def cell_size(cls, cfg) -> int:
+    return 2 ** cfg.cnn_layers
 
   @classmethod
   def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'CNNEncoder':
@@ -142,6 +153,10 @@ class ViTEncoder(_ImageEncoder):
                     "the 'vit' encoder (model.self_attention_score, model.heads)")
 
   @classmethod
+  def cell_size(cls, cfg) -> int:
+    return cfg.patch_size
+
+  @classmethod
   def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'ViTEncoder':
     return cls(cfg, dim=dim, rngs=rngs)
 
@@ -177,3 +192,38 @@ class ViTEncoder(_ImageEncoder):
       h = self.proj(h)
     ann = h * mask[..., None].astype(h.dtype)
     return Encoded(annotations=ann, mask=mask, summary=mean_over(ann, mask))
+
+
+def read_image(source, channels: int = 1) -> np.ndarray:
+  """An image as a model reads it: a file path (PNG, or any format matplotlib reads) or an
+  array ([H, W] or [H, W, C]; uint8 0-255 or float 0-1) -> float32 [H, W] (channels=1: RGB is
+  averaged) or [H, W, C], pixels in [0, 1]."""
+  if isinstance(source, (str, os.PathLike)):
+    import matplotlib.image  # pylint: disable=g-import-not-at-top  (a second of import time)
+    source = matplotlib.image.imread(os.fspath(source))
+  x = np.asarray(source)
+  if x.dtype == np.uint8:
+    x = x.astype(np.float32) / 255.0
+  x = x.astype(np.float32)
+  if x.ndim == 3 and x.shape[-1] == 4:          # RGBA: drop the alpha channel
+    x = x[..., :3]
+  if x.ndim == 3 and channels == 1:
+    x = x.mean(-1)
+  if x.ndim not in (2, 3) or x.size == 0 or (x.ndim == 3 and x.shape[-1] != channels):
+    raise ValueError(f'an image must be [H, W] or [H, W, {channels}], got shape {x.shape}')
+  if not np.isfinite(x).all() or x.min() < 0 or x.max() > 1:
+    raise ValueError(f'pixels must be in [0, 1] (floats) or 0-255 (uint8), got '
+                     f'{x.min():.3g} to {x.max():.3g}')
+  return x
+
+
+def pad_batch(images, cell: int, shape: tuple[int, int] | None = None) -> np.ndarray:
+  """[H_i, W_i(, C)] images -> float32 [B, H, W(, C)], H and W the largest (or `shape`) rounded
+  up to multiples of cell, padding -1."""
+  h = max([im.shape[0] for im in images] + ([shape[0]] if shape else []))
+  w = max([im.shape[1] for im in images] + ([shape[1]] if shape else []))
+  h, w = -(-h // cell) * cell, -(-w // cell) * cell
+  out = np.full((len(images), h, w) + images[0].shape[2:], -1.0, np.float32)
+  for i, im in enumerate(images):
+    out[i, :im.shape[0], :im.shape[1]] = im
+  return out

@@ -223,6 +223,13 @@ def test_image_dates_are_drawn_deterministically_and_test_strings_are_unseen(tmp
   np.testing.assert_array_equal(batch['src'][~real], -1.0)          # filler rows: padding
 
 
+def plt_imsave(path, image):
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt.imsave(path, image, cmap='gray', vmin=0, vmax=1)
+
+
 def dict_cfg(cfg, data_dir):
   c = cfg.copy_and_resolve_references()
   c.data_dir = data_dir
@@ -239,6 +246,23 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
                                                                  'test_grid.png']
   report = api.evaluate_run(workdir, split='test', beam=2, num_heatmaps=1, verbose=False)
   assert report['sentences'] == 32 and len(report['heatmaps']) == 2
+  # reloaded in Python: images as arrays or files, weights over each image's own grid
+  t = api.load(workdir)
+  task = data.load_task(dict_cfg(cfg.data, str(tmp_path / 'tfds')))
+  image = task.image('test', 0)                                   # float32 [32, 256]
+  path = str(tmp_path / 'scan.png')
+  plt_imsave(path, image)
+  small = image[:16, :96]                                          # a smaller image: 2 x 12 cells
+  outs = t.translate([image, path, (small * 255).astype(np.uint8)], beam=2)
+  assert outs[0] == outs[1] and all(isinstance(o, str) for o in outs)
+  out, weights, _, tokens = t.attend(small)
+  assert weights.shape == (len(tokens), 2, 12)
+  alone = t.attend(image)
+  assert alone[0] == outs[0] and alone[1].shape[1:] == (4, 32)
+  with pytest.raises(ValueError, match=r'images\[0\]: pixels must be in \[0, 1\]'):
+    t.translate([image * 3])
+  with pytest.raises(TypeError, match='this model reads images: pass a list of images'):
+    t.translate(image)
   wrong = smoke(image_dates, str(tmp_path / 'tfds'), **{'model.encoder': ''})
   with pytest.raises(ValueError, match=r"data.name='image_dates' gives images as sources, but "
                                        r"model.encoder='' reads tokens; valid encoders for "
