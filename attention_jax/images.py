@@ -7,7 +7,11 @@ different sizes are padded to one size with -1. H and W must be multiples of the
 size (2^cnn_layers for 'cnn', patch_size for 'vit').
 
   'cnn'  model.cnn_layers blocks of (3x3 convolution, ReLU, 2x2 max pool), model.cnn_width
-         channels doubling per block, then a linear map to the annotation size: H' = H / 2^L.
+         channels doubling per block, then a linear map to the annotation size, plus 2-D
+         sinusoidal positions: H' = H / 2^L. (Convolutions are translation-equivariant: two
+         equal characters at two places would get equal annotations, and a decoder that must
+         read in order could not tell them apart; Deng et al. 2017 add a row RNN over the
+         grid for this, we add positions, as the 'vit' encoder does.)
   'vit'  non-overlapping p x p patches (p = model.patch_size), each a linear embedding plus a
          2-D sinusoidal position (half the numbers for the row, half for the column), then
          model.transformer_layers Transformer encoder layers of width model.d_model
@@ -137,7 +141,9 @@ class CNNEncoder(_ImageEncoder):
       x = x * real[..., None].astype(x.dtype)     # padded cells stay zero for the next block
     b, h, w, _ = x.shape
     mask = real.reshape(b, h * w)
-    ann = self.proj(x.reshape(b, h * w, -1)) * mask[..., None].astype(x.dtype)  # [B, S, K]
+    ann = self.proj(x.reshape(b, h * w, -1))                                 # [B, S, K]
+    ann = ann + sinusoids_2d(h, w, ann.shape[-1]).astype(ann.dtype)[None]
+    ann = ann * mask[..., None].astype(ann.dtype)
     ann = dropout(ann, self.dropout, dropout_key)
     return Encoded(annotations=ann, mask=mask, summary=mean_over(ann, mask))
 

@@ -16,7 +16,7 @@ from attention_jax import steps as steps_lib
 from attention_jax.attention import Attention
 from attention_jax.data import image_builders
 from attention_jax.model import ModelConfig, build
-from experiments.configs import image_dates
+from experiments.configs import digit_strips, image_dates
 from helpers import smoke
 
 IMAGE_ENCODERS = encoders.names('images')
@@ -126,6 +126,7 @@ def test_cnn_grid_against_numpy():
                     for j in range(6)] for i in range(4)]) + np.asarray(enc.convs[0].bias[...])
   pooled = np.maximum(conv, 0).reshape(2, 2, 3, 2, 3).max(axis=(1, 3))     # [2, 3, C]
   ann = pooled.reshape(6, 3) @ np.asarray(enc.proj.kernel[...]) + np.asarray(enc.proj.bias[...])
+  ann += np.asarray(images.sinusoids_2d(2, 3, ann.shape[1]))             # 2-D positions
   np.testing.assert_allclose(enc(jnp.asarray(x)).annotations[0], ann, rtol=1e-4, atol=1e-5)
 
 
@@ -268,3 +269,20 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
                                        r"model.encoder='' reads tokens; valid encoders for "
                                        r"images: cnn, vit"):
     train.train_and_evaluate(wrong, str(tmp_path / 'wrong'))
+
+
+def test_digit_strips_read_their_digits_and_test_digit_images_are_never_trained_on(tmp_path):
+  digits, labels = image_builders.mnist_5k()
+  assert digits.shape == (5000, 28, 28) and set(labels) == set(range(10))
+  test_pool, train_pool = (set(image_builders.digit_pool(s, 5000)) for s in ('test', 'train'))
+  assert len(test_pool) == 1000 and len(train_pool) == 4000 and not test_pool & train_pool
+  assert len({labels[i] for i in test_pool}) == 10                  # every digit in both pools
+  cfg = digit_strips.get_config('smoke').data
+  cfg.update(num_train=40, num_valid=8, num_test=20)
+  task = data.load_task(dict_cfg(cfg, str(tmp_path / 'tfds')))
+  for split, pool in (('train', train_pool), ('validation', train_pool), ('test', test_pool)):
+    for (src, tgt), ids in zip(task.texts(split), task.features(split)['digit_ids']):
+      rows = [int(r) for r in ids.split()]
+      assert src == tgt == ''.join(str(labels[r]) for r in rows) and 1 <= len(rows) <= 5
+      assert set(rows) <= pool, (split, rows)
+  assert task.image_shape == (32, 160)

