@@ -1,6 +1,6 @@
 """Data parallelism on 8 simulated CPU devices: jit+shard_map, pmap and one device agree
-after 5 steps on the same global batches (pmap on the RNN only), EMA of the parameters
-included (in a subprocess: the device count is fixed when JAX starts)."""
+after 5 steps on the same global batches (pmap on the RNN only), for an RNN, a Transformer and
+an image model, EMA of the parameters included (in a subprocess: the device count is fixed when JAX starts)."""
 
 import os
 import subprocess
@@ -17,11 +17,13 @@ from attention_jax import parallel, train
 OBJ = train.objective.Objective()
 assert jax.device_count() == 8, jax.devices()
 assert parallel.resolve('auto') == 'shard_map'
-for decoder in ('bahdanau', 'transformer'):   # (luong's step differs only inside the model)
+for decoder in ('bahdanau', 'transformer', 'cnn'):   # (luong's step differs only in the model)
   mc = aj.ModelConfig(src_vocab=12, tgt_vocab=10, emb_dim=8, enc_hidden=8, dec_hidden=16,
-                      attn_dim=8, decoder=decoder, cell='lstm') if decoder != 'transformer' else \
+                      attn_dim=8, decoder=decoder, cell='lstm') if decoder == 'bahdanau' else \
       aj.ModelConfig(src_vocab=12, tgt_vocab=10, arch='transformer', d_model=16, heads=2,
-                     ff_dim=32, transformer_layers=2)
+                     ff_dim=32, transformer_layers=2) if decoder == 'transformer' else \
+      aj.ModelConfig(src_vocab=1, tgt_vocab=10, encoder='cnn', cnn_layers=2, cnn_width=4,
+                     image_dim=8, emb_dim=8, dec_hidden=16, attn_dim=8)   # image sources
   t = ml_collections.ConfigDict(dict(lr=1e-2, warmup_steps=1, decay='constant', steps=5,
                                      weight_decay=0.0, clip_norm=1.0))
   tx = train.make_optimizer(t)
@@ -30,6 +32,8 @@ for decoder in ('bahdanau', 'transformer'):   # (luong's step differs only insid
   batches = []
   for _ in range(5):                       # uneven padding: shards hold unequal token counts
     src = rng.integers(3, 12, (16, 7)).astype(np.int32); src[::3, 4:] = 0
+    if decoder == 'cnn':                   # images [16, 8, 16], some padded to 8 x 8
+      src = rng.random((16, 8, 16)).astype(np.float32); src[::3, :, 8:] = -1
     tgt = rng.integers(3, 10, (16, 6)).astype(np.int32); tgt[::2, 3:] = 0
     batches.append({'src': src, 'tgt_in': tgt, 'tgt_out': tgt,
                     'weight': np.ones(16, np.float32), 'index': np.arange(16, dtype=np.int32)})
@@ -37,7 +41,7 @@ for decoder in ('bahdanau', 'transformer'):   # (luong's step differs only insid
                                                 ema_decay=0.9)),
            'shard_map': parallel.shard_map_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9),
            'pmap': parallel.pmap_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9)}
-  if decoder == 'transformer':   # pmap's path does not depend on the model: tested once
+  if decoder != 'bahdanau':   # pmap's path does not depend on the model: tested once
     del steps['pmap']
   final = {}
   for name, step in steps.items():
