@@ -10,8 +10,9 @@ size (2^cnn_layers for 'cnn', patch_size for 'vit').
          channels doubling per block, then a linear map to the annotation size, plus 2-D
          sinusoidal positions: H' = H / 2^L. (Convolutions are translation-equivariant: two
          equal characters at two places would get equal annotations, and a decoder that must
-         read in order could not tell them apart; Deng et al. 2017 add a row RNN over the
-         grid for this, we add positions, as the 'vit' encoder does.)
+         read in order could not tell them apart.) With model.cnn_row_rnn, a bidirectional
+         RNN (model.cell) runs along each row of the grid first, so that every annotation
+         also describes its neighbours (the row encoder of Deng et al. 2017, im2markup).
   'vit'  non-overlapping p x p patches (p = model.patch_size), each a linear embedding plus a
          2-D sinusoidal position (half the numbers for the row, half for the column), then
          model.transformer_layers Transformer encoder layers of width model.d_model
@@ -34,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention_jax import multihead, transformer
+from attention_jax import cells, multihead, transformer
 from attention_jax.encoders import Encoded, register_encoder
 from attention_jax.layers import dropout
 
@@ -111,12 +112,20 @@ class CNNEncoder(_ImageEncoder):
     return 2 ** cfg.cnn_layers
 
   @classmethod
+  def check(cls, cfg) -> None:
+    super().check(cfg)
+    if cfg.cnn_row_rnn and cfg.image_dim % 2:
+      raise ValueError(f'model.cnn_row_rnn: the two directions split model.image_dim; make it '
+                       f'even, got {cfg.image_dim}')
+
+  @classmethod
   def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'CNNEncoder':
     return cls(channels=cfg.image_channels, layers=cfg.cnn_layers, width=cfg.cnn_width,
-               dim=dim, dropout=cfg.dropout, dtype=cfg.compute_dtype, rngs=rngs)
+               dim=dim, dropout=cfg.dropout, dtype=cfg.compute_dtype,
+               row_cell=cfg.cell if cfg.cnn_row_rnn else None, rngs=rngs)
 
   def __init__(self, *, channels: int, layers: int, width: int, dim: int, dropout: float,
-               dtype: Any, rngs: nnx.Rngs):
+               dtype: Any, rngs: nnx.Rngs, row_cell: str | None = None):
     convs, c_in = [], channels
     for layer in range(layers):
       c_out = width * 2 ** layer
@@ -125,6 +134,9 @@ class CNNEncoder(_ImageEncoder):
       c_in = c_out
     self.convs = nnx.List(convs)
     self.proj = nnx.Linear(c_in, dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    # the row encoder (Deng et al. 2017): a bidirectional RNN along each row of the grid
+    self.rows = None if row_cell is None else nnx.List([
+        cells.make_cell(row_cell, dim, dim // 2, dtype=dtype, rngs=rngs) for _ in range(2)])
     self.cell, self.what = 2 ** layers, f'{layers} blocks of 2 x 2 pooling (model.cnn_layers)'
     self.dropout, self.dtype = dropout, dtype
 
@@ -142,6 +154,12 @@ class CNNEncoder(_ImageEncoder):
     b, h, w, _ = x.shape
     mask = real.reshape(b, h * w)
     ann = self.proj(x.reshape(b, h * w, -1))                                 # [B, S, K]
+    if self.rows is not None:        # each row [W', K] read both ways -> [W', K/2 + K/2]
+      seq, m = ann.reshape(b * h, w, -1), mask.reshape(b * h, w)
+      fwd, bwd = self.rows
+      out_f, _ = cells.run(fwd, fwd.project(seq), m)
+      out_b, _ = cells.run(bwd, bwd.project(seq), m, reverse=True)
+      ann = jnp.concatenate([out_f, out_b], axis=-1).reshape(b, h * w, -1)
     ann = ann + sinusoids_2d(h, w, ann.shape[-1]).astype(ann.dtype)[None]
     ann = ann * mask[..., None].astype(ann.dtype)
     ann = dropout(ann, self.dropout, dropout_key)

@@ -20,6 +20,9 @@ from experiments.configs import digit_strips, image_dates
 from helpers import smoke
 
 IMAGE_ENCODERS = encoders.names('images')
+# every image encoder, and the CNN with its row encoder (model.cnn_row_rnn)
+VARIANTS = [(name, {}) for name in IMAGE_ENCODERS] + [('cnn', {'cnn_row_rnn': True})]
+VARIANT_IDS = [n + ('-rows' if kw else '') for n, kw in VARIANTS]
 SMALL = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
              d_model=16, heads=2, ff_dim=24, transformer_layers=1, emb_dim=8, dec_hidden=12,
              attn_dim=8)
@@ -48,11 +51,11 @@ def test_image_encoders_are_registered_beside_the_token_encoder():
     config('resnet')
 
 
-@pytest.mark.parametrize('name', IMAGE_ENCODERS)
-def test_grid_shapes_and_masks_of_padded_images(name):
+@pytest.mark.parametrize('name,kw', VARIANTS, ids=VARIANT_IDS)
+def test_grid_shapes_and_masks_of_padded_images(name, kw):
   """8x16 and 4x8 images in one batch: the grid of 4-pixel cells is 2 x 4; the small image's
   real cells are its own 1 x 2; padded cells are zero and masked."""
-  cfg = config(name)
+  cfg = config(name, **kw)
   enc = build(cfg, rngs=nnx.Rngs(0)).encoder
   src, _ = batch_of((8, 16), (4, 8))
   out = enc(src)
@@ -68,12 +71,12 @@ def test_grid_shapes_and_masks_of_padded_images(name):
   np.testing.assert_allclose(out.summary[1], real.mean(0), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('name', IMAGE_ENCODERS)
+@pytest.mark.parametrize('name,kw', VARIANTS, ids=VARIANT_IDS)
 @pytest.mark.parametrize('decoder', ['bahdanau', 'luong', 'transformer'])
-def test_padding_gets_no_attention_and_changes_no_output(name, decoder):
+def test_padding_gets_no_attention_and_changes_no_output(name, kw, decoder):
   """An image decoded alone and padded in a batch with a larger one: the same annotations,
   logits, attention and greedy output; its padded cells get zero weight."""
-  model = build(config(name, decoder), rngs=nnx.Rngs(1))
+  model = build(config(name, decoder, **kw), rngs=nnx.Rngs(1))
   src, originals = batch_of((8, 16), (4, 8), seed=1)
   alone = jnp.asarray(originals[1])[None]
   tgt = jnp.asarray([[1, 4, 5, 6, 3], [1, 7, 8, 3, 0]])
