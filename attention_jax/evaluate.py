@@ -65,7 +65,7 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
   per-sentence records) of attention_jax.records, to be written beside the report.
   """
   texts = task.texts(split)
-  src_lens = task.encoded(split).src_len     # tokens of the source (image tasks: of what is drawn)
+  src_lens = task.encoded(split).src.lengths  # source tokens, no EOS (images: of what is drawn)
   all_refs = task.references(split)   # several references per source (G2P), or None
   total, rows, kept, per_sentence = None, [], [], []
   align_hits = align_total = 0

@@ -10,13 +10,14 @@ import subprocess
 import sys
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
 
 import attention_jax as aj
 from attention_jax import checkpoint as ckpt_lib
-from attention_jax import records, steps, train
+from attention_jax import data, records, steps, train
 from attention_jax import workdir as workdir_lib
 from experiments.configs import addition, dates, reverse, textfiles
 
@@ -309,6 +310,10 @@ def test_evaluate_workdir_writes_report_plot_and_heatmaps(dates_run):
   _, final = records.read(workdir_lib.Run(workdir).sentences_path('test'))
   assert report['sentences_file'].endswith('eval_test_beam1_a0.6.sentences.jsonl')
   assert [r['hyp'] for r in again] == [r['hyp'] for r in final] and len(final) == 32
+  # a record's source length is its number of source tokens (characters here), EOS not counted
+  texts = data.load_task(ml_collections.ConfigDict(
+      workdir_lib.Run(workdir).config()['data'])).texts('test')
+  assert [r['src_len'] for r in final] == [len(texts[r['id']][0]) for r in final]
 
 
 def test_resume_refuses_another_config_but_accepts_fields_the_run_predates():
