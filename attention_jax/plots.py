@@ -17,6 +17,15 @@ def _pyplot():
   return plt
 
 
+def _save(fig, path: str, dpi: int) -> str:
+  """Lays the figure out, writes it to path (creating its directory) and closes it."""
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=dpi)
+  _pyplot().close(fig)
+  return path
+
+
 def _draw(ax, weights, src_tokens, tgt_tokens, title):
   weights = np.asarray(weights, np.float32)[:len(tgt_tokens), :len(src_tokens)]
   ax.imshow(weights, cmap='Greys', vmin=0.0, vmax=max(float(weights.max(initial=0)), 1e-6),
@@ -36,11 +45,7 @@ def plot_attention(weights, src_tokens: Sequence[str], tgt_tokens: Sequence[str]
   t, s = len(tgt_tokens), len(src_tokens)
   fig, ax = _pyplot().subplots(figsize=(max(3.0, 0.28 * s + 1.5), max(2.5, 0.28 * t + 1.2)))
   _draw(ax, weights, src_tokens, tgt_tokens, title)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=110)
-  _pyplot().close(fig)
-  return path
+  return _save(fig, path, dpi=110)
 
 
 def plot_attention_grid(items, path: str, cols: int = 3) -> str:
@@ -51,10 +56,7 @@ def plot_attention_grid(items, path: str, cols: int = 3) -> str:
     _draw(ax, *item)
   for ax in list(axes.flat)[len(items):]:
     ax.axis('off')
-  fig.tight_layout()
-  fig.savefig(path, dpi=100)
-  _pyplot().close(fig)
-  return path
+  return _save(fig, path, dpi=100)
 
 
 YLABELS = {'bleu': 'BLEU', 'chrf': 'chrF', 'wer': 'WER (%)', 'per': 'PER (%)',
@@ -86,11 +88,7 @@ def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu
   ax.legend(fontsize=8)
   if title:
     ax.set_title(title, fontsize=10)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=110)
-  _pyplot().close(fig)
-  return path
+  return _save(fig, path, dpi=110)
 
 
 def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
@@ -109,10 +107,7 @@ def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
   ax.set_xticks(range(len(names)), names, rotation=60, ha='right', fontsize=8)
   ax.set_ylabel(ylabel)
   ax.grid(axis='y', alpha=0.3)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  _pyplot().close(fig)
-  return path
+  return _save(fig, path, dpi=110)
 
 
 # ---- attention over an image (Xu et al. 2015, the figures of §5) ---------------------------
@@ -153,11 +148,7 @@ def plot_image_attention(image, weights, tgt_tokens: Sequence[str], path: str,
     _draw_image(ax, image, np.asarray(weights)[i], repr(tgt_tokens[i])[1:-1])
   if title:
     axes[0, 0].set_title(title, fontsize=9)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=100)
-  _pyplot().close(fig)
-  return path
+  return _save(fig, path, dpi=100)
 
 
 def plot_image_attention_grid(items, path: str, steps: int = 10) -> str:
@@ -177,8 +168,4 @@ def plot_image_attention_grid(items, path: str, steps: int = 10) -> str:
       else:
         ax.axis('off')
     axes[0, c].set_title(title, fontsize=8)
-  fig.tight_layout()
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=100)
-  _pyplot().close(fig)
-  return path
+  return _save(fig, path, dpi=100)

@@ -8,6 +8,7 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import PIL.Image
 import pytest
 from flax import nnx
 
@@ -227,13 +228,6 @@ def test_image_dates_are_drawn_deterministically_and_test_strings_are_unseen(tmp
   np.testing.assert_array_equal(batch['src'][~real], -1.0)          # filler rows: padding
 
 
-def plt_imsave(path, image):
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  plt.imsave(path, image, cmap='gray', vmin=0, vmax=1)
-
-
 def dict_cfg(cfg, data_dir):
   c = cfg.copy_and_resolve_references()
   c.data_dir = data_dir
@@ -254,15 +248,16 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
   t = api.load(workdir)
   task = data.load_task(dict_cfg(cfg.data, str(tmp_path / 'tfds')))
   image = task.image('test', 0)                                   # float32 [32, 256]
+  u8 = np.round(image * 255).astype(np.uint8)
   path = str(tmp_path / 'scan.png')
-  plt_imsave(path, image)
+  PIL.Image.fromarray(u8).save(path)                               # 8-bit grayscale PNG
   small = image[:16, :96]                                          # a smaller image: 2 x 12 cells
-  outs = t.translate([image, path, (small * 255).astype(np.uint8)], beam=2)
+  outs = t.translate([u8, path, (small * 255).astype(np.uint8)], beam=2)
   assert outs[0] == outs[1] and all(isinstance(o, str) for o in outs)
   out, weights, _, tokens = t.attend(small)
   assert weights.shape == (len(tokens), 2, 12)
-  alone = t.attend(image)
-  assert alone[0] == outs[0] and alone[1].shape[1:] == (4, 32)
+  alone = t.attend(u8)     # (an untrained model's near-ties may decode otherwise in a batch of 3)
+  assert alone[0] == t.translate([path])[0] and alone[1].shape[1:] == (4, 32)
   with pytest.raises(ValueError, match=r'images\[0\]: pixels must be in \[0, 1\]'):
     t.translate([image * 3])
   with pytest.raises(TypeError, match='this model reads images: pass a list of images'):
