@@ -79,8 +79,9 @@ def describe(cfg, *, num_examples: int = 3) -> str:
   lines.append(f'first training batch: src {batch["src"].shape}, tgt_in '
                f'{batch["tgt_in"].shape}; examples decoded from its ids:')
   for r in range(min(num_examples, int(batch['weight'].sum()))):
-    lines.append(f'  [{batch["index"][r]}] {task.src_tok.decode(batch["src"][r])!r} -> '
-                 f'{task.tgt_tok.decode(batch["tgt_out"][r])!r}')
+    src = (repr(task.src_tok.decode(batch['src'][r])) if task.source == 'tokens' else
+           f'image {batch["src"][r].shape} of {task.texts("train")[batch["index"][r]][0]!r}')
+    lines.append(f'  [{batch["index"][r]}] {src} -> {task.tgt_tok.decode(batch["tgt_out"][r])!r}')
   if task.has_alignment:
     gold = task.batch_alignment(batch)[0]
     lines.append(f'  gold alignment of the first (target position -> source position): '

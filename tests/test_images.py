@@ -17,6 +17,7 @@ from attention_jax import steps as steps_lib
 from attention_jax.attention import Attention
 from attention_jax.data import image_builders
 from attention_jax.model import ModelConfig, build
+from experiments import data_info
 from experiments.configs import digit_strips, image_dates
 from helpers import smoke
 
@@ -284,3 +285,7 @@ def test_digit_strips_read_their_digits_and_test_digit_images_are_never_trained_
       assert src == tgt == ''.join(str(labels[r]) for r in rows) and 1 <= len(rows) <= 5
       assert set(rows) <= pool, (split, rows)
   assert task.image_shape == (32, 160)
+  cfg_all = digit_strips.get_config('smoke')
+  cfg_all.data = dict_cfg(cfg, str(tmp_path / 'tfds'))
+  report = data_info.describe(cfg_all)          # bash launch.sh data-info on an image task
+  assert 'first training batch: src (16, 32, 160)' in report and "image (32, 160) of '" in report
