@@ -141,16 +141,18 @@ class Translator:
       if not isinstance(t, str):
         raise TypeError(f'{name}: texts[{i}] is {type(t).__name__}, not str')
 
-  def _hypotheses(self, text: str, tokens, scores, weights) -> Hypotheses:
-    """One sentence's decoder rows (tokens [N, L], scores [N], weights [N, L, S])."""
-    src_tokens = self.src_tok.pieces(text) + ['</s>']
+  def _hypotheses(self, tokens, scores, weights, src_tokens: list[str],
+                  source_weights) -> Hypotheses:
+    """One source's decoder rows (tokens [N, L], scores [N], weights [N, L, S]);
+    source_weights: a row's weights [T, S] -> those over the source itself (its tokens, or
+    its image's own grid cells)."""
     outs, ws, tgts, id_rows = [], [], [], []
     for row, w in zip(tokens, weights):
       ids = row.tolist()
       n = ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids else len(ids)
       outs.append(self.tgt_tok.decode(ids))
       tgts.append([self.tgt_tok.id_to_piece(i) for i in ids[:n]])
-      ws.append(np.asarray(w[:n, :len(src_tokens)], np.float32))
+      ws.append(source_weights(np.asarray(w[:n], np.float32)))
       id_rows.append(np.asarray(ids[:n], np.int32))
     return Hypotheses(outs, [float(x) for x in scores], ws, src_tokens, tgts, id_rows)
 
@@ -176,7 +178,9 @@ class Translator:
           self.params, src, decode_lib.max_output_len(src.shape[1], self._factor),
           self._factor))
       for r, i in enumerate(rows):
-        out[i] = self._hypotheses(texts[i], tokens[r], scores[r], weights[r])
+        src_tokens = self.src_tok.pieces(texts[i]) + ['</s>']
+        out[i] = self._hypotheses(tokens[r], scores[r], weights[r], src_tokens,
+                                  lambda w, s=len(src_tokens): w[:, :s])
     return out
 
   def _decode_images(self, sources, beam: int, alpha: float, nbest: int) -> list[Hypotheses]:
@@ -200,16 +204,10 @@ class Translator:
       tokens, scores, weights = jax.device_get(fn(self.params, src, max_len, self._factor))
       grid = (src.shape[1] // cell, src.shape[2] // cell)
       for r, im in enumerate(chunk):
-        own = (-(-im.shape[0] // cell), -(-im.shape[1] // cell))   # its cells, top left
-        outs, ws, tgts, id_rows = [], [], [], []
-        for row, w in zip(tokens[r], weights[r]):
-          ids = row.tolist()
-          n = ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids else len(ids)
-          outs.append(self.tgt_tok.decode(ids))
-          tgts.append([self.tgt_tok.id_to_piece(i) for i in ids[:n]])
-          ws.append(np.asarray(w[:n], np.float32).reshape(n, *grid)[:, :own[0], :own[1]])
-          id_rows.append(np.asarray(ids[:n], np.int32))
-        out.append(Hypotheses(outs, [float(x) for x in scores[r]], ws, [], tgts, id_rows))
+        gh, gw = -(-im.shape[0] // cell), -(-im.shape[1] // cell)   # its own cells, top left
+        out.append(self._hypotheses(
+            tokens[r], scores[r], weights[r], [],
+            lambda w, gh=gh, gw=gw: w.reshape(len(w), *grid)[:, :gh, :gw]))
     return out
 
   def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
