@@ -38,19 +38,18 @@ def copy(run, tmp_path):
   return workdir
 
 
-def flip(step_dir, nbytes=64, at=(0.5,)):
+def flip(step_dir, nbytes=64, at=(0.5,), every_file=False):
   """Inverts `nbytes` bytes at each fraction `at` of the largest array data file of a step
-  (the middle by default)."""
+  (the middle by default), or of every data file of the step (`every_file`)."""
   files = [f for f in glob.glob(os.path.join(step_dir, 'state', '**', '*'), recursive=True)
            if os.path.isfile(f) and '/d/' in f]
-  path = max(files, key=os.path.getsize)
-  with open(path, 'r+b') as f:
-    for fraction in at:
-      f.seek(int(os.path.getsize(path) * fraction))
-      data = f.read(nbytes)
-      f.seek(int(os.path.getsize(path) * fraction))
-      f.write(bytes(b ^ 0xff for b in data))
-  return path
+  for path in files if every_file else [max(files, key=os.path.getsize)]:
+    with open(path, 'r+b') as f:
+      for fraction in at:
+        f.seek(int(os.path.getsize(path) * fraction))
+        data = f.read(nbytes)
+        f.seek(int(os.path.getsize(path) * fraction))
+        f.write(bytes(b ^ 0xff for b in data))
 
 
 def listing(directory):
@@ -84,9 +83,10 @@ def test_flipped_bytes_make_resume_fall_back_and_load_fail(run, data_dir, tmp_pa
   assert again['results'] == run[1]['results']
   assert glob.glob(os.path.join(workdir, 'checkpoints', 'corrupt', 'latest_8_*'))
   best = str(run[1]['best_step'])
-  # loading reads only the parameters (a third of the arrays, placed anywhere in the file:
-  # Orbax writes the arrays in parallel): corrupt the file throughout, every 2.5%
-  flip(os.path.join(workdir, 'checkpoints', 'best', best), at=[i / 40 for i in range(1, 40)])
+  # loading reads only the parameters (a third of the arrays, placed in any of the step's data
+  # files: Orbax writes the arrays in parallel): corrupt every data file throughout, every 2.5%
+  flip(os.path.join(workdir, 'checkpoints', 'best', best), at=[i / 40 for i in range(1, 40)],
+       every_file=True)
   with pytest.raises(ckpt_lib.CheckpointError, match=rf'step {best} in .*best'):
     aj.load(workdir)
 
