@@ -13,7 +13,8 @@
   aj.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
 """
 
-from attention_jax.api import Hypotheses, Translator, evaluate_run, load
+from attention_jax.api import Hypotheses, Translator, load
+from attention_jax.run_eval import evaluate_run
 from attention_jax.plots import plot_attention, plot_attention_grid
 from attention_jax.beam import beam_search
 from attention_jax.decode import greedy

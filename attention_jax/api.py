@@ -1,5 +1,5 @@
 """Reload a trained run in one call and translate, with beam search, n-best lists and attention
-weights; evaluate a run on one of its splits or on any pair of text files.
+weights (evaluating a run: run_eval.py).
 
   t = attention_jax.load('runs/dates_additive')      # best checkpoint (or step=N)
   t.translate(['22. November 2026'])                  # -> ['2026-11-22'] (greedy)
@@ -38,21 +38,16 @@ import warnings
 from typing import Sequence
 
 import jax
-import ml_collections
 import numpy as np
 
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
 from attention_jax import encoders
-from attention_jax import evaluate as eval_lib
 from attention_jax import images as images_lib
 from attention_jax import inference
-from attention_jax import plots
-from attention_jax import records as records_lib
 from attention_jax import steps as steps_lib
 from attention_jax import workdir as workdir_lib
-from attention_jax.data import textfiles
 from attention_jax.model import ModelConfig
 
 
@@ -254,7 +249,18 @@ class Translator:
   def attend_heads(self, text: str, beam: int = 1, alpha: float = 0.6):
     """text -> (output str, weights [N, H, T, S] float32, source tokens, output tokens): the
     cross-attention of each of a Transformer's N decoder layers and H heads over its output
-    (an RNN's single attention as [1, 1, T, S]); `attend` gives the last layer's mean."""
+    (an RNN's single attention as [1, 1, T, S]); `attend` gives the last layer's mean.
+    Image models: an image (file path or array) -> weights [N, H, T, H', W'] over its grid."""
+    if self.config.source == 'images':
+      h = self.decode([text], beam, alpha)[0]
+      if not h.tgt_tokens[0]:
+        return h.outputs[0], np.zeros((0, 0, 0, 0, 0), np.float32), [], []
+      image = images_lib.read_image(text, self.config.image_channels)
+      cell = encoders.lookup(self.config.encoder).cell_size(self.config)
+      src = images_lib.pad_batch([image], cell)[0]
+      w = inference.layer_weights(self.graphdef, self.params, src, h.ids[0])
+      grid = (src.shape[0] // cell, src.shape[1] // cell)
+      return h.outputs[0], w.reshape(*w.shape[:3], *grid), h.src_tokens, h.tgt_tokens[0]
     if not isinstance(text, str):
       raise TypeError(f'attend_heads(text): text must be a str, got {type(text).__name__}')
     h = self.decode([text], beam, alpha)[0]
@@ -351,106 +357,3 @@ def _restore(run: workdir_lib.Run, step: int | None, template, mcfg: ModelConfig
     return state, step
   finally:
     ckpts.close()
-
-
-def _read_pairs(src: str, ref: str) -> tuple[list[tuple[str, str]], list[list[str]] | None]:
-  """Parallel text files -> ([(source, first reference)], every reference per line or None).
-
-  A reference line may hold several acceptable references separated by tabs (e.g. every
-  pronunciation of a word, for WER / PER); then all of them are returned."""
-  sources, refs = textfiles.read_lines(src), textfiles.read_lines(ref)
-  if len(sources) != len(refs):
-    raise textfiles.CorpusError(f'{src} has {len(sources)} lines but {ref} has {len(refs)}')
-  multi = [r.split('\t') for r in refs]
-  pairs = [(s, m[0]) for s, m in zip(sources, multi)]
-  return pairs, (multi if any('\t' in r for r in refs) else None)
-
-
-def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = None,
-                 ref: str | None = None, beam: int | None = None, alpha: float | None = None,
-                 step: int | None = None, length_edges: Sequence[int] | None = None,
-                 num_heatmaps: int = 6, verbose: bool = True) -> dict:
-  """Evaluates a run's checkpoint (best, or `step`) on one of its splits, or on any parallel
-  text files `src` / `ref` (one sentence per line; see _read_pairs for several references),
-  with beam size `beam` and length penalty `alpha` (default: the run's eval.beam_size and
-  eval.alpha).
-
-  Writes eval_<name>.json, a BLEU-by-length plot and heatmaps into the workdir (name: the
-  split, or the source file's name) and returns the report: loss, token accuracy, exact
-  match, BLEU and chrF (sacrebleu, with its signature), WER / PER where there are several
-  references, the same by source length (edges: `length_edges`, else the run's
-  eval.length_edges), alignment accuracy where the task has a gold alignment.
-  """
-  if (src is None) != (ref is None):
-    raise ValueError('give both src and ref files (or neither, to evaluate a split)')
-  translator = load(workdir, step=step)
-  run = workdir_lib.Run(workdir)
-  cfg = ml_collections.ConfigDict(translator.run_config)
-  beam = int(cfg.eval.get('beam_size', 5)) if beam is None else beam
-  alpha = float(cfg.eval.get('alpha', 0.6)) if alpha is None else alpha
-  toks = (translator.src_tok, translator.tgt_tok)
-  if src is not None:
-    pairs, refs = _read_pairs(src, ref)
-    task = data_lib.Task.from_pairs(pairs, *toks, references=refs,
-                                    max_src_len=int(cfg.data.max_src_len),
-                                    max_tgt_len=int(cfg.data.max_tgt_len),
-                                    num_buckets=int(cfg.data.num_buckets))
-    split, name = 'test', 'eval_' + os.path.basename(src).replace('.', '_')
-  else:
-    task = data_lib.load_task(cfg.data, seed=cfg.seed, tokenizers=toks)
-    name = f'eval_{split}'
-  name += '' if beam == 5 and alpha == 0.6 else f'_beam{beam}_a{alpha:g}'
-  if length_edges is None:
-    length_edges = cfg.eval.get('length_edges', eval_lib.DEFAULT_LENGTH_EDGES)
-  graphdef, params = translator.graphdef, translator.params
-  report, kept, (header, recs) = eval_lib.evaluate(
-      params, task, split, tf_fn=eval_lib.make_teacher_forced(graphdef),
-      decode_fn=translator.decoder(beam, alpha, nbest=0), batch_size=cfg.data.batch_size,
-      factor=cfg.train.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize,
-      length_edges=length_edges, keep_outputs=num_heatmaps)
-  if not np.isfinite(report['loss']):   # finite parameters (load checks), yet no usable model
-    raise FloatingPointError(f'the loss of {workdir!r} step {translator.step} on '
-                             f'{split if src is None else src} is {report["loss"]}: the model gives some reference token '
-                             'probability 0 (or NaN); its metrics would mean nothing')
-  report.update({'split': split if src is None else None, 'src': src, 'ref': ref,
-                 'beam': beam, 'alpha': alpha, 'step': translator.step,
-                 'workdir': os.path.abspath(workdir)})
-  what = split if src is None else os.path.basename(src)
-  metric = records_lib.primary_metrics(report)[0]
-  report[f'{metric}_by_length_plot'] = plots.plot_by_length(
-      {translator.config.variant: report['by_length']},
-      run.eval_path(name, 'plot', metric), metric=metric,
-      title=f'{os.path.basename(os.path.abspath(workdir))}: {metric.upper()} by source length '
-            f'({what})')
-  heads = (lambda s, o: inference.layer_weights(graphdef, params, s, o)) \
-      if translator.config.arch == 'transformer' else None
-  report['heatmaps'] = eval_lib.heatmaps(task, kept, run.eval_path(name, 'heatmaps'),
-                                         'test' if src is None else 'file', heads)
-  report['sentences_file'] = records_lib.write(run.eval_path(name, 'sentences'), header, recs)
-  run.write_eval(name, report)
-  if verbose:
-    print(format_report(report, workdir, name))
-  return report
-
-
-def format_report(report: dict, workdir: str, name: str) -> str:
-  """The metrics table, the by-length table and the files written, as printed by evaluate."""
-  dec = 'greedy' if report['beam'] == 1 else f'beam {report["beam"]}, alpha {report["alpha"]}'
-  what = report['split'] or f'{report["src"]} -> {report["ref"]}'
-  keys = ['loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf']
-  keys += [k for k in eval_lib.EXTRA_METRICS if k in report]
-  cols = ['sentences', 'exact_match', 'bleu', 'chrf'] + [
-      k for k in eval_lib.EXTRA_METRICS if k in report]
-  lines = [f'{workdir} step {report["step"]}, {what} ({report["sentences"]} sentences, {dec})',
-           f'sacrebleu signature: {report["bleu_signature"]}',
-           '| ' + ' | '.join(keys) + ' |', '|' + '---|' * len(keys),
-           '| ' + ' | '.join(f'{report[k]:.4g}' for k in keys) + ' |', '',
-           '| source length | ' + ' | '.join(cols) + ' |', '|---|' + '---|' * len(cols)]
-  for r in report['by_length']:
-    lines.append(f'| {r["bucket"]} | ' + ' | '.join(
-        f'{r[c]:.4g}' if isinstance(r[c], float) else str(r[c]) for c in cols) + ' |')
-  plot = next(v for k, v in report.items() if k.endswith('_by_length_plot'))
-  run = workdir_lib.Run(workdir)
-  lines.append(f'\nwrote {run.eval_path(name)}, {plot}, '
-               f'{len(report["heatmaps"])} heatmaps in {run.eval_path(name, "heatmaps")}/')
-  return '\n'.join(lines)

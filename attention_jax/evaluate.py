@@ -144,7 +144,7 @@ def heatmaps(task, kept, directory: str, prefix: str,
   output token's attention upsampled onto the image (image_heatmaps)."""
   os.makedirs(directory, exist_ok=True)
   if kept and kept[0][5] is not None:
-    return image_heatmaps(task, kept, directory, prefix)
+    return image_heatmaps(task, kept, directory, prefix, heads)
   paths, items = [], []
   for i, (src, hyp, ref, ids, weights, _) in enumerate(kept):
     src_tokens = task.src_tok.pieces(src) + ['</s>']
@@ -169,10 +169,12 @@ def heatmaps(task, kept, directory: str, prefix: str,
   return paths
 
 
-def image_heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
+def image_heatmaps(task, kept, directory: str, prefix: str,
+                   heads: Callable | None = None) -> list[str]:
   """Image sources (Xu et al. 2015's figures): per kept example a PNG with one row per output
   token, its attention over the grid upsampled onto the image, and a grid of all examples'
-  first ten tokens."""
+  first ten tokens; with `heads` (a Transformer decoder) also the first example's
+  cross-attention per decoder layer and head, a column each."""
   paths, items = [], []
   for i, (src, hyp, ref, ids, weights, image) in enumerate(kept):
     n = next((j + 1 for j, t in enumerate(ids) if t == EOS), len(ids))
@@ -184,4 +186,11 @@ def image_heatmaps(task, kept, directory: str, prefix: str) -> list[str]:
   if items:
     paths.append(plots.plot_image_attention_grid(
         items, os.path.join(directory, f'{prefix}_grid.png')))
+  if items and heads is not None:
+    image, _, tokens, _ = items[0]
+    per_head = heads(image, np.asarray(kept[0][3][:len(tokens)], np.int32))   # [N, H, T, S]
+    grid = [(image, per_head[n, h], tokens, f'layer {n + 1}, head {h + 1}')
+            for n in range(per_head.shape[0]) for h in range(per_head.shape[1])]
+    paths.append(plots.plot_image_attention_grid(
+        grid, os.path.join(directory, f'{prefix}_heads.png')))
   return paths

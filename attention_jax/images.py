@@ -13,6 +13,11 @@ size (2^cnn_layers for 'cnn', patch_size for 'vit').
          read in order could not tell them apart.) With model.cnn_row_rnn, a bidirectional
          RNN (model.cell) runs along each row of the grid first, so that every annotation
          also describes its neighbours (the row encoder of Deng et al. 2017, im2markup).
+         With model.cnn_norm, each convolution's output is layer-normalised over its
+         channels at every pixel before the ReLU (as ConvNeXt's per-position LayerNorm,
+         Liu et al. 2022; unlike batch or group norm it reads no other pixel, so padding
+         stays invisible): features start at unit scale instead of the tiny ones a sparse
+         image (dark background, thin strokes) gives an unnormalised stack.
   'vit'  non-overlapping p x p patches (p = model.patch_size), each a linear embedding plus a
          2-D sinusoidal position (half the numbers for the row, half for the column), then
          model.transformer_layers Transformer encoder layers of width model.d_model
@@ -122,17 +127,20 @@ class CNNEncoder(_ImageEncoder):
   def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'CNNEncoder':
     return cls(channels=cfg.image_channels, layers=cfg.cnn_layers, width=cfg.cnn_width,
                dim=dim, dropout=cfg.dropout, dtype=cfg.compute_dtype,
-               row_cell=cfg.cell if cfg.cnn_row_rnn else None, rngs=rngs)
+               row_cell=cfg.cell if cfg.cnn_row_rnn else None, norm=cfg.cnn_norm, rngs=rngs)
 
   def __init__(self, *, channels: int, layers: int, width: int, dim: int, dropout: float,
-               dtype: Any, rngs: nnx.Rngs, row_cell: str | None = None):
-    convs, c_in = [], channels
+               dtype: Any, rngs: nnx.Rngs, row_cell: str | None = None, norm: bool = False):
+    convs, norms, c_in = [], [], channels
     for layer in range(layers):
       c_out = width * 2 ** layer
       convs.append(nnx.Conv(c_in, c_out, (3, 3), padding='SAME', dtype=dtype,
                             param_dtype=jnp.float32, rngs=rngs))
+      if norm:
+        norms.append(nnx.LayerNorm(c_out, dtype=dtype, param_dtype=jnp.float32, rngs=rngs))
       c_in = c_out
     self.convs = nnx.List(convs)
+    self.norms = nnx.List(norms) if norm else None
     self.proj = nnx.Linear(c_in, dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
     # the row encoder (Deng et al. 2017): a bidirectional RNN along each row of the grid
     self.rows = None if row_cell is None else nnx.List([
@@ -145,8 +153,9 @@ class CNNEncoder(_ImageEncoder):
     self.grid(src.shape)
     x, real = pixels(src)
     x = x.astype(self.dtype)                                                  # [B, H, W, C]
-    for conv in self.convs:
-      x = jax.nn.relu(conv(x))
+    for i, conv in enumerate(self.convs):
+      x = conv(x)
+      x = jax.nn.relu(x if self.norms is None else self.norms[i](x))
       b, h, w, c = x.shape
       x = x.reshape(b, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))               # 2 x 2 max pool
       real = pool_mask(real, 2)

@@ -53,16 +53,18 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) ->
   return jax.jit(decode, static_argnums=(2, 3))
 
 
-def layer_weights(graphdef, params, src_ids: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
+def layer_weights(graphdef, params, src: np.ndarray, out_ids: np.ndarray) -> np.ndarray:
   """The attention of every layer and head over one decoded output, teacher-forced on it
   (equal to what decoding computed: tests/test_transformer.py checks cache == no cache).
 
-  src_ids [S] (EOS last), out_ids [T] (EOS last if it ended) -> weights [N, H, T, S]
-  float32: a Transformer's N decoder layers' cross-attention per head; an RNN's one
-  attention as [1, 1, T, S]."""
+  src: token ids [S] (EOS last) or an image [H, W(, C)] (S = its grid's H'·W' cells);
+  out_ids [T] (EOS last if it ended) -> weights [N, H, T, S] float32: a Transformer's N
+  decoder layers' cross-attention per head; an RNN's one attention as [1, 1, T, S]."""
   model = nnx.merge(graphdef, params)
   tgt_in = np.concatenate([[BOS], out_ids[:-1]]).astype(np.int32)[None]       # [1, T]
-  _, read = model.forward(jnp.asarray(src_ids, jnp.int32)[None], jnp.asarray(tgt_in))
+  src = np.asarray(src)
+  src = src.astype(np.int32 if np.issubdtype(src.dtype, np.integer) else np.float32)
+  _, read = model.forward(jnp.asarray(src)[None], jnp.asarray(tgt_in))
   layers = getattr(read, 'layers', None)
   if layers is None:
     layers = read.weights[:, None, None]                                        # [1, 1, 1, T, S]

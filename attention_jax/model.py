@@ -80,6 +80,7 @@ class ModelConfig:
   cnn_layers: int = 3                # conv blocks, each halving H and W: cells of 2^L pixels
   cnn_width: int = 32                # channels of the first block, doubling per block
   cnn_row_rnn: bool = False          # a bidirectional RNN (model.cell) along each grid row
+  cnn_norm: bool = False             # LayerNorm over channels after each convolution
   patch_size: int = 4                # 'vit': p x p pixel patches (its layers: d_model, heads,
                                      # ff_dim, transformer_layers, self_attention_score)
   # Xu et al. 2015 §4.2.1: the context is scaled by a gate beta_t = sigmoid(w · s_{t-1} + b)

@@ -13,7 +13,7 @@ accuracy. Writes <workdir>/eval_<split or src file>.json, its by-length plot and
 
 from absl import app, flags, logging
 
-from attention_jax import api
+from attention_jax import run_eval
 from experiments import cli
 
 flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
@@ -45,7 +45,7 @@ def main(argv):
     except ValueError:
       raise app.UsageError(f'--length_edges must be integers, got {FLAGS.length_edges}')
   logging.set_verbosity(logging.WARNING)
-  api.evaluate_run(FLAGS.workdir, split=FLAGS.split, src=FLAGS.src, ref=FLAGS.ref,
+  run_eval.evaluate_run(FLAGS.workdir, split=FLAGS.split, src=FLAGS.src, ref=FLAGS.ref,
                    beam=FLAGS.beam, alpha=FLAGS.alpha, step=FLAGS.step, length_edges=edges,
                    num_heatmaps=FLAGS.heatmaps)
 

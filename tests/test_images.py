@@ -12,7 +12,7 @@ import PIL.Image
 import pytest
 from flax import nnx
 
-from attention_jax import api, beam, data, decode, encoders, images, objective, train
+from attention_jax import api, beam, data, decode, encoders, images, objective, run_eval, train
 from attention_jax import steps as steps_lib
 from attention_jax.attention import Attention
 from attention_jax.data import image_builders
@@ -22,9 +22,11 @@ from experiments.configs import digit_strips, image_dates
 from helpers import smoke
 
 IMAGE_ENCODERS = encoders.names('images')
-# every image encoder, and the CNN with its row encoder (model.cnn_row_rnn)
-VARIANTS = [(name, {}) for name in IMAGE_ENCODERS] + [('cnn', {'cnn_row_rnn': True})]
-VARIANT_IDS = [n + ('-rows' if kw else '') for n, kw in VARIANTS]
+# every image encoder, and the CNN with its row encoder (model.cnn_row_rnn) and its
+# per-pixel LayerNorm (model.cnn_norm)
+VARIANTS = [(name, {}) for name in IMAGE_ENCODERS] + [('cnn', {'cnn_row_rnn': True}),
+                                                       ('cnn', {'cnn_norm': True})]
+VARIANT_IDS = [n + ''.join(f'-{k}' for k in kw) for n, kw in VARIANTS]
 SMALL = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
              d_model=16, heads=2, ff_dim=24, transformer_layers=1, emb_dim=8, dec_hidden=12,
              attn_dim=8)
@@ -243,7 +245,7 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
   assert np.isfinite(summary['results']['test']['loss'])
   assert [os.path.basename(p) for p in summary['heatmaps']] == ['test_0.png', 'test_1.png',
                                                                  'test_grid.png']
-  report = api.evaluate_run(workdir, split='test', beam=2, num_heatmaps=1, verbose=False)
+  report = run_eval.evaluate_run(workdir, split='test', beam=2, num_heatmaps=1, verbose=False)
   assert report['sentences'] == 32 and len(report['heatmaps']) == 2
   # reloaded in Python: images as arrays or files, weights over each image's own grid
   t = api.load(workdir)
@@ -268,6 +270,27 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
                                        r"model.encoder='' reads tokens; valid encoders for "
                                        r"images: cnn, vit"):
     train.train_and_evaluate(wrong, str(tmp_path / 'wrong'))
+
+
+def test_transformer_decoder_over_an_image_draws_each_layer_and_head(tmp_path):
+  """A Transformer decoder's cross-attention per layer and head over an image: the run's
+  heatmaps include them (test_heads.png, a column per head), and attend_heads gives them over
+  the grid, the last layer's mean being what attend returns."""
+  cfg = smoke(image_dates, str(tmp_path / 'tfds'), **{
+      'eval.heatmaps': 1, 'model.arch': 'transformer', 'model.encoder': 'vit',
+      'model.patch_size': 8, 'model.d_model': 16, 'model.heads': 2, 'model.ff_dim': 24,
+      'model.transformer_layers': 2, 'model.context_gate': False})
+  workdir = str(tmp_path / 'run')
+  summary = train.train_and_evaluate(cfg, workdir)
+  assert [os.path.basename(p) for p in summary['heatmaps']] == ['test_0.png', 'test_grid.png',
+                                                                 'test_heads.png']
+  t = api.load(workdir)
+  image = data.load_task(dict_cfg(cfg.data, str(tmp_path / 'tfds'))).image('test', 0)
+  out, heads, _, tokens = t.attend_heads(image)
+  assert out == t.translate([image])[0] and tokens
+  assert heads.shape == (2, 2, len(tokens), 4, 32)
+  np.testing.assert_allclose(heads.sum(axis=(-2, -1)), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(heads[-1].mean(0), t.attend(image)[1], rtol=1e-4, atol=1e-6)
 
 
 def test_digit_strips_read_their_digits_and_test_digit_images_are_never_trained_on(tmp_path):
