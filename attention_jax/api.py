@@ -188,7 +188,8 @@ class Translator:
         imgs.append(images_lib.read_image(s, self.config.image_channels))
       except (OSError, ValueError) as e:
         raise ValueError(f'images[{i}]: {e}') from e
-    cell = encoders.lookup(self.config.encoder).cell_size(self.config)
+    enc = encoders.lookup(self.config.encoder)
+    cell = enc.cell_size(self.config)
     fn = self.decoder(beam, alpha, nbest)
     max_tgt = int(self.run_config.get('data', {}).get('max_tgt_len', 128))
     max_len = decode_lib.max_output_len(max_tgt, self._factor)
@@ -197,9 +198,10 @@ class Translator:
       chunk = imgs[start:start + self.chunk_size]
       src = images_lib.pad_batch(chunk, cell)
       tokens, scores, weights = jax.device_get(fn(self.params, src, max_len, self._factor))
-      grid = (src.shape[1] // cell, src.shape[2] // cell)
-      for r, im in enumerate(chunk):
-        gh, gw = -(-im.shape[0] // cell), -(-im.shape[1] // cell)   # its own cells, top left
+      grid = enc.grid_shape(self.config, src.shape[1:3])
+      for r, im in enumerate(chunk):                                  # its own cells, top left
+        gh, gw = enc.grid_shape(self.config, (-(-im.shape[0] // cell) * cell,
+                                              -(-im.shape[1] // cell) * cell))
         out.append(self._hypotheses(
             tokens[r], scores[r], weights[r], [],
             lambda w, gh=gh, gw=gw: w.reshape(len(w), *grid)[:, :gh, :gw]))
@@ -256,10 +258,10 @@ class Translator:
       if not h.tgt_tokens[0]:
         return h.outputs[0], np.zeros((0, 0, 0, 0, 0), np.float32), [], []
       image = images_lib.read_image(text, self.config.image_channels)
-      cell = encoders.lookup(self.config.encoder).cell_size(self.config)
-      src = images_lib.pad_batch([image], cell)[0]
+      enc = encoders.lookup(self.config.encoder)
+      src = images_lib.pad_batch([image], enc.cell_size(self.config))[0]
       w = inference.layer_weights(self.graphdef, self.params, src, h.ids[0])
-      grid = (src.shape[0] // cell, src.shape[1] // cell)
+      grid = enc.grid_shape(self.config, src.shape[:2])
       return h.outputs[0], w.reshape(*w.shape[:3], *grid), h.src_tokens, h.tgt_tokens[0]
     if not isinstance(text, str):
       raise TypeError(f'attend_heads(text): text must be a str, got {type(text).__name__}')

@@ -18,6 +18,10 @@ size (2^cnn_layers for 'cnn', patch_size for 'vit').
          Liu et al. 2022; unlike batch or group norm it reads no other pixel, so padding
          stays invisible): features start at unit scale instead of the tiny ones a sparse
          image (dark background, thin strokes) gives an unnormalised stack.
+         With model.cnn_columns, the last feature map's rows are max-pooled into one before
+         the linear map: a 1 x W' grid, one annotation per column of 2^L pixels over the
+         image's whole height, as a text line is read (CRNN, Shi et al. 2016); a character
+         that straddles two rows of cells is then one annotation, not two halves.
   'vit'  non-overlapping p x p patches (p = model.patch_size), each a linear embedding plus a
          2-D sinusoidal position (half the numbers for the row, half for the column), then
          model.transformer_layers Transformer encoder layers of width model.d_model
@@ -98,6 +102,12 @@ class _ImageEncoder(nnx.Module):
     if cfg.image_channels < 1:
       raise ValueError(f'model.image_channels must be >= 1, got {cfg.image_channels!r}')
 
+  @classmethod
+  def grid_shape(cls, cfg, size: tuple[int, int]) -> tuple[int, int]:
+    """(H', W') of the grid over a (padded) image of `size` (H, W) pixels."""
+    cell = cls.cell_size(cfg)
+    return size[0] // cell, size[1] // cell
+
   def grid(self, shape) -> tuple[int, int]:
     return check_grid(shape, self.cell, self.what)
 
@@ -105,7 +115,10 @@ class _ImageEncoder(nnx.Module):
     """images -> [B, H' * W'] bool, the real grid cells."""
     self.grid(src.shape)
     _, real = pixels(src)
-    return pool_mask(real, self.cell).reshape(src.shape[0], -1)
+    real = pool_mask(real, self.cell)
+    if getattr(self, 'columns', False):
+      real = real.any(axis=1, keepdims=True)
+    return real.reshape(src.shape[0], -1)
 
 
 @register_encoder('cnn')
@@ -115,6 +128,11 @@ class CNNEncoder(_ImageEncoder):
   @classmethod
   def cell_size(cls, cfg) -> int:
     return 2 ** cfg.cnn_layers
+
+  @classmethod
+  def grid_shape(cls, cfg, size: tuple[int, int]) -> tuple[int, int]:
+    h, w = super().grid_shape(cfg, size)
+    return (1, w) if cfg.cnn_columns else (h, w)
 
   @classmethod
   def check(cls, cfg) -> None:
@@ -127,10 +145,12 @@ class CNNEncoder(_ImageEncoder):
   def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'CNNEncoder':
     return cls(channels=cfg.image_channels, layers=cfg.cnn_layers, width=cfg.cnn_width,
                dim=dim, dropout=cfg.dropout, dtype=cfg.compute_dtype,
-               row_cell=cfg.cell if cfg.cnn_row_rnn else None, norm=cfg.cnn_norm, rngs=rngs)
+               row_cell=cfg.cell if cfg.cnn_row_rnn else None, norm=cfg.cnn_norm,
+               columns=cfg.cnn_columns, rngs=rngs)
 
   def __init__(self, *, channels: int, layers: int, width: int, dim: int, dropout: float,
-               dtype: Any, rngs: nnx.Rngs, row_cell: str | None = None, norm: bool = False):
+               dtype: Any, rngs: nnx.Rngs, row_cell: str | None = None, norm: bool = False,
+               columns: bool = False):
     convs, norms, c_in = [], [], channels
     for layer in range(layers):
       c_out = width * 2 ** layer
@@ -146,7 +166,7 @@ class CNNEncoder(_ImageEncoder):
     self.rows = None if row_cell is None else nnx.List([
         cells.make_cell(row_cell, dim, dim // 2, dtype=dtype, rngs=rngs) for _ in range(2)])
     self.cell, self.what = 2 ** layers, f'{layers} blocks of 2 x 2 pooling (model.cnn_layers)'
-    self.dropout, self.dtype = dropout, dtype
+    self.dropout, self.dtype, self.columns = dropout, dtype, columns
 
   def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None) -> Encoded:
     """images [B, H, W(, C)] -> Encoded: annotations [B, H'W', K], mask [B, H'W']."""
@@ -160,6 +180,8 @@ class CNNEncoder(_ImageEncoder):
       x = x.reshape(b, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))               # 2 x 2 max pool
       real = pool_mask(real, 2)
       x = x * real[..., None].astype(x.dtype)     # padded cells stay zero for the next block
+    if self.columns:      # features are >= 0 (ReLU) and padding 0: the max is the real rows'
+      x, real = x.max(axis=1, keepdims=True), real.any(axis=1, keepdims=True)  # [B, 1, W', C]
     b, h, w, _ = x.shape
     mask = real.reshape(b, h * w)
     ann = self.proj(x.reshape(b, h * w, -1))                                 # [B, S, K]

@@ -81,6 +81,7 @@ class ModelConfig:
   cnn_width: int = 32                # channels of the first block, doubling per block
   cnn_row_rnn: bool = False          # a bidirectional RNN (model.cell) along each grid row
   cnn_norm: bool = False             # LayerNorm over channels after each convolution
+  cnn_columns: bool = False          # max over each column of the grid: a 1 x W' grid
   patch_size: int = 4                # 'vit': p x p pixel patches (its layers: d_model, heads,
                                      # ff_dim, transformer_layers, self_attention_score)
   # Xu et al. 2015 §4.2.1: the context is scaled by a gate beta_t = sigmoid(w · s_{t-1} + b)

@@ -112,13 +112,16 @@ def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
 
 # ---- attention over an image (Xu et al. 2015, the figures of §5) ---------------------------
 def image_grid(num_cells: int, shape: Sequence[int]) -> tuple[int, int]:
-  """The (H', W') grid of square cells that num_cells makes over an image of shape (H, W)."""
+  """The (H', W') grid that num_cells makes over an image of shape (H, W): square cells, or
+  else columns of the image's height (model.cnn_columns: 1 x W')."""
   h, w = shape[0], shape[1]
   cell = int(round(np.sqrt(h * w / num_cells)))
-  if cell < 1 or (h // cell) * (w // cell) != num_cells:
-    raise ValueError(f'{num_cells} attention weights do not tile a {h} x {w} image in square '
-                     'cells')
-  return h // cell, w // cell
+  if cell >= 1 and (h // cell) * (w // cell) == num_cells:
+    return h // cell, w // cell
+  if 0 < num_cells <= w and w % num_cells == 0:
+    return 1, num_cells
+  raise ValueError(f'{num_cells} attention weights do not tile a {h} x {w} image in square '
+                   'cells or in columns')
 
 
 def _draw_image(ax, image, weights_s, label):

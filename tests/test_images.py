@@ -22,10 +22,11 @@ from experiments.configs import digit_strips, image_dates
 from helpers import smoke
 
 IMAGE_ENCODERS = encoders.names('images')
-# every image encoder, and the CNN with its row encoder (model.cnn_row_rnn) and its
-# per-pixel LayerNorm (model.cnn_norm)
-VARIANTS = [(name, {}) for name in IMAGE_ENCODERS] + [('cnn', {'cnn_row_rnn': True}),
-                                                       ('cnn', {'cnn_norm': True})]
+# every image encoder, and the CNN with its row encoder (model.cnn_row_rnn), its per-pixel
+# LayerNorm (model.cnn_norm) and its columns (model.cnn_columns)
+VARIANTS = [(name, {}) for name in IMAGE_ENCODERS] + [
+    ('cnn', {'cnn_row_rnn': True}), ('cnn', {'cnn_norm': True}),
+    ('cnn', {'cnn_columns': True, 'cnn_norm': True})]
 VARIANT_IDS = [n + ''.join(f'-{k}' for k in kw) for n, kw in VARIANTS]
 SMALL = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
              d_model=16, heads=2, ff_dim=24, transformer_layers=1, emb_dim=8, dec_hidden=12,
@@ -57,18 +58,22 @@ def test_image_encoders_are_registered_beside_the_token_encoder():
 
 @pytest.mark.parametrize('name,kw', VARIANTS, ids=VARIANT_IDS)
 def test_grid_shapes_and_masks_of_padded_images(name, kw):
-  """8x16 and 4x8 images in one batch: the grid of 4-pixel cells is 2 x 4; the small image's
-  real cells are its own 1 x 2; padded cells are zero and masked."""
+  """8x16 and 4x8 images in one batch: the grid of 4-pixel cells is 2 x 4 (1 x 4 in columns);
+  the small image's real cells are its own 1 x 2; padded cells are zero and masked."""
   cfg = config(name, **kw)
   enc = build(cfg, rngs=nnx.Rngs(0)).encoder
   src, _ = batch_of((8, 16), (4, 8))
   out = enc(src)
   assert enc.grid(src.shape) == (2, 4)
-  assert out.annotations.shape == (2, 8, cfg.image_dim) and out.summary.shape == (2, 12)
+  gh, gw = type(enc).grid_shape(cfg, (8, 16))
+  assert (gh, gw) == ((1, 4) if kw.get('cnn_columns') else (2, 4))
+  assert out.annotations.shape == (2, gh * gw, cfg.image_dim) and out.summary.shape == (2, 12)
   expected = np.zeros((2, 2, 4), bool)
   expected[0] = True
   expected[1, 0, :2] = True
-  np.testing.assert_array_equal(out.mask, expected.reshape(2, 8))
+  if gh == 1:
+    expected = expected.any(axis=1, keepdims=True)
+  np.testing.assert_array_equal(out.mask, expected.reshape(2, gh * gw))
   np.testing.assert_array_equal(enc.source_mask(src), out.mask)
   np.testing.assert_array_equal(out.annotations[~np.asarray(out.mask)], 0.0)
   real = np.asarray(out.annotations[1])[np.asarray(out.mask[1])]
@@ -94,7 +99,8 @@ def test_padding_gets_no_attention_and_changes_no_output(name, kw, decoder):
   toks, ws = decode.greedy(model, src, 6)
   toks1, _ = decode.greedy(model, alone, 6)
   np.testing.assert_array_equal(toks[1], toks1[0])
-  assert ws.shape == (2, 6, 8)
+  cfg = config(name, decoder, **kw)
+  assert ws.shape == (2, 6, int(np.prod(encoders.lookup(name).grid_shape(cfg, (8, 16)))))
 
 
 @pytest.mark.parametrize('name', IMAGE_ENCODERS)
@@ -123,17 +129,30 @@ def test_sinusoids_2d_are_the_row_then_the_column():
                              rtol=1e-5)
 
 
-def test_cnn_grid_against_numpy():
-  """One conv block (3x3 SAME, ReLU, 2x2 max pool) and the linear map, by hand."""
-  enc = build(config('cnn', cnn_layers=1, cnn_width=3), rngs=nnx.Rngs(3)).encoder
+@pytest.mark.parametrize('norm,columns', [(False, False), (True, False), (True, True)])
+def test_cnn_grid_against_numpy(norm, columns):
+  """One conv block (3x3 SAME, [LayerNorm over channels,] ReLU, 2x2 max pool), [the max over
+  each column,] and the linear map, by hand."""
+  enc = build(config('cnn', cnn_layers=1, cnn_width=3, cnn_norm=norm, cnn_columns=columns),
+              rngs=nnx.Rngs(3)).encoder
   x = np.random.RandomState(3).rand(1, 4, 6).astype(np.float32)
   k = np.asarray(enc.convs[0].kernel[...])                         # [3, 3, 1, 3]
   pad = np.pad(x[0], 1)
   conv = np.stack([[np.einsum('ab,abc->c', pad[i:i + 3, j:j + 3], k[:, :, 0])
                     for j in range(6)] for i in range(4)]) + np.asarray(enc.convs[0].bias[...])
+  if norm:         # per pixel, over the 3 channels (scale 1, bias 0 at init: set others)
+    ln = enc.norms[0]
+    ln.scale[...] = jnp.asarray([0.5, 1.5, 2.0])
+    ln.bias[...] = jnp.asarray([0.1, -0.2, 0.3])
+    mu, var = conv.mean(-1, keepdims=True), conv.var(-1, keepdims=True)
+    conv = (conv - mu) / np.sqrt(var + 1e-6) * [0.5, 1.5, 2.0] + [0.1, -0.2, 0.3]
   pooled = np.maximum(conv, 0).reshape(2, 2, 3, 2, 3).max(axis=(1, 3))     # [2, 3, C]
-  ann = pooled.reshape(6, 3) @ np.asarray(enc.proj.kernel[...]) + np.asarray(enc.proj.bias[...])
-  ann += np.asarray(images.sinusoids_2d(2, 3, ann.shape[1]))             # 2-D positions
+  if columns:
+    pooled = pooled.max(axis=0, keepdims=True)                            # [1, 3, C]
+  gh = pooled.shape[0]
+  ann = pooled.reshape(gh * 3, 3) @ np.asarray(enc.proj.kernel[...]) + np.asarray(
+      enc.proj.bias[...])
+  ann += np.asarray(images.sinusoids_2d(gh, 3, ann.shape[1]))             # 2-D positions
   np.testing.assert_allclose(enc(jnp.asarray(x)).annotations[0], ann, rtol=1e-4, atol=1e-5)
 
 
