@@ -127,11 +127,11 @@ def test_non_finite_parameters_are_refused_at_save_and_at_load(straight, tmp_pat
         f'inf) in 1 array(s): {name}')):
       fn(workdir, step=9)
 
-  real = aj.api.eval_lib.evaluate
+  real = aj.run_eval.eval_lib.evaluate
   def infinite_loss(*args, **kwargs):
     report, kept, records = real(*args, **kwargs)
     return {**report, 'loss': float('inf')}, kept, records
-  monkeypatch.setattr(aj.api.eval_lib, 'evaluate', infinite_loss)
+  monkeypatch.setattr(aj.run_eval.eval_lib, 'evaluate', infinite_loss)
   with pytest.raises(FloatingPointError, match=r"the loss of .* step 8 on test is inf"):
     aj.evaluate_run(workdir, step=8, verbose=False)
   assert not glob.glob(os.path.join(workdir, 'eval_test*.json'))
