@@ -91,6 +91,32 @@ def test_flipped_bytes_make_resume_fall_back_and_load_fail(run, data_dir, tmp_pa
     aj.load(workdir)
 
 
+IMAGE_ERA = ('encoder', 'image_channels', 'image_dim', 'cnn_layers', 'cnn_width', 'cnn_row_rnn',
+             'cnn_norm', 'cnn_columns', 'patch_size', 'context_gate')
+
+
+def test_a_token_run_from_before_the_image_encoders_loads_and_translates(run, tmp_path):
+  """A run saved before the encoder seam (no encoder / image / gate fields in its configs)
+  loads with those fields at their defaults and translates as the original."""
+  workdir = copy(run, tmp_path)
+  for name, section in (('model_config.json', None), ('config.json', 'model')):
+    path = os.path.join(workdir, name)
+    with open(path) as f:
+      cfg = json.load(f)
+    model = cfg if section is None else cfg[section]
+    assert set(IMAGE_ERA) <= set(model)
+    for field in IMAGE_ERA:
+      del model[field]
+    for field in ('image_height', 'image_width'):
+      cfg.get('data', {}).pop(field, None)
+    with open(path, 'w') as f:
+      json.dump(cfg, f)
+  texts = ['22. November 2026', 'Nov 3, 1999']
+  old = aj.load(workdir)
+  assert old.config.encoder == '' and old.config.source == 'tokens'
+  assert old.translate(texts, beam=2) == aj.load(run[0]).translate(texts, beam=2)
+
+
 def test_load_restores_the_parameters_only(run, tmp_path):
   """aj.load reads no optimiser state: a run whose train section names a schedule that does
   not exist (no optimiser could be built from it) loads and translates as the original."""
