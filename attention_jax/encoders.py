@@ -48,6 +48,12 @@ def lookup(name: str) -> type:
   return registry.lookup(ENCODERS, 'encoder', name)
 
 
+def grid_shape(cfg, size: tuple[int, int]) -> tuple[int, int]:
+  """(H', W'): the grid that model config `cfg`'s image encoder makes over a (padded) image of
+  `size` (H, W) pixels."""
+  return lookup(cfg.encoder).grid_shape(cfg, size)
+
+
 def names(source: str) -> list[str]:
   """The registered encoders that read `source` ('tokens' or 'images')."""
   return sorted(n for n, cls in ENCODERS.items() if cls.source == source)

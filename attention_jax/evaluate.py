@@ -136,15 +136,16 @@ def selection_score(report: dict) -> float:
   return 100.0 - report[metric] if metric in records_lib.LOWER_IS_BETTER else report[metric]
 
 
-def heatmaps(task, kept, directory: str, prefix: str,
-             heads: Callable | None = None) -> list[str]:
+def heatmaps(task, kept, directory: str, prefix: str, heads: Callable | None = None,
+             grid: Callable | None = None) -> list[str]:
   """One labelled PNG per kept sentence, plus a grid of all of them; with `heads`
   (inference.layer_weights(graphdef, params, ...) of a Transformer) also a grid of the first
   sentence's cross-attention per decoder layer (rows) and head (columns). Image sources: each
-  output token's attention upsampled onto the image (image_heatmaps)."""
+  output token's attention upsampled onto the image (image_heatmaps), over the grid that
+  `grid` (an image's (H, W) -> (H', W'): encoders.grid_shape of the model) gives."""
   os.makedirs(directory, exist_ok=True)
   if kept and kept[0][5] is not None:
-    return image_heatmaps(task, kept, directory, prefix, heads)
+    return image_heatmaps(task, kept, directory, prefix, grid, heads)
   paths, items = [], []
   for i, (src, hyp, ref, ids, weights, _) in enumerate(kept):
     src_tokens = task.src_tok.pieces(src) + ['</s>']
@@ -169,7 +170,7 @@ def heatmaps(task, kept, directory: str, prefix: str,
   return paths
 
 
-def image_heatmaps(task, kept, directory: str, prefix: str,
+def image_heatmaps(task, kept, directory: str, prefix: str, grid: Callable,
                    heads: Callable | None = None) -> list[str]:
   """Image sources (Xu et al. 2015's figures): per kept example a PNG with one row per output
   token, its attention over the grid upsampled onto the image, and a grid of all examples'
@@ -180,8 +181,9 @@ def image_heatmaps(task, kept, directory: str, prefix: str,
     n = next((j + 1 for j, t in enumerate(ids) if t == EOS), len(ids))
     tokens = [task.tgt_tok.id_to_piece(int(t)) for t in ids[:n]]
     title = f'{src!r} -> {hyp!r}' + ('' if hyp == ref else f' (ref {ref!r})')
-    items.append((image, weights[:n], tokens, title))
-    paths.append(plots.plot_image_attention(image, weights[:n], tokens,
+    shape = grid(image.shape[:2])
+    items.append((image, weights[:n].reshape(n, *shape), tokens, title))
+    paths.append(plots.plot_image_attention(image, items[-1][1], tokens,
                                             os.path.join(directory, f'{prefix}_{i}.png'), title))
   if items:
     paths.append(plots.plot_image_attention_grid(
@@ -189,8 +191,9 @@ def image_heatmaps(task, kept, directory: str, prefix: str,
   if items and heads is not None:
     image, _, tokens, _ = items[0]
     per_head = heads(image, np.asarray(kept[0][3][:len(tokens)], np.int32))   # [N, H, T, S]
-    grid = [(image, per_head[n, h], tokens, f'layer {n + 1}, head {h + 1}')
-            for n in range(per_head.shape[0]) for h in range(per_head.shape[1])]
+    per_head = per_head.reshape(*per_head.shape[:3], *grid(image.shape[:2]))
+    columns = [(image, per_head[n, h], tokens, f'layer {n + 1}, head {h + 1}')
+               for n in range(per_head.shape[0]) for h in range(per_head.shape[1])]
     paths.append(plots.plot_image_attention_grid(
-        grid, os.path.join(directory, f'{prefix}_heads.png')))
+        columns, os.path.join(directory, f'{prefix}_heads.png')))
   return paths

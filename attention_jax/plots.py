@@ -111,25 +111,13 @@ def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
 
 
 # ---- attention over an image (Xu et al. 2015, the figures of §5) ---------------------------
-def image_grid(num_cells: int, shape: Sequence[int]) -> tuple[int, int]:
-  """The (H', W') grid that num_cells makes over an image of shape (H, W): square cells, or
-  else columns of the image's height (model.cnn_columns: 1 x W')."""
-  h, w = shape[0], shape[1]
-  cell = int(round(np.sqrt(h * w / num_cells)))
-  if cell >= 1 and (h // cell) * (w // cell) == num_cells:
-    return h // cell, w // cell
-  if 0 < num_cells <= w and w % num_cells == 0:
-    return 1, num_cells
-  raise ValueError(f'{num_cells} attention weights do not tile a {h} x {w} image in square '
-                   'cells or in columns')
-
-
-def _draw_image(ax, image, weights_s, label):
-  """The image in grey, one step's attention over its grid upsampled onto it (bilinear)."""
+def _draw_image(ax, image, grid, label):
+  """The image in grey, one step's attention over its grid [H', W'] upsampled onto it
+  (bilinear)."""
   image = np.asarray(image, np.float32)
   h, w = image.shape[:2]
   ax.imshow(np.clip(image, 0, 1), cmap='gray', vmin=0, vmax=1, extent=(0, w, h, 0))
-  grid = np.asarray(weights_s, np.float32).reshape(image_grid(len(weights_s), (h, w)))
+  grid = np.asarray(grid, np.float32)
   ax.imshow(grid, cmap='inferno', alpha=0.6, vmin=0, vmax=max(float(grid.max()), 1e-6),
             extent=(0, w, h, 0), interpolation='bilinear')
   ax.set_xticks([])
@@ -139,8 +127,8 @@ def _draw_image(ax, image, weights_s, label):
 
 def plot_image_attention(image, weights, tgt_tokens: Sequence[str], path: str,
                          title: str = '') -> str:
-  """image [H, W] (pixels in [0, 1]), weights [T, H'·W'] -> a PNG with one row per output
-  token: where the decoder looked to emit it."""
+  """image [H, W] (pixels in [0, 1]), weights [T, H', W'] over its grid -> a PNG with one row
+  per output token: where the decoder looked to emit it."""
   image = np.asarray(image)
   t = len(tgt_tokens)
   aspect = image.shape[1] / image.shape[0]
@@ -155,7 +143,7 @@ def plot_image_attention(image, weights, tgt_tokens: Sequence[str], path: str,
 
 
 def plot_image_attention_grid(items, path: str, steps: int = 10) -> str:
-  """items: list of (image [H, W], weights [T, S], tgt_tokens, title) -> one PNG: a column
+  """items: list of (image [H, W], weights [T, H', W'], tgt_tokens, title) -> one PNG: a column
   per example, its first `steps` output tokens top to bottom."""
   rows = min(steps, max(len(it[2]) for it in items))
   image = np.asarray(items[0][0])

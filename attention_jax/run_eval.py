@@ -9,6 +9,7 @@ text files, with the report by source length, the plots and heatmaps written int
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Sequence
 
@@ -16,6 +17,7 @@ import ml_collections
 import numpy as np
 
 from attention_jax import data as data_lib
+from attention_jax import encoders
 from attention_jax import evaluate as eval_lib
 from attention_jax import inference
 from attention_jax import plots
@@ -96,8 +98,9 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
             f'({what})')
   heads = (lambda s, o: inference.layer_weights(graphdef, params, s, o)) \
       if translator.config.arch == 'transformer' else None
-  report['heatmaps'] = eval_lib.heatmaps(task, kept, run.eval_path(name, 'heatmaps'),
-                                         'test' if src is None else 'file', heads)
+  report['heatmaps'] = eval_lib.heatmaps(
+      task, kept, run.eval_path(name, 'heatmaps'), 'test' if src is None else 'file', heads,
+      functools.partial(encoders.grid_shape, translator.config))
   report['sentences_file'] = records_lib.write(run.eval_path(name, 'sentences'), header, recs)
   run.write_eval(name, report)
   if verbose:

@@ -414,8 +414,8 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
         params, task, split, keep_outputs=cfg.eval.heatmaps if split == 'test' else 0)
   heads = functools.partial(inference.layer_weights, graphdef, params) \
       if mcfg.arch == 'transformer' else None
-  paths = eval_lib.heatmaps(task, kept, run.heatmaps_dir, 'test',
-                            heads) if lead() and kept else []
+  paths = eval_lib.heatmaps(task, kept, run.heatmaps_dir, 'test', heads,
+                            functools.partial(encoders.grid_shape, mcfg)) if lead() and kept else []
   summary = {'step': step, 'best_step': best_step, 'results': results,
              'nonfinite_skipped': skips,
              'train_steps_per_s': step / train_time if train_time else None,

@@ -3,6 +3,7 @@ every image encoder with every decoder, Xu et al. 2015's context gate and doubly
 regulariser against NumPy, and the clear errors of combinations that are not defined."""
 
 import dataclasses
+import functools
 import os
 
 import jax
@@ -12,7 +13,8 @@ import PIL.Image
 import pytest
 from flax import nnx
 
-from attention_jax import api, beam, data, decode, encoders, images, objective, run_eval, train
+from attention_jax import (api, beam, data, decode, encoders, evaluate, images, objective,
+                           run_eval, train)
 from attention_jax import steps as steps_lib
 from attention_jax.attention import Attention
 from attention_jax.data import image_builders
@@ -289,6 +291,23 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
                                        r"model.encoder='' reads tokens; valid encoders for "
                                        r"images: cnn, vit"):
     train.train_and_evaluate(wrong, str(tmp_path / 'wrong'))
+
+
+def test_image_heatmaps_draw_the_encoder_s_own_grid(tmp_path, monkeypatch):
+  """The weights are drawn on the grid the model's encoder makes: 32 columns over a 32 x 256
+  image (model.cnn_columns) as 1 x 32, not as the 2 x 16 square cells that 32 would also tile."""
+  cfg = config('cnn', cnn_layers=3, cnn_columns=True)
+  drawn = []
+  monkeypatch.setattr(evaluate.plots, 'plot_image_attention',
+                      lambda image, weights, *a, **k: drawn.append(weights.shape) or 'x.png')
+  monkeypatch.setattr(evaluate.plots, 'plot_image_attention_grid', lambda *a, **k: 'grid.png')
+  task = type('Task', (), {'tgt_tok': type('Tok', (), {'id_to_piece': staticmethod(str)})()})()
+  ids = np.asarray([5, 6, 2])                                       # two tokens, then EOS
+  weights = np.full((3, 32), 1 / 32, np.float32)
+  kept = [('src', 'hyp', 'hyp', ids, weights, np.zeros((32, 256), np.float32))]
+  evaluate.heatmaps(task, kept, str(tmp_path), 'test',
+                    grid=functools.partial(encoders.grid_shape, cfg))
+  assert drawn == [(3, 1, 32)]
 
 
 def test_transformer_decoder_over_an_image_draws_each_layer_and_head(tmp_path):
