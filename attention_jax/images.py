@@ -91,6 +91,7 @@ class _ImageEncoder(nnx.Module):
   source = 'images'
   cell: int
   what: str
+  columns = False     # the grid's rows pooled into one (CNN, model.cnn_columns)
 
   @classmethod
   def cell_size(cls, cfg) -> int:
@@ -116,7 +117,7 @@ class _ImageEncoder(nnx.Module):
     self.grid(src.shape)
     _, real = pixels(src)
     real = pool_mask(real, self.cell)
-    if getattr(self, 'columns', False):
+    if self.columns:
       real = real.any(axis=1, keepdims=True)
     return real.reshape(src.shape[0], -1)
 
