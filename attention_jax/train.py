@@ -199,17 +199,19 @@ class Progress:
     self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), start, 0.0, 0.0, 0
 
   def update(self, step: int, m: dict) -> None:
-    self.loss += float(m['loss'])
-    self.tokens += float(m['tokens'])
+    # sums stay on the device until a line is printed: no host sync per step (an accelerator
+    # then runs ahead of the host instead of waiting for it between steps)
+    self.loss = self.loss + m['loss']
+    self.tokens = self.tokens + m['tokens']
     self.n += 1
     if step % self.every and step != self.total:
       return
     dt = max(time.time() - self.t0, 1e-9)
     rate = (step - self.s0) / dt
     eta = (self.total - step) / max(rate, 1e-9)
-    loss = self.loss / max(self.n, 1)
+    loss, tokens = float(self.loss) / max(self.n, 1), float(self.tokens)
     log(f'step {step:>6}/{self.total}  loss {loss:.4f}  {rate:.2f} steps/s  '
-          f'{self.tokens / dt:,.0f} tok/s  ETA {eta / 60:.1f} min')
+          f'{tokens / dt:,.0f} tok/s  ETA {eta / 60:.1f} min')
     if self.writer:
       self.writer.add_scalar('train/loss', loss, step)
       self.writer.add_scalar('train/steps_per_sec', rate, step)
@@ -359,10 +361,28 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
             'model_config': mcfg.to_dict(), 'best_bleu': best_bleu, 'train_seconds': train_time,
             'nonfinite_skipped': skips, 'tokenizers': tok_fingerprint, **(extra or {})}
 
+  def check_finite(pending) -> int:
+    """1 if the step in `pending` (step, metrics, batch) was skipped as non-finite, else 0;
+    raises unless train.skip_nonfinite."""
+    if pending is None or bool(pending[1]['finite']):
+      return 0
+    at, m, batch = pending
+    where = (f'non-finite training loss {float(m["loss"])} (gradient norm '
+             f'{float(m["grad_norm"])}) at step {at}, batch of training examples '
+             f'{batch["index"][batch["weight"] > 0].tolist()}')
+    if not t.get('skip_nonfinite', False):
+      raise FloatingPointError(
+          f'{where}; parameters were not updated and the last checkpoint in {latest_dir} '
+          f'is untouched (set train.skip_nonfinite=True to skip such batches)')
+    log(f'  skipped ({skips + 1} so far): {where}')
+    return 1
+
+  pending = None   # the last step whose finiteness is not yet read
   stop = preemption.StopRequest()
   with stop.installed():
     while step < t.steps:
       if stop.signum is not None:   # SIGTERM / SIGINT: save where we are, then exit
+        skips += check_finite(pending)
         if step != ckpts.latest.latest_step():
           ckpts.save_latest(step, state, meta_now(step))
         ckpts.close()
@@ -372,18 +392,15 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
       batch = next(it)
       state, m = steps.train(state, batch)
       step += 1
-      if not bool(m['finite']):
-        where = (f'non-finite training loss {float(m["loss"])} (gradient norm '
-                 f'{float(m["grad_norm"])}) at step {step}, batch of training examples '
-                 f'{batch["index"][batch["weight"] > 0].tolist()}')
-        if not t.get('skip_nonfinite', False):
-          raise FloatingPointError(
-              f'{where}; parameters were not updated and the last checkpoint in {latest_dir} '
-              f'is untouched (set train.skip_nonfinite=True to skip such batches)')
-        skips += 1
-        log(f'  skipped ({skips} so far): {where}')
+      # the previous step's finiteness is read once this one is dispatched, so the device
+      # never idles on the host between steps; a non-finite step leaves the state unchanged
+      skips += check_finite(pending)
+      pending = (step, m, batch)
       train_time += time.time() - t_step
       progress.update(step, m)
+      if step % t.eval_every == 0 or step % t.checkpoint_every == 0 or step == t.steps:
+        skips += check_finite(pending)   # before anything is evaluated or saved
+        pending = None
       if step % t.eval_every == 0 or step == t.steps:
         t_eval = time.time()
         val, _, _ = evaluate_(local(eval_params(state)), task, 'validation')
