@@ -3,6 +3,7 @@ broken link, a page missing from the navigation or an API reference that does no
 fails), the README stays a short entry point, and nothing in the repository points outside it."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,8 +42,14 @@ def test_the_readme_is_a_short_entry_point_whose_doc_links_exist():
   with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
     readme = f.read()
   assert len(readme.splitlines()) < 250
-  for page in {part.split(')')[0] for part in readme.split('](docs/')[1:]}:
-    assert os.path.exists(os.path.join(ROOT, 'docs', page)), page
+  for link in {part.split(')')[0] for part in readme.split('](docs/')[1:]}:
+    page, _, anchor = link.partition('#')
+    assert os.path.exists(os.path.join(ROOT, 'docs', page)), link
+    if anchor:   # a heading of that page, as Markdown makes its id: lower case, '-' for spaces
+      with open(os.path.join(ROOT, 'docs', page), encoding='utf-8') as f:
+        ids = {re.sub(r'[^a-z0-9 _-]', '', line.lstrip('#').strip().lower()).replace(' ', '-')
+               for line in f if line.startswith('#')}
+      assert anchor in ids, (link, sorted(ids))
 
 
 def test_nothing_points_outside_the_repository():
