@@ -275,13 +275,13 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
   u8 = np.round(image * 255).astype(np.uint8)
   path = str(tmp_path / 'scan.png')
   PIL.Image.fromarray(u8).save(path)                               # 8-bit grayscale PNG
-  small = image[:16, :96]                                          # a smaller image: 2 x 12 cells
+  small = image[:16, :96]                   # a smaller image: 2 x 12 cells, pooled to 1 x 12
   outs = t.translate([u8, path, (small * 255).astype(np.uint8)], beam=2)
   assert outs[0] == outs[1] and all(isinstance(o, str) for o in outs)
   out, weights, _, tokens = t.attend(small)
-  assert weights.shape == (len(tokens), 2, 12)
+  assert weights.shape == (len(tokens), 1, 12)     # the config's columns (model.cnn_columns)
   alone = t.attend(u8)     # (an untrained model's near-ties may decode otherwise in a batch of 3)
-  assert alone[0] == t.translate([path])[0] and alone[1].shape[1:] == (4, 32)
+  assert alone[0] == t.translate([path])[0] and alone[1].shape[1:] == (1, 32)
   with pytest.raises(ValueError, match=r'images\[0\]: pixels must be in \[0, 1\]'):
     t.translate([image * 3])
   with pytest.raises(TypeError, match='this model reads images: pass a list of images'):
@@ -350,3 +350,32 @@ def test_digit_strips_read_their_digits_and_test_digit_images_are_never_trained_
   cfg_all.data = dict_cfg(cfg, str(tmp_path / 'tfds'))
   report = data_info.describe(cfg_all)          # bash launch.sh data-info on an image task
   assert 'first training batch: src (16, 32, 160)' in report and "image (32, 160) of '" in report
+
+
+def test_distorted_training_digits_leave_validation_and_test_strips_as_they_were(tmp_path):
+  """data.digit_distortion redraws the training strips through distort_digit; the validation and
+  test strips are the same images whatever its value (results stay comparable)."""
+  digit = image_builders.mnist_5k()[0][7].astype(np.float32) / 255.0
+  same = image_builders.distort_digit(np.random.default_rng(0), digit, 0.0)
+  np.testing.assert_allclose(same, digit, atol=1e-6)                  # strength 0: the identity
+  moved = image_builders.distort_digit(np.random.default_rng(0), digit, 1.0)
+  assert moved.shape == digit.shape and 0.0 <= moved.min() and moved.max() <= 1.0
+  assert np.abs(moved - digit).mean() > 0.01
+  tasks = {}
+  for strength in (0.0, 0.6):
+    cfg = digit_strips.get_config('smoke').data
+    cfg.update(num_train=12, num_valid=4, num_test=6, digit_distortion=strength)
+    tasks[strength] = data.load_task(dict_cfg(cfg, str(tmp_path / 'tfds')))
+  plain, distorted = tasks[0.0], tasks[0.6]
+  for split, n in (('validation', 4), ('test', 6)):
+    for i in range(n):
+      np.testing.assert_array_equal(plain.image(split, i), distorted.image(split, i))
+  assert not all(np.array_equal(plain.image('train', i), distorted.image('train', i))
+                 for i in range(12))
+  cfg.digit_distortion = 5.0
+  with pytest.raises(ValueError, match=r'data.digit_distortion must be 0-4 \(digit_strips only\), '
+                                       r'got 5.0 for digit_strips'):
+    image_builders.make_config('digit_strips', cfg)
+  cfg.digit_distortion = 0.5
+  with pytest.raises(ValueError, match=r'got 0.5 for image_dates'):
+    image_builders.make_config('image_dates', cfg)

@@ -15,6 +15,11 @@ download, no TensorFlow: array_record, like builders.py).
                the target is the digit string (as in Ba et al. 2015). Test strips draw from
                1,000 of the 5,000 digit images (a fixed permutation), train and validation
                strips from the other 4,000: no test digit image is ever trained on.
+               data.digit_distortion = s > 0 draws every training strip's digits through a
+               random affine map and an elastic distortion of strength s (Simard et al.
+               2003: a smoothed random displacement field), so that 4,000 digit images give
+               new shapes in every strip; validation and test strips are never distorted
+               (the test strips are the same images whatever s is).
 
 Features: image (uint8 [H, W]: 0 background, 255 ink), src (what is drawn), tgt, and font,
 locale, style (image_dates) or digit_ids (digit_strips: the MNIST rows used).
@@ -55,6 +60,7 @@ NOISE = 0.04                  # standard deviation of the Gaussian noise, in [0,
 class ImageTaskConfig(builders.TaskBuilderConfig):
   image_height: int = 32
   image_width: int = 256
+  digit_distortion: float = 0.0   # digit_strips: training digits' distortion strength (0: none)
 
 
 def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
@@ -64,11 +70,16 @@ def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
   if not (8 <= h <= 1024 and 8 <= w <= 4096):
     raise ValueError(f'data.image_height / image_width must be 8-1024 / 8-4096 pixels, got '
                      f'{h} / {w}')
+  distortion = float(data_cfg.get('digit_distortion', 0.0))
+  if not 0.0 <= distortion <= 4.0 or (distortion and task != 'digit_strips'):
+    raise ValueError(f'data.digit_distortion must be 0-4 (digit_strips only), got {distortion} '
+                     f'for {task}')
   tfds_fields = {f.name for f in dataclasses.fields(tfds.core.BuilderConfig)}
   fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(builders.TaskBuilderConfig)
             if f.name not in tfds_fields}
-  return ImageTaskConfig(**{**fields, 'name': f'{base.name}_h{h}w{w}', 'image_height': h,
-                            'image_width': w})
+  name = f'{base.name}_h{h}w{w}' + (f'_distort{distortion:g}' if distortion else '')
+  return ImageTaskConfig(**{**fields, 'name': name, 'image_height': h, 'image_width': w,
+                            'digit_distortion': distortion})
 
 
 @functools.cache
@@ -171,10 +182,32 @@ def digit_pool(split: str, n: int) -> np.ndarray:
   return np.sort(order[n - TEST_DIGITS:] if split == 'test' else order[:n - TEST_DIGITS])
 
 
+def distort_digit(rng: np.random.Generator, digit: np.ndarray, strength: float) -> np.ndarray:
+  """float [28, 28] in [0, 1] -> the same through a random affine map (rotation up to
+  12·s degrees, shear up to 0.2·s, width scaled by 1 ± 0.12·s, about the centre) and an
+  elastic displacement field (uniform noise smoothed by a Gaussian of sigma 4 px, scaled by
+  34·s: Simard et al. 2003's recipe at s = 1)."""
+  h, w = digit.shape
+  angle = np.deg2rad(rng.uniform(-12, 12) * strength)
+  shear = rng.uniform(-0.2, 0.2) * strength
+  sx = 1.0 + rng.uniform(-0.12, 0.12) * strength
+  y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+  yc, xc = y - (h - 1) / 2, x - (w - 1) / 2
+  # where each output pixel reads from: the inverse map, rotation then shear then x-scale
+  cos, sin = np.cos(angle), np.sin(angle)
+  xr, yr = cos * xc + sin * yc, -sin * xc + cos * yc
+  src_x, src_y = (xr + shear * yr) / sx + (w - 1) / 2, yr + (h - 1) / 2
+  for coord in (src_x, src_y):
+    coord += ndimage.gaussian_filter(rng.uniform(-1, 1, (h, w)), 4.0) * 34.0 * strength
+  return np.clip(ndimage.map_coordinates(digit, [src_y, src_x], order=1, cval=0.0), 0.0, 1.0)
+
+
 def draw_strip(rng: np.random.Generator, digits: np.ndarray, labels: np.ndarray, pool: np.ndarray,
-               height: int, width: int) -> tuple[np.ndarray, str, list[int]]:
-  """1-MAX_DIGITS digits of `pool` (row indices) scaled, placed left to right -> (uint8
-  [height, width], the digit string, the rows used)."""
+               height: int, width: int, distortion: float = 0.0
+               ) -> tuple[np.ndarray, str, list[int]]:
+  """1-MAX_DIGITS digits of `pool` (row indices) scaled (distorted first when distortion >
+  0: distort_digit), placed left to right -> (uint8 [height, width], the digit string, the
+  rows used)."""
   n = int(rng.integers(1, MAX_DIGITS + 1))
   rows = [int(r) for r in rng.choice(pool, n)]
   sizes = [int(rng.integers(16, min(28, height) + 1)) for _ in rows]
@@ -183,7 +216,10 @@ def draw_strip(rng: np.random.Generator, digits: np.ndarray, labels: np.ndarray,
   x = int(rng.integers(0, max(1, width - total) + 1))
   canvas = np.zeros((height, width), np.float32)
   for i, (r, size) in enumerate(zip(rows, sizes)):
-    glyph = ndimage.zoom(digits[r].astype(np.float32) / 255.0, size / 28.0, order=1)
+    digit = digits[r].astype(np.float32) / 255.0
+    if distortion:
+      digit = distort_digit(rng, digit, distortion).astype(np.float32)
+    glyph = ndimage.zoom(digit, size / 28.0, order=1)
     h, w = glyph.shape
     x += int(gaps[i]) if i else 0
     y = int(rng.integers(0, height - h + 1))
@@ -229,7 +265,8 @@ class AjDigitStrips(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     pool = digit_pool(split, len(digits))
     rng = np.random.default_rng([c.seed, builders.SPLITS.index(split)])
     for i in range(count):
-      image, text, rows = draw_strip(rng, digits, labels, pool, c.image_height, c.image_width)
+      image, text, rows = draw_strip(rng, digits, labels, pool, c.image_height, c.image_width,
+                                     c.digit_distortion if split == 'train' else 0.0)
       yield f'{i:08d}', {'image': image, 'src': text, 'tgt': text,
                          'digit_ids': ' '.join(map(str, rows))}
 

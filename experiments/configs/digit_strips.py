@@ -29,8 +29,10 @@ def get_config(arg: str | None = None):
   c.model.image_dim = 128
   c.model.patch_size = 8
   c.model.context_gate = True
+  c.data.digit_distortion = 0.6   # training digits distorted (affine + elastic): see the docstring
+  c.data.num_train = 40_000       # strips: 120k distorted digits drawn from 4,000 digit images
   c.eval.bleu_tokenize = 'char'
   c.eval.length_edges = (1, 2, 3, 4, 5)   # digits drawn
-  c.train.steps = 3000
+  c.train.steps = 5000
   c.train.eval_every = 500
   return common.apply_arg(c, arg)
