@@ -8,8 +8,9 @@ Tell") on rendered text.
 The source is a 32 x 256 grayscale image of a `dates` string (several fonts, sizes, offsets, a
 small rotation and noise; attention_jax/data/image_builders.py); the model must read it. A
 small CNN (3 blocks of 3x3 convolutions and 2x2 pooling, 32-64-128 channels) gives a 4 x 32
-grid of annotations (one per 8 x 8 pixels), and a Bahdanau decoder with the additive score
-attends over the grid, with Xu et al.'s gate on the context and their doubly stochastic
+grid (one cell per 8 x 8 pixels) whose rows are max-pooled into 32 columns and read both ways
+by a GRU (CRNN-style annotations), and a Bahdanau decoder with the additive score attends over
+the columns, with Xu et al.'s gate on the context and their doubly stochastic
 regulariser. The test heatmaps (runs/<name>/heatmaps/) show each output character's attention
 upsampled onto the image. `--config.model.encoder=vit` uses 8 x 8 patches (the same grid) and
 model.transformer_layers Transformer encoder layers instead of the CNN.
@@ -29,6 +30,11 @@ def get_config(arg: str | None = None):
   c.model.encoder = 'cnn'
   c.model.cnn_layers = 3          # cells of 8 x 8 pixels: a 4 x 32 grid
   c.model.cnn_width = 32
+  # CRNN-style (Shi et al. 2016): the grid's rows max-pooled into 32 columns, read both ways by
+  # a GRU, so each annotation knows the whole line (the date's format); 94.3% test exact
+  # match at 3,000 steps against 87.3% for the plain 4 x 32 grid (docs/images.md)
+  c.model.cnn_columns = True
+  c.model.cnn_row_rnn = True
   c.model.image_dim = 128
   c.model.patch_size = 8          # encoder 'vit': the same grid
   c.model.d_model = 128
