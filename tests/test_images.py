@@ -379,3 +379,8 @@ def test_distorted_training_digits_leave_validation_and_test_strips_as_they_were
   cfg.digit_distortion = 0.5
   with pytest.raises(ValueError, match=r'got 0.5 for image_dates'):
     image_builders.make_config('image_dates', cfg)
+  cfg.digit_distortion, cfg.digit_distortion_p = 0.5, 0.0
+  with pytest.raises(ValueError, match=r'data.digit_distortion_p must be in \(0, 1\], got 0.0'):
+    image_builders.make_config('digit_strips', cfg)
+  cfg.digit_distortion_p = 0.5      # half the training digits distorted: a data set of its own
+  assert image_builders.make_config('digit_strips', cfg).name.endswith('_distort0.5p0.5')

@@ -17,8 +17,9 @@ download, no TensorFlow: array_record, like builders.py).
                strips from the other 4,000: no test digit image is ever trained on.
                data.digit_distortion = s > 0 draws every training strip's digits through a
                random affine map and an elastic distortion of strength s (Simard et al.
-               2003: a smoothed random displacement field), so that 4,000 digit images give
-               new shapes in every strip; validation and test strips are never distorted
+               2003: a smoothed random displacement field), each digit with probability
+               data.digit_distortion_p (1: all), so that 4,000 digit images give new shapes
+               in every strip; validation and test strips are never distorted
                (the test strips are the same images whatever s is).
 
 Features: image (uint8 [H, W]: 0 background, 255 ink), src (what is drawn), tgt, and font,
@@ -61,6 +62,7 @@ class ImageTaskConfig(builders.TaskBuilderConfig):
   image_height: int = 32
   image_width: int = 256
   digit_distortion: float = 0.0   # digit_strips: training digits' distortion strength (0: none)
+  digit_distortion_p: float = 1.0  # ... the probability that a training digit is distorted
 
 
 def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
@@ -71,15 +73,19 @@ def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
     raise ValueError(f'data.image_height / image_width must be 8-1024 / 8-4096 pixels, got '
                      f'{h} / {w}')
   distortion = float(data_cfg.get('digit_distortion', 0.0))
+  p = float(data_cfg.get('digit_distortion_p', 1.0))
   if not 0.0 <= distortion <= 4.0 or (distortion and task != 'digit_strips'):
     raise ValueError(f'data.digit_distortion must be 0-4 (digit_strips only), got {distortion} '
                      f'for {task}')
+  if not 0.0 < p <= 1.0:
+    raise ValueError(f'data.digit_distortion_p must be in (0, 1], got {p}')
   tfds_fields = {f.name for f in dataclasses.fields(tfds.core.BuilderConfig)}
   fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(builders.TaskBuilderConfig)
             if f.name not in tfds_fields}
-  name = f'{base.name}_h{h}w{w}' + (f'_distort{distortion:g}' if distortion else '')
+  name = f'{base.name}_h{h}w{w}' + (f'_distort{distortion:g}' if distortion else '') + (
+      f'p{p:g}' if distortion and p < 1 else '')
   return ImageTaskConfig(**{**fields, 'name': name, 'image_height': h, 'image_width': w,
-                            'digit_distortion': distortion})
+                            'digit_distortion': distortion, 'digit_distortion_p': p})
 
 
 @functools.cache
@@ -203,11 +209,11 @@ def distort_digit(rng: np.random.Generator, digit: np.ndarray, strength: float) 
 
 
 def draw_strip(rng: np.random.Generator, digits: np.ndarray, labels: np.ndarray, pool: np.ndarray,
-               height: int, width: int, distortion: float = 0.0
+               height: int, width: int, distortion: float = 0.0, p: float = 1.0
                ) -> tuple[np.ndarray, str, list[int]]:
-  """1-MAX_DIGITS digits of `pool` (row indices) scaled (distorted first when distortion >
-  0: distort_digit), placed left to right -> (uint8 [height, width], the digit string, the
-  rows used)."""
+  """1-MAX_DIGITS digits of `pool` (row indices) scaled (each distorted first with
+  probability p when distortion > 0: distort_digit), placed left to right -> (uint8
+  [height, width], the digit string, the rows used)."""
   n = int(rng.integers(1, MAX_DIGITS + 1))
   rows = [int(r) for r in rng.choice(pool, n)]
   sizes = [int(rng.integers(16, min(28, height) + 1)) for _ in rows]
@@ -217,7 +223,7 @@ def draw_strip(rng: np.random.Generator, digits: np.ndarray, labels: np.ndarray,
   canvas = np.zeros((height, width), np.float32)
   for i, (r, size) in enumerate(zip(rows, sizes)):
     digit = digits[r].astype(np.float32) / 255.0
-    if distortion:
+    if distortion and (p >= 1 or rng.random() < p):
       digit = distort_digit(rng, digit, distortion).astype(np.float32)
     glyph = ndimage.zoom(digit, size / 28.0, order=1)
     h, w = glyph.shape
@@ -266,7 +272,8 @@ class AjDigitStrips(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     rng = np.random.default_rng([c.seed, builders.SPLITS.index(split)])
     for i in range(count):
       image, text, rows = draw_strip(rng, digits, labels, pool, c.image_height, c.image_width,
-                                     c.digit_distortion if split == 'train' else 0.0)
+                                     c.digit_distortion if split == 'train' else 0.0,
+                                     c.digit_distortion_p)
       yield f'{i:08d}', {'image': image, 'src': text, 'tgt': text,
                          'digit_ids': ' '.join(map(str, rows))}
 

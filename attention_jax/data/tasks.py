@@ -27,7 +27,7 @@ from attention_jax.data import tokenizers as tok_lib
 SPLITS = ('train', 'validation', 'test')
 # data fields added after runs were saved, with the value a saved config without them means
 FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT, 'image_height': 32, 'image_width': 256,
-                  'digit_distortion': 0.0}
+                  'digit_distortion': 0.0, 'digit_distortion_p': 1.0}
 
 
 def _text(x: Any) -> str:

@@ -9,7 +9,10 @@ The source is a 32 x 160 grayscale image of 1-5 MNIST digits (the 5,000 that mlx
 ships; test strips use 1,000 digit images that no training strip uses), scaled to 16-28 px and
 placed left to right with random gaps and offsets (attention_jax/data/image_builders.py). A
 small CNN gives a 4 x 20 grid of annotations (8 x 8 pixels each) and a Bahdanau decoder attends
-over it. Score 'none' reads only the mean annotation: no attention.
+over it. Score 'none' reads only the mean annotation: no attention. Half of the training
+strips' digits go through a random affine map and an elastic distortion first
+(data.digit_distortion, data.digit_distortion_p): test sequence accuracy 95.6% over 2 seeds
+after 5,000 steps (31 min each on 2 CPU cores; docs/images.md).
 """
 
 from experiments.configs import common
@@ -30,6 +33,7 @@ def get_config(arg: str | None = None):
   c.model.patch_size = 8
   c.model.context_gate = True
   c.data.digit_distortion = 0.6   # training digits distorted (affine + elastic): see the docstring
+  c.data.digit_distortion_p = 0.5  # half of the training digits distorted, half as drawn
   c.data.num_train = 40_000       # strips: 120k distorted digits drawn from 4,000 digit images
   c.eval.bleu_tokenize = 'char'
   c.eval.length_edges = (1, 2, 3, 4, 5)   # digits drawn
