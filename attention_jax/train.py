@@ -398,10 +398,12 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
       pending = (step, m, batch)
       train_time += time.time() - t_step
       progress.update(step, m)
-      if step % t.eval_every == 0 or step % t.checkpoint_every == 0 or step == t.steps:
+      evaluating = step % t.eval_every == 0 or step == t.steps
+      saving = step % t.checkpoint_every == 0 or step == t.steps
+      if evaluating or saving:
         skips += check_finite(pending)   # before anything is evaluated or saved
         pending = None
-      if step % t.eval_every == 0 or step == t.steps:
+      if evaluating:
         t_eval = time.time()
         val, _, _ = evaluate_(local(eval_params(state)), task, 'validation')
         progress.t0 += time.time() - t_eval  # rates and ETA count training time only
@@ -416,7 +418,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
         if score > best_bleu:
           best_bleu = score
           ckpts.save_best(step, state, meta_now(step, {'validation': val}), score)
-      if step % t.checkpoint_every == 0 or step == t.steps:
+      if saving:
         ckpts.save_latest(step, state, meta_now(step))
   writer.flush()
 

@@ -223,6 +223,7 @@ def draw_strip(rng: np.random.Generator, digits: np.ndarray, labels: np.ndarray,
   canvas = np.zeros((height, width), np.float32)
   for i, (r, size) in enumerate(zip(rows, sizes)):
     digit = digits[r].astype(np.float32) / 255.0
+    # (p = 1 draws no coin: its strips stay those of the data sets made before p existed)
     if distortion and (p >= 1 or rng.random() < p):
       digit = distort_digit(rng, digit, distortion).astype(np.float32)
     glyph = ndimage.zoom(digit, size / 28.0, order=1)
