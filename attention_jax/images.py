@@ -22,6 +22,13 @@ size (2^cnn_layers for 'cnn', patch_size for 'vit').
          the linear map: a 1 x W' grid, one annotation per column of 2^L pixels over the
          image's whole height, as a text line is read (CRNN, Shi et al. 2016); a character
          that straddles two rows of cells is then one annotation, not two halves.
+         With model.cnn_cell_width = c < 2^L (a power of 2), the blocks after the first
+         log2(c) pool 2 x 1 (down only), so cells are c pixels wide: more, narrower columns
+         where characters are only a few pixels wide (CRNN keeps 4-pixel columns too).
+         model.cnn_positions says where the 2-D sinusoids enter: added to the annotations
+         ('annotations'), to the row RNN's input ('rnn_input': the RNN carries them, and its
+         outputs start as content rather than as positions that are the same in every
+         image), or nowhere ('none').
   'vit'  non-overlapping p x p patches (p = model.patch_size), each a linear embedding plus a
          2-D sinusoidal position (half the numbers for the row, half for the column), then
          model.transformer_layers Transformer encoder layers of width model.d_model
@@ -68,10 +75,12 @@ def check_grid(shape, cell: int, what: str) -> tuple[int, int]:
   return h // cell, w // cell
 
 
-def pool_mask(real: jax.Array, cell: int) -> jax.Array:
-  """real [B, H, W] bool -> [B, H/cell, W/cell]: a cell is real if any of its pixels is."""
+def pool_mask(real: jax.Array, cell: int | tuple[int, int]) -> jax.Array:
+  """real [B, H, W] bool -> [B, H/ch, W/cw] for cells of (ch, cw) pixels (an int: square): a
+  cell is real if any of its pixels is."""
+  ch, cw = (cell, cell) if isinstance(cell, int) else cell
   b, h, w = real.shape
-  return real.reshape(b, h // cell, cell, w // cell, cell).any(axis=(2, 4))
+  return real.reshape(b, h // ch, ch, w // cw, cw).any(axis=(2, 4))
 
 
 def mean_over(ann: jax.Array, mask: jax.Array) -> jax.Array:
@@ -92,6 +101,7 @@ class _ImageEncoder(nnx.Module):
   cell: int
   what: str
   columns = False     # the grid's rows pooled into one (CNN, model.cnn_columns)
+  cell_width = None   # pixels per cell across where it differs from `cell` (CNN)
 
   @classmethod
   def cell_size(cls, cfg) -> int:
@@ -116,10 +126,14 @@ class _ImageEncoder(nnx.Module):
     """images -> [B, H' * W'] bool, the real grid cells."""
     self.grid(src.shape)
     _, real = pixels(src)
-    real = pool_mask(real, self.cell)
+    real = pool_mask(real, (self.cell, self.cell_width or self.cell))
     if self.columns:
       real = real.any(axis=1, keepdims=True)
     return real.reshape(src.shape[0], -1)
+
+
+# where the CNN's 2-D sinusoidal positions enter (model.cnn_positions)
+CNN_POSITIONS = ('annotations', 'rnn_input', 'none')
 
 
 @register_encoder('cnn')
@@ -130,14 +144,29 @@ class CNNEncoder(_ImageEncoder):
   def cell_size(cls, cfg) -> int:
     return 2 ** cfg.cnn_layers
 
+  @staticmethod
+  def cell_width_of(cfg) -> int:
+    """Pixels per grid cell across: model.cnn_cell_width, or 2^cnn_layers (square cells)."""
+    return cfg.cnn_cell_width or 2 ** cfg.cnn_layers
+
   @classmethod
   def grid_shape(cls, cfg, size: tuple[int, int]) -> tuple[int, int]:
-    h, w = super().grid_shape(cfg, size)
-    return (1, w) if cfg.cnn_columns else (h, w)
+    h = size[0] // cls.cell_size(cfg)
+    return (1 if cfg.cnn_columns else h), size[1] // cls.cell_width_of(cfg)
 
   @classmethod
   def check(cls, cfg) -> None:
     super().check(cfg)
+    cw, cell = cfg.cnn_cell_width, 2 ** cfg.cnn_layers
+    if cw and (cw & (cw - 1) or cw > cell) or cw < 0:
+      raise ValueError(f'model.cnn_cell_width must be 0 (square cells of 2^cnn_layers = {cell} '
+                       f'pixels) or a power of 2 up to {cell}, got {cw!r}')
+    if cfg.cnn_positions not in CNN_POSITIONS:
+      raise ValueError(f'unknown model.cnn_positions {cfg.cnn_positions!r}; valid: '
+                       f'{", ".join(CNN_POSITIONS)}')
+    if cfg.cnn_positions == 'rnn_input' and not cfg.cnn_row_rnn:
+      raise ValueError("model.cnn_positions='rnn_input' adds the positions to the row RNN's "
+                       "input: set model.cnn_row_rnn=True, or use 'annotations' or 'none'")
     if cfg.cnn_row_rnn and cfg.image_dim % 2:
       raise ValueError(f'model.cnn_row_rnn: the two directions split model.image_dim; make it '
                        f'even, got {cfg.image_dim}')
@@ -147,11 +176,13 @@ class CNNEncoder(_ImageEncoder):
     return cls(channels=cfg.image_channels, layers=cfg.cnn_layers, width=cfg.cnn_width,
                dim=dim, dropout=cfg.dropout, dtype=cfg.compute_dtype,
                row_cell=cfg.cell if cfg.cnn_row_rnn else None, norm=cfg.cnn_norm,
-               columns=cfg.cnn_columns, rngs=rngs)
+               columns=cfg.cnn_columns, cell_width=cls.cell_width_of(cfg),
+               positions=cfg.cnn_positions, rngs=rngs)
 
   def __init__(self, *, channels: int, layers: int, width: int, dim: int, dropout: float,
                dtype: Any, rngs: nnx.Rngs, row_cell: str | None = None, norm: bool = False,
-               columns: bool = False):
+               columns: bool = False, cell_width: int | None = None,
+               positions: str = 'annotations'):
     convs, norms, c_in = [], [], channels
     for layer in range(layers):
       c_out = width * 2 ** layer
@@ -167,32 +198,40 @@ class CNNEncoder(_ImageEncoder):
     self.rows = None if row_cell is None else nnx.List([
         cells.make_cell(row_cell, dim, dim // 2, dtype=dtype, rngs=rngs) for _ in range(2)])
     self.cell, self.what = 2 ** layers, f'{layers} blocks of 2 x 2 pooling (model.cnn_layers)'
+    self.cell_width = cell_width or self.cell
+    # block i pools 2 x 2 while the cells are narrower than cell_width, then 2 x 1 (down only)
+    self.pools = tuple((2, 2 if 2 ** (i + 1) <= self.cell_width else 1) for i in range(layers))
     self.dropout, self.dtype, self.columns = dropout, dtype, columns
+    self.positions = positions
 
   def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None) -> Encoded:
     """images [B, H, W(, C)] -> Encoded: annotations [B, H'W', K], mask [B, H'W']."""
     self.grid(src.shape)
     x, real = pixels(src)
     x = x.astype(self.dtype)                                                  # [B, H, W, C]
-    for i, conv in enumerate(self.convs):
+    for i, (conv, (ph, pw)) in enumerate(zip(self.convs, self.pools)):
       x = conv(x)
       x = jax.nn.relu(x if self.norms is None else self.norms[i](x))
       b, h, w, c = x.shape
-      x = x.reshape(b, h // 2, 2, w // 2, 2, c).max(axis=(2, 4))               # 2 x 2 max pool
-      real = pool_mask(real, 2)
+      x = x.reshape(b, h // ph, ph, w // pw, pw, c).max(axis=(2, 4))         # ph x pw max pool
+      real = pool_mask(real, (ph, pw))
       x = x * real[..., None].astype(x.dtype)     # padded cells stay zero for the next block
     if self.columns:      # features are >= 0 (ReLU) and padding 0: the max is the real rows'
       x, real = x.max(axis=1, keepdims=True), real.any(axis=1, keepdims=True)  # [B, 1, W', C]
     b, h, w, _ = x.shape
     mask = real.reshape(b, h * w)
     ann = self.proj(x.reshape(b, h * w, -1))                                 # [B, S, K]
+    pos = sinusoids_2d(h, w, ann.shape[-1]).astype(ann.dtype)[None]          # [1, S, K]
+    if self.positions == 'rnn_input':
+      ann = ann + pos
     if self.rows is not None:        # each row [W', K] read both ways -> [W', K/2 + K/2]
       seq, m = ann.reshape(b * h, w, -1), mask.reshape(b * h, w)
       fwd, bwd = self.rows
       out_f, _ = cells.run(fwd, fwd.project(seq), m)
       out_b, _ = cells.run(bwd, bwd.project(seq), m, reverse=True)
       ann = jnp.concatenate([out_f, out_b], axis=-1).reshape(b, h * w, -1)
-    ann = ann + sinusoids_2d(h, w, ann.shape[-1]).astype(ann.dtype)[None]
+    if self.positions == 'annotations':
+      ann = ann + pos
     ann = ann * mask[..., None].astype(ann.dtype)
     ann = dropout(ann, self.dropout, dropout_key)
     return Encoded(annotations=ann, mask=mask, summary=mean_over(ann, mask))

@@ -82,6 +82,9 @@ class ModelConfig:
   cnn_row_rnn: bool = False          # a bidirectional RNN (model.cell) along each grid row
   cnn_norm: bool = False             # LayerNorm over channels after each convolution
   cnn_columns: bool = False          # max over each column of the grid: a 1 x W' grid
+  cnn_cell_width: int = 0            # pixels per grid cell across (0: 2^cnn_layers, square)
+  cnn_positions: str = 'annotations'  # 2-D positions added to the annotations, the row RNN's
+                                     # input ('rnn_input') or nowhere ('none')
   patch_size: int = 4                # 'vit': p x p pixel patches (its layers: d_model, heads,
                                      # ff_dim, transformer_layers, self_attention_score)
   # Xu et al. 2015 §4.2.1: the context is scaled by a gate beta_t = sigmoid(w · s_{t-1} + b)

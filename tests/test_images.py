@@ -25,10 +25,13 @@ from helpers import smoke
 
 IMAGE_ENCODERS = encoders.names('images')
 # every image encoder, and the CNN with its row encoder (model.cnn_row_rnn), its per-pixel
-# LayerNorm (model.cnn_norm) and its columns (model.cnn_columns)
+# LayerNorm (model.cnn_norm), its columns (model.cnn_columns) and narrower cells
+# (model.cnn_cell_width)
 VARIANTS = [(name, {}) for name in IMAGE_ENCODERS] + [
     ('cnn', {'cnn_row_rnn': True}), ('cnn', {'cnn_norm': True}),
-    ('cnn', {'cnn_columns': True, 'cnn_norm': True})]
+    ('cnn', {'cnn_columns': True, 'cnn_norm': True}),
+    ('cnn', {'cnn_columns': True, 'cnn_row_rnn': True, 'cnn_cell_width': 2,
+             'cnn_positions': 'rnn_input'})]
 VARIANT_IDS = [n + ''.join(f'-{k}' for k in kw) for n, kw in VARIANTS]
 SMALL = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
              d_model=16, heads=2, ff_dim=24, transformer_layers=1, emb_dim=8, dec_hidden=12,
@@ -60,19 +63,21 @@ def test_image_encoders_are_registered_beside_the_token_encoder():
 
 @pytest.mark.parametrize('name,kw', VARIANTS, ids=VARIANT_IDS)
 def test_grid_shapes_and_masks_of_padded_images(name, kw):
-  """8x16 and 4x8 images in one batch: the grid of 4-pixel cells is 2 x 4 (1 x 4 in columns);
-  the small image's real cells are its own 1 x 2; padded cells are zero and masked."""
+  """8x16 and 4x8 images in one batch: the grid of 4-pixel cells is 2 x 4 (1 x 4 in columns,
+  1 x 8 with cells 2 pixels wide); the small image's real cells are its own 1 x 2 (1 x 4);
+  padded cells are zero and masked."""
   cfg = config(name, **kw)
   enc = build(cfg, rngs=nnx.Rngs(0)).encoder
   src, _ = batch_of((8, 16), (4, 8))
   out = enc(src)
   assert enc.grid(src.shape) == (2, 4)
   gh, gw = type(enc).grid_shape(cfg, (8, 16))
-  assert (gh, gw) == ((1, 4) if kw.get('cnn_columns') else (2, 4))
+  per_row = 16 // (kw.get('cnn_cell_width') or 4)
+  assert (gh, gw) == ((1, per_row) if kw.get('cnn_columns') else (2, per_row))
   assert out.annotations.shape == (2, gh * gw, cfg.image_dim) and out.summary.shape == (2, 12)
-  expected = np.zeros((2, 2, 4), bool)
+  expected = np.zeros((2, 2, per_row), bool)
   expected[0] = True
-  expected[1, 0, :2] = True
+  expected[1, 0, :per_row // 2] = True
   if gh == 1:
     expected = expected.any(axis=1, keepdims=True)
   np.testing.assert_array_equal(out.mask, expected.reshape(2, gh * gw))
@@ -131,11 +136,14 @@ def test_sinusoids_2d_are_the_row_then_the_column():
                              rtol=1e-5)
 
 
-@pytest.mark.parametrize('norm,columns', [(False, False), (True, False), (True, True)])
-def test_cnn_grid_against_numpy(norm, columns):
-  """One conv block (3x3 SAME, [LayerNorm over channels,] ReLU, 2x2 max pool), [the max over
-  each column,] and the linear map, by hand."""
-  enc = build(config('cnn', cnn_layers=1, cnn_width=3, cnn_norm=norm, cnn_columns=columns),
+@pytest.mark.parametrize('norm,columns,cell_width,positions', [
+    (False, False, 0, 'annotations'), (True, False, 0, 'annotations'),
+    (True, True, 0, 'annotations'), (False, True, 1, 'none')])
+def test_cnn_grid_against_numpy(norm, columns, cell_width, positions):
+  """One conv block (3x3 SAME, [LayerNorm over channels,] ReLU, 2x2 max pool or 2x1 with
+  cells 1 pixel wide), [the max over each column,] the linear map [and the positions], by hand."""
+  enc = build(config('cnn', cnn_layers=1, cnn_width=3, cnn_norm=norm, cnn_columns=columns,
+                     cnn_cell_width=cell_width, cnn_positions=positions),
               rngs=nnx.Rngs(3)).encoder
   x = np.random.RandomState(3).rand(1, 4, 6).astype(np.float32)
   k = np.asarray(enc.convs[0].kernel[...])                         # [3, 3, 1, 3]
@@ -148,13 +156,15 @@ def test_cnn_grid_against_numpy(norm, columns):
     ln.bias[...] = jnp.asarray([0.1, -0.2, 0.3])
     mu, var = conv.mean(-1, keepdims=True), conv.var(-1, keepdims=True)
     conv = (conv - mu) / np.sqrt(var + 1e-6) * [0.5, 1.5, 2.0] + [0.1, -0.2, 0.3]
-  pooled = np.maximum(conv, 0).reshape(2, 2, 3, 2, 3).max(axis=(1, 3))     # [2, 3, C]
+  pw = cell_width or 2
+  pooled = np.maximum(conv, 0).reshape(2, 2, 6 // pw, pw, 3).max(axis=(1, 3))   # [2, W', C]
   if columns:
-    pooled = pooled.max(axis=0, keepdims=True)                            # [1, 3, C]
-  gh = pooled.shape[0]
-  ann = pooled.reshape(gh * 3, 3) @ np.asarray(enc.proj.kernel[...]) + np.asarray(
+    pooled = pooled.max(axis=0, keepdims=True)                            # [1, W', C]
+  gh, gw = pooled.shape[:2]
+  ann = pooled.reshape(gh * gw, 3) @ np.asarray(enc.proj.kernel[...]) + np.asarray(
       enc.proj.bias[...])
-  ann += np.asarray(images.sinusoids_2d(gh, 3, ann.shape[1]))             # 2-D positions
+  if positions == 'annotations':
+    ann += np.asarray(images.sinusoids_2d(gh, gw, ann.shape[1]))          # 2-D positions
   np.testing.assert_allclose(enc(jnp.asarray(x)).annotations[0], ann, rtol=1e-4, atol=1e-5)
 
 
@@ -170,6 +180,13 @@ def test_sizes_that_do_not_divide_into_cells_are_refused():
     (dict(encoder='rnn', arch='transformer'), r"reads tokens; the transformer's token encoder"),
     (dict(encoder='cnn', arch='transformer', context_gate=True), r'context_gate .* RNN decoders'),
     (dict(encoder='cnn', image_channels=0), r'model.image_channels must be a positive integer'),
+    (dict(encoder='cnn', cnn_cell_width=8), r'cnn_cell_width must be 0 \(square cells of '
+                                            r'2\^cnn_layers = 4 pixels\) or a power of 2 up to 4, got 8'),
+    (dict(encoder='cnn', cnn_positions='rnn_input'), r"cnn_positions='rnn_input' adds the "
+                                                     r"positions to the row RNN's input: set "
+                                                     r"model.cnn_row_rnn=True"),
+    (dict(encoder='cnn', cnn_positions='rope'), r"unknown model.cnn_positions 'rope'; valid: "
+                                                r"annotations, rnn_input, none"),
 ])
 def test_undefined_combinations_are_refused_by_name(kw, needle):
   with pytest.raises(ValueError, match=needle):
@@ -275,13 +292,13 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
   u8 = np.round(image * 255).astype(np.uint8)
   path = str(tmp_path / 'scan.png')
   PIL.Image.fromarray(u8).save(path)                               # 8-bit grayscale PNG
-  small = image[:16, :96]                   # a smaller image: 2 x 12 cells, pooled to 1 x 12
+  small = image[:16, :96]        # a smaller image: 2 x 24 cells of 8 x 4 pixels, pooled to 1 x 24
   outs = t.translate([u8, path, (small * 255).astype(np.uint8)], beam=2)
   assert outs[0] == outs[1] and all(isinstance(o, str) for o in outs)
   out, weights, _, tokens = t.attend(small)
-  assert weights.shape == (len(tokens), 1, 12)     # the config's columns (model.cnn_columns)
+  assert weights.shape == (len(tokens), 1, 24)     # the config's columns (model.cnn_columns)
   alone = t.attend(u8)     # (an untrained model's near-ties may decode otherwise in a batch of 3)
-  assert alone[0] == t.translate([path])[0] and alone[1].shape[1:] == (1, 32)
+  assert alone[0] == t.translate([path])[0] and alone[1].shape[1:] == (1, 64)
   with pytest.raises(ValueError, match=r'images\[0\]: pixels must be in \[0, 1\]'):
     t.translate([image * 3])
   with pytest.raises(TypeError, match='this model reads images: pass a list of images'):

@@ -92,7 +92,8 @@ def test_flipped_bytes_make_resume_fall_back_and_load_fail(run, data_dir, tmp_pa
 
 
 IMAGE_ERA = ('encoder', 'image_channels', 'image_dim', 'cnn_layers', 'cnn_width', 'cnn_row_rnn',
-             'cnn_norm', 'cnn_columns', 'patch_size', 'context_gate')
+             'cnn_norm', 'cnn_columns', 'cnn_cell_width', 'cnn_positions', 'patch_size',
+             'context_gate')
 
 
 def test_a_token_run_from_before_the_image_encoders_loads_and_translates(run, tmp_path):
