@@ -3,7 +3,7 @@ optimisation is turned down and its older CPU emitters are used (TEST_XLA_FLAGS:
 2-5x faster; results are the same up to float rounding; a jaxlib that does not know them is
 tested without them, and says so). Set ATTENTION_JAX_TEST_XLA_OPT=1 to test with full
 optimisation. Float32 matmuls run at full precision (JAX_DEFAULT_MATMUL_PRECISION=highest:
-the NumPy comparisons hold on GPUs and TPUs too). The programs
+the NumPy comparisons then hold on a GPU too, where the default is TF32). The programs
 compiled by the session (its pytest-xdist workers and the experiments they start as
 subprocesses: the same smoke models again and again) go to one JAX compilation cache per
 session, removed at its end. Rank promotion raises (JAX_NUMPY_RANK_PROMOTION=raise).
@@ -47,8 +47,8 @@ if (os.environ.get('ATTENTION_JAX_TEST_XLA_OPT') != '1'
   else:   # said, not silent: the tests then compile at full optimisation (slower)
     print(f'conftest: this jaxlib does not accept {TEST_XLA_FLAGS!r}; testing without them',
           file=sys.stderr)
-# the tests compare with NumPy in float32 (1e-5): on GPUs and TPUs JAX's default matmul
-# precision is lower (TF32 / bf16 passes); on the CPU this changes nothing
+# the tests compare with NumPy in float32 (1e-5): on a GPU JAX's default matmul
+# precision is lower (TF32 on NVIDIA GPUs); on the CPU this changes nothing
 os.environ.setdefault('JAX_DEFAULT_MATMUL_PRECISION', 'highest')
 # implicit broadcasting between arrays of different ranks ([B, T, D] + [D]) is an error in
 # the tests (as in nanodo): a shape bug cannot hide behind it; the code broadcasts explicitly.
