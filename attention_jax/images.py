@@ -114,10 +114,14 @@ class _ImageEncoder(nnx.Module):
       raise ValueError(f'model.image_channels must be >= 1, got {cfg.image_channels!r}')
 
   @classmethod
+  def cell_width_of(cls, cfg) -> int:
+    """Pixels per grid cell across (square cells: cell_size)."""
+    return cls.cell_size(cfg)
+
+  @classmethod
   def grid_shape(cls, cfg, size: tuple[int, int]) -> tuple[int, int]:
     """(H', W') of the grid over a (padded) image of `size` (H, W) pixels."""
-    cell = cls.cell_size(cfg)
-    return size[0] // cell, size[1] // cell
+    return size[0] // cls.cell_size(cfg), size[1] // cls.cell_width_of(cfg)
 
   def grid(self, shape) -> tuple[int, int]:
     return check_grid(shape, self.cell, self.what)
@@ -144,15 +148,15 @@ class CNNEncoder(_ImageEncoder):
   def cell_size(cls, cfg) -> int:
     return 2 ** cfg.cnn_layers
 
-  @staticmethod
-  def cell_width_of(cfg) -> int:
+  @classmethod
+  def cell_width_of(cls, cfg) -> int:
     """Pixels per grid cell across: model.cnn_cell_width, or 2^cnn_layers (square cells)."""
-    return cfg.cnn_cell_width or 2 ** cfg.cnn_layers
+    return cfg.cnn_cell_width or cls.cell_size(cfg)
 
   @classmethod
   def grid_shape(cls, cfg, size: tuple[int, int]) -> tuple[int, int]:
-    h = size[0] // cls.cell_size(cfg)
-    return (1 if cfg.cnn_columns else h), size[1] // cls.cell_width_of(cfg)
+    h, w = super().grid_shape(cfg, size)
+    return (1, w) if cfg.cnn_columns else (h, w)
 
   @classmethod
   def check(cls, cfg) -> None:
