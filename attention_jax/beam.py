@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from attention_jax.symbols import BOS, EOS, PAD
-from attention_jax.decode import emittable
+from attention_jax.decode import emittable, run_segments
 
 NEG_INF = float('-inf')
 
@@ -149,7 +149,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   lp_limit = length_penalty(limit, alpha)          # an unfinished hypothesis's, at its limit
 
   def cond(st: _State):
-    return (st.t < n) & ~jnp.all(st.done)
+    return ~jnp.all(st.done)
 
   def body(st: _State) -> _State:
     t = st.t
@@ -199,7 +199,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
               jnp.full((b, k, n), PAD, jnp.int32), jnp.full((b, k), NEG_INF, jnp.float32),
               zeros(b, k), zeros(b, k), filler,
               jnp.zeros((n, b, k, s), jnp.float32), zeros(n, b, 2 * k), zeros(n, b, k))
-  st = jax.lax.while_loop(cond, body, st)
+  st = run_segments(model, n, cond, body, st)   # to t = n at the latest
 
   # every sentence is done (at the latest at its limit): the answers are its finished
   # hypotheses, sorted (-inf: an empty slot)

@@ -4,6 +4,8 @@ is in beam.py; with beam size 1 it gives exactly these outputs."""
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -32,6 +34,37 @@ def emittable(logp: jax.Array) -> jax.Array:
   return logp.at[:, PAD].set(-jnp.inf).at[:, BOS].set(-jnp.inf)
 
 
+def segments(model, max_len: int) -> tuple[int, ...]:
+  """The output positions at which decoding's loop restarts with a longer carry: a model
+  whose carry grows with the output (the Transformer's KV cache) defines
+  `cache_lengths(max_len)` (increasing, the last = max_len) and `resize(carry, length)`, and
+  each segment is a loop of its own over a cache as long as its end, since every step reads
+  (and beam search reorders) the whole cache. Other models: one loop to max_len."""
+  lengths = getattr(model, 'cache_lengths', None)
+  return (max_len,) if lengths is None else tuple(lengths(max_len))
+
+
+def run_segments(model, max_len: int, cond, body, loop):
+  """jax.lax.while_loop(cond, body, loop) run in `segments`: before each segment's loop
+  (it ends at loop.t = the segment's end), the model's carry, loop.carry, is resized to that
+  end. `loop`: a NamedTuple with fields t and carry."""
+  ends = segments(model, max_len)
+  for end in ends:
+    if len(ends) > 1:
+      loop = loop._replace(carry=model.resize(loop.carry, end))
+    loop = jax.lax.while_loop(lambda st, end=end: cond(st) & (st.t < end), body, loop)
+  return loop
+
+
+class _Loop(NamedTuple):
+  t: jax.Array        # [] int32, the output position being decoded
+  carry: Any          # the model's
+  y_prev: jax.Array   # [B] int32
+  tokens: jax.Array   # [B, L] int32
+  weights: jax.Array  # [B, L, S] float32
+  done: jax.Array     # [B] bool
+
+
 def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None):
   """src [B, ...] -> (tokens [B, L] int32 (EOS then PAD after the end), weights [B, L, S]):
   the most probable emittable symbol at each step, L = max_len; S = the memory's length
@@ -48,20 +81,19 @@ def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None):
   done = ~jnp.any(mask, axis=1)               # filler rows produce nothing
   limit = jnp.full((b,), max_len, jnp.int32) if limit is None else limit
 
-  def cond(loop):
-    t, _, _, _, _, done = loop
-    return (t < max_len) & ~jnp.all(done)
+  def cond(st: _Loop):
+    return ~jnp.all(st.done)
 
-  def body(loop):
-    t, carry, y_prev, tokens, weights, done = loop
-    carry, logp, w = model.step(carry, y_prev, mem)
+  def body(st: _Loop) -> _Loop:
+    t, done = st.t, st.done
+    carry, logp, w = model.step(st.carry, st.y_prev, mem)
     y = jnp.argmax(emittable(logp), axis=-1).astype(jnp.int32)
     y = jnp.where(done, PAD, y)
-    tokens = tokens.at[:, t].set(y)
-    weights = weights.at[:, t].set(jnp.where(done[:, None], 0.0, w))
-    return t + 1, carry, y, tokens, weights, done | (y == EOS) | (t + 1 >= limit)
+    return _Loop(t + 1, carry, y, st.tokens.at[:, t].set(y),
+                 st.weights.at[:, t].set(jnp.where(done[:, None], 0.0, w)),
+                 done | (y == EOS) | (t + 1 >= limit))
 
   y0 = jnp.full((b,), BOS, jnp.int32)
-  _, _, _, tokens, weights, _ = jax.lax.while_loop(
-      cond, body, (jnp.int32(0), carry, y0, tokens, weights, done))
-  return tokens, weights
+  st = run_segments(model, max_len, cond, body,
+                    _Loop(jnp.int32(0), carry, y0, tokens, weights, done))
+  return st.tokens, st.weights

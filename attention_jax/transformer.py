@@ -39,6 +39,8 @@ from attention_jax import encoders, multihead
 from attention_jax.layers import dropout
 
 POSITIONS = ('sinusoidal', 'learned', 'none')
+CACHE_SEGMENT = 16   # decoding's KV cache grows by segments of at least this many positions
+MAX_SEGMENTS = 8     # ... and at most this many segments (Transformer.cache_lengths)
 
 
 def check(cfg) -> None:
@@ -280,6 +282,23 @@ class Transformer(nnx.Module):
     caches = tuple(layer.self_attn.empty_cache(src.shape[0], max_len, enc.dtype)
                    for layer in self.dec_layers)
     return Carry(jnp.zeros((), jnp.int32), caches), mem
+
+  def cache_lengths(self, max_len: int) -> tuple[int, ...]:
+    """The KV cache lengths decoding grows through (decode.segments), the last max_len:
+    every step reads the whole cache and beam search reorders it, so a cache as long as the
+    output so far (rounded up to a segment) costs about half of one of max_len positions on
+    long outputs. Segments of CACHE_SEGMENT positions or more, at most MAX_SEGMENTS of them
+    (each is a loop compiled of its own)."""
+    seg = max(CACHE_SEGMENT, -(-max_len // MAX_SEGMENTS))
+    return tuple(range(seg, max_len, seg)) + (max_len,)
+
+  def resize(self, carry: Carry, length: int) -> Carry:
+    """The carry with every KV cache cut or zero-padded to `length` positions; a cut keeps
+    at least the positions written (length >= carry.t, as decode.run_segments calls it)."""
+    def fit(c):                                                                   # [N, L, ...]
+      pad = [(0, 0), (0, max(length - c.shape[1], 0))] + [(0, 0)] * (c.ndim - 2)
+      return jnp.pad(c[:, :length], pad)
+    return carry._replace(caches=jax.tree.map(fit, carry.caches))
 
   def step(self, carry: Carry, y_prev: jax.Array, mem):
     """y_prev [N] int32 (N = B·G) -> (carry, log-probabilities [N, V] float32, weights [N, S]:

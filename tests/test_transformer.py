@@ -12,7 +12,7 @@ from flax import nnx
 import attention_jax as aj
 from attention_jax import beam as beam_lib
 from attention_jax import decode as decode_lib
-from attention_jax import multihead
+from attention_jax import multihead, transformer
 from attention_jax.data.tokenizers import BOS, EOS, PAD
 from attention_jax.transformer import sinusoids
 
@@ -337,3 +337,40 @@ def test_beam_search_returns_what_it_did_before(kw, tokens, scores,
   np.testing.assert_array_equal(np.asarray(tok), np.array(tokens))
   np.testing.assert_allclose(np.asarray(sc), np.array(scores), atol=1e-5)
   assert float((np.asarray(w) * np.arange(1, 7)).sum()) == pytest.approx(fingerprint, abs=1e-3)
+
+
+def test_the_cache_grows_in_increasing_segments_that_end_at_max_len():
+  m = model()
+  for n in (1, 7, 16, 17, 72, 256, 266, 1000):
+    ends = m.cache_lengths(n)
+    assert ends[-1] == n and list(ends) == sorted(set(ends)), (n, ends)
+    assert len(ends) <= transformer.MAX_SEGMENTS and min(ends) >= min(n, transformer.CACHE_SEGMENT)
+  assert m.cache_lengths(72) == (16, 32, 48, 64, 72) and m.cache_lengths(7) == (7,)
+
+
+@pytest.mark.parametrize('kw', [{}, VARIANTS[4]], ids=['scaled_dot', 'general-self_additive-cross'])
+def test_decoding_in_segments_returns_what_one_loop_does(kw, monkeypatch):
+  """Greedy and beam search over a KV cache grown segment by segment (decode.segments; 40
+  positions: 3 segments) give what one loop over a 40-position cache gives: the same tokens,
+  scores and weights to 1e-5 (EOS suppressed, as in the benchmark: every output runs to the
+  limit)."""
+  m = model(seed=5, **kw)
+  m.out.bias[...] = m.out.bias[...].at[EOS].set(-1e9)
+  src = jnp.array(GOLDEN_SRC, jnp.int32)
+  assert decode_lib.segments(m, 40) == (16, 32, 40)
+
+  def run():
+    g_tok, g_w = jax.jit(lambda s: decode_lib.greedy(m, s, 40))(src)
+    tok, sc, w = jax.jit(lambda s: beam_lib.beam_search(m, s, beam_size=3, max_len=40,
+                                                        alpha=0.0, nbest=3))(src)
+    return g_tok, tok, (g_w, sc, w)
+
+  seg = run()
+  monkeypatch.setattr(transformer.Transformer, 'cache_lengths', lambda self, n: (n,))
+  assert decode_lib.segments(m, 40) == (40,)
+  one = run()
+  assert (np.asarray(seg[0]) != PAD).all()   # ran to the limit, through every segment
+  for a, b in zip(seg[:2], one[:2]):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  for a, b in zip(seg[2], one[2]):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
