@@ -19,7 +19,8 @@ decoder) it measures
                    practical ceiling), measured right before and after the variant's windows
   greedy / beam5   decoding sentences/s of `attention_jax.decode.greedy` and
                    `attention_jax.beam.beam_search` (beam 5) on a batch of the config's sources,
-                   max_len = the padded target length. The weights are untrained, and EOS is
+                   max_len = the padded target length, the median of timed calls after an
+                   untimed first one (`first_call_s`). The weights are untrained, and EOS is
                    suppressed, so every sentence takes exactly max_len output steps (a real
                    model stops at its EOS: these are the figures for max_len-token outputs).
   memory           the compiled train step's buffers (`memory_analysis()`: arguments + outputs
@@ -118,8 +119,9 @@ def decoders(graphdef, max_len: int) -> dict[str, Callable]:
 
 
 def decode_speed(fn: Callable, params, src: jax.Array, windows: int) -> dict[str, float]:
-  """fn(params, src [B, S]) -> tokens [B, L]: compile time, and the median seconds of
-  `windows` calls (already compiled, so the first call counts too)."""
+  """fn(params, src [B, S]) -> tokens [B, L]: compile time, the first call's seconds (it
+  also pays one-time costs: buffers first touched, kernels set up; about 0.5 s for the char
+  Transformer's beam 5 on one core), and the median seconds of `windows` calls after it."""
   t0 = time.perf_counter()
   compiled = jax.jit(fn).lower(params, src).compile()
   compile_s = time.perf_counter() - t0
@@ -129,8 +131,9 @@ def decode_speed(fn: Callable, params, src: jax.Array, windows: int) -> dict[str
     last['tokens'] = compiled(params, src)
     return last['tokens']
 
+  first_s, _ = median_window(call, 1, 1)
   seconds, _ = median_window(call, windows, 1)
-  return {'compile_s': compile_s, 'seconds_per_batch': seconds,
+  return {'compile_s': compile_s, 'first_call_s': first_s, 'seconds_per_batch': seconds,
           'sentences_per_s': src.shape[0] / seconds, 'output_len': last['tokens'].shape[1]}
 
 

@@ -74,6 +74,7 @@ def test_command_line_writes_the_json(tmp_path):
         (benchmark.CONFIGS['tiny'].max_len + 1)
     for mode in ('greedy', 'beam5'):
       assert r[mode]['sentences_per_s'] > 0 and r[mode]['compile_s'] > 0
+      assert r[mode]['first_call_s'] > 0
     assert r['memory']['maxrss_mb'] > 0
   assert any('compile_s' in t['what'] for t in data['targets'])
 

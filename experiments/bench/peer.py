@@ -119,30 +119,37 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
 def peer_beam_sentences_per_s(venv: str, checkpoint: str, src: list[list[int]], length: int,
                               workdir: str, threads: int = 1, beam_size: int = 5,
                               repeats: int = 3, cpus: str | None = None) -> dict[str, Any]:
-  """OpenNMT-py's beam search (onmt_translate) on the sentences `src` (repeated `repeats`
-  times, one batch of len(src) each) with -min_length = -max_length = `length`: like our
-  EOS-suppressed decoding, every output has `length` tokens. -> sentences/s as OpenNMT-py
-  reports it (its translation loop only: model loading and process start excluded)."""
-  binary = os.path.join(venv, 'bin', 'onmt_translate')
-  path = os.path.join(workdir, 'beam.src')
-  with open(path, 'w') as f:
-    f.write(_peer_text(src * repeats))
-  pred = os.path.join(workdir, 'beam.pred')
-  # OpenNMT-py 3.5.1 pickles its options into the checkpoint, which torch >= 2.6 refuses to
-  # load by default (weights_only); the checkpoint was written by the run just before
-  env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads),
-         'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '1'}
-  proc = subprocess.run(pinned(
-      [binary, '-model', checkpoint, '-src', path, '-output', pred, '-beam_size',
-       str(beam_size), '-batch_size', str(len(src)), '-min_length', str(length),
-       '-max_length', str(length), '-report_time', '-gpu', '-1'], cpus),
-      capture_output=True, text=True, cwd=workdir, env=env, check=False)
-  log = proc.stdout + proc.stderr
-  ms = re.search(r'Average translation time \(ms\): ([\d.]+)', log)
-  if proc.returncode or not ms:
-    raise RuntimeError(f'onmt_translate failed (exit {proc.returncode}); last lines:\n'
-                       + '\n'.join(log.splitlines()[-20:]))
-  with open(pred) as f:
-    out_lens = [len(line.split()) for line in f]
-  return {'beam_size': beam_size, 'sentences_per_s': 1e3 / float(ms.group(1)),
-          'sentences': len(out_lens), 'mean_output_len': statistics.mean(out_lens)}
+  """OpenNMT-py's beam search (onmt_translate) on the sentences `src`, one batch of len(src),
+  with -min_length = -max_length = `length`: like our EOS-suppressed decoding, every output
+  has `length` tokens. Timed as ours is, after a first batch: one run translates 1 batch,
+  another 1 + `repeats` (the sentences repeated), and the difference of the two translation
+  times (as OpenNMT-py reports them: its translation loop only, model loading and process
+  start excluded) gives the sentences/s of the `repeats` batches after the first."""
+  def translate(batches: int) -> tuple[float, list[int]]:
+    """-> (seconds translating, output lengths) of `batches` batches."""
+    path, pred = (os.path.join(workdir, f'beam{batches}.{e}') for e in ('src', 'pred'))
+    with open(path, 'w') as f:
+      f.write(_peer_text(src * batches))
+    # OpenNMT-py 3.5.1 pickles its options into the checkpoint, which torch >= 2.6 refuses
+    # to load by default (weights_only); the checkpoint was written by the run just before
+    env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads),
+           'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '1'}
+    proc = subprocess.run(pinned(
+        [os.path.join(venv, 'bin', 'onmt_translate'), '-model', checkpoint, '-src', path,
+         '-output', pred, '-beam_size', str(beam_size), '-batch_size', str(len(src)),
+         '-min_length', str(length), '-max_length', str(length), '-report_time', '-gpu',
+         '-1'], cpus), capture_output=True, text=True, cwd=workdir, env=env, check=False)
+    log = proc.stdout + proc.stderr
+    ms = re.search(r'Average translation time \(ms\): ([\d.]+)', log)
+    if proc.returncode or not ms:
+      raise RuntimeError(f'onmt_translate failed (exit {proc.returncode}); last lines:\n'
+                         + '\n'.join(log.splitlines()[-20:]))
+    with open(pred) as f:
+      out_lens = [len(line.split()) for line in f]
+    return float(ms.group(1)) * len(out_lens) / 1e3, out_lens
+
+  first_s, _ = translate(1)
+  total_s, out_lens = translate(1 + repeats)
+  return {'beam_size': beam_size, 'sentences_per_s': repeats * len(src) / (total_s - first_s),
+          'first_batch_s': first_s, 'sentences': len(out_lens),
+          'mean_output_len': statistics.mean(out_lens)}

@@ -57,8 +57,8 @@ class Settings:
   warmup: int = 1           # untimed train steps after compiling
   windows: int = 5          # timed windows; the median counts
   steps: int = 1            # train steps per timed window
-  decode_windows: int = 3   # timed decoding calls (one batch each; already compiled, so the
-                            # first call is timed too); the median counts
+  decode_windows: int = 3   # timed decoding calls (one batch each) after an untimed first
+                            # one; the median counts
   seed: int = 0
   batch: int | None = None  # sentences per batch (None: the config's), ours and the peer's
   input_feeding: bool = True  # Luong decoders (ours and OpenNMT-py's `input_feed`)
