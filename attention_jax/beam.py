@@ -113,7 +113,8 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   `start(src, max_len) -> (carry, mem)` and `step(carry, y_prev [N], mem) -> (carry,
   log-probabilities [N, V], weights [N, S])` (`Seq2Seq`). Beam search calls step with
   N = B*K hypothesis rows (a sentence's K rows adjacent) and the memory of the B sentences
-  as `start` returned it, not copied K times (`Attention.read` groups the rows). The best
+  as `start` returned it, not copied K times (`Attention.read` groups the rows); a model whose
+  carry grows with the output also has `cache_lengths` and `resize` (decode.segments). The best
   hypothesis per sentence (EOS then PAD), its length-normalised score, and its attention
   weights per output step.
 
