@@ -7,6 +7,9 @@ so that all three decode alike.
   tokens, weights = decode(params, src, max_len, factor)  # each sentence at its own limit
   decode = make_decoder(graphdef, beam=5, alpha=0.6, nbest=3)
   tokens, scores, weights = decode(params, src, max_len)  # [B, N, L], [B, N], [B, N, L, S]
+
+With several devices (`devices`, default all of this process's), each decodes its share of
+the batch (parallel.split_batch); the outputs are those of one device.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from flax import nnx
 
 from attention_jax import beam as beam_lib
 from attention_jax import decode as decode_lib
+from attention_jax import parallel
 from attention_jax.symbols import BOS
 
 
-def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) -> Callable:
+def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
+                 devices=None) -> Callable:
   """-> jit-compiled decode(params, src [B, S], max_len, factor=None) (max_len, factor static;
   with factor, each sentence stops at its own limit, decode.output_limits: its output does
   not depend on the batch it is in).
@@ -32,6 +37,8 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) ->
   else beam search with length penalty alpha. nbest = N (1 <= N <= beam): (tokens [B, N, L],
   scores [B, N], weights [B, N, L, S]), the N best hypotheses of the beam, best first (with
   beam == 1 and N == 1: the greedy output and its log-probability).
+
+  devices: the devices that share each batch, row-wise (default: jax.local_devices()).
   """
   if not isinstance(beam, int) or beam < 1:
     raise ValueError(f'beam must be a positive integer, got {beam!r}')
@@ -50,6 +57,9 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0) ->
       return tokens, weights
     return beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len, alpha=alpha,
                                 nbest=nbest, limit=limit)
+  devices = jax.local_devices() if devices is None else list(devices)
+  if len(devices) > 1:
+    return parallel.split_batch(decode, devices, static_argnums=(2, 3))
   return jax.jit(decode, static_argnums=(2, 3))
 
 

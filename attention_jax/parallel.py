@@ -2,6 +2,7 @@
 run either under `jax.jit` + `jax.shard_map` over a device mesh (the default with more than
 one device) or under the classic `jax.pmap`. Parameters are replicated, the batch is split
 along its first axis; both give the same parameters as one device on the same global batch.
+Decoding splits its batch the same way (`split_batch`): each device decodes its rows alone.
 """
 
 from __future__ import annotations
@@ -62,6 +63,44 @@ def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None, ema_decay: flo
         lambda x: jax.make_array_from_process_local_data(batch_sharding, rows(x)), batch))
 
   return run
+
+
+def rows_apart(fn, devices):
+  """-> g(params, x [B, ...], *static) = fn(params, x, *static) under `jax.shard_map` over
+  `devices` (B divisible by their count): params replicated, each device runs fn on its
+  B / len(devices) rows alone, with no communication, so fn must treat rows independently
+  (decoding does). Not jit-compiled (static arguments are closed over at trace time)."""
+  mesh = jax.sharding.Mesh(np.array(list(devices)), (AXIS,))
+  return lambda params, x, *static: jax.shard_map(
+      lambda p, xs: fn(p, xs, *static), mesh=mesh, in_specs=(P(), P(AXIS)),
+      out_specs=P(AXIS), check_vma=False)(params, x)
+
+
+def split_batch(fn, devices, static_argnums=(2, 3)):
+  """-> call(params, x [B, ...], *static): rows_apart(fn, devices), jit-compiled, for any B:
+  padded to a multiple of the device count with copies of the last row, cut off again from
+  every output [B, ...].
+
+  Decoding loops (while_loop over output positions, cache gathers) run as they do on one
+  device, on each device's rows: on a CPU split into devices (JAX_NUM_CPU_DEVICES) this
+  keeps every core busy where XLA's intra-op threads cannot (a beam step's operations are
+  too small to split), and on several GPUs each decodes its share.
+  """
+  devices = list(devices)
+  n = len(devices)
+  mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
+  rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
+  jitted = jax.jit(rows_apart(fn, devices), static_argnums=static_argnums)
+
+  def call(params, x, *static):
+    b = x.shape[0]
+    pad = -b % n
+    if pad:
+      x = np.concatenate([np.asarray(x), np.repeat(np.asarray(x)[-1:], pad, 0)])
+    out = jitted(jax.device_put(params, same), jax.device_put(x, rows), *static)
+    return jax.tree.map(lambda y: y[:b], out) if pad else out
+
+  return call
 
 
 def pmap_train_step(graphdef, tx, obj, seed: int, ema_decay: float = 0.0):

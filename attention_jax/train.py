@@ -135,14 +135,15 @@ class Steps:
     else:
       self.train = jax.jit(functools.partial(train_step, *args, **ema), donate_argnums=0)
     eval_step = eval_lib.make_teacher_forced(spec.graphdef)
-    predict = inference.make_decoder(spec.graphdef, beam=1)
-    # evaluation and decoding: the batch is split over the devices too (XLA partitions the
-    # batch-parallel computation; metric sums are global). Several processes each evaluate
-    # on their own devices.
-    shard = parallel.batch_sharder() if self.mode != 'single' else (lambda x: x)
+    # evaluation and decoding: the batch is split over the devices too (evaluation: XLA
+    # partitions the batch-parallel computation, metric sums are global; decoding: each
+    # device decodes its rows, parallel.split_batch). Several processes each evaluate on
+    # their own devices.
+    single = self.mode == 'single'
+    shard = parallel.batch_sharder() if not single else (lambda x: x)
     self.eval = lambda params, batch: eval_step(params, shard(batch))
-    self.predict = lambda params, src, max_len, factor=None: predict(params, shard(src), max_len,
-                                                                      factor)
+    self.predict = inference.make_decoder(spec.graphdef, beam=1,
+                                          devices=jax.local_devices()[:1] if single else None)
 
 
 # ---- evaluation -------------------------------------------------------------------

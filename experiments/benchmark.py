@@ -36,9 +36,11 @@ smoothing and attention dropout 0.1, which our Transformer rows also use), then 
 translation of the sentences our beam5 decodes
 (the same output length); prints our tokens/s and beam-5 sentences/s over theirs at equal
 resources, two ways: one core each (this benchmark re-run in a child process pinned to CPU 0
-with `taskset`, OpenNMT-py pinned there with 1 thread) and the whole machine each (ours as
-measured above, OpenNMT-py with one thread per core); `equal_resources` in the JSON. It is
-not a dependency.
+with `taskset`, OpenNMT-py pinned there with 1 thread) and the whole machine each (re-run in a
+child process with the cores as JAX devices, JAX_NUM_CPU_DEVICES: the train step data-parallel,
+each device decoding its rows; OpenNMT-py with one thread per core; ours as measured above, on
+this process's devices, beside it as `ratios_here`); `equal_resources` in the JSON. It is not a
+dependency.
 `pip install torch==2.13.0 OpenNMT-py==3.5.1` does not resolve (OpenNMT-py 3.5.1 pins
 torch<2.3); this installs a venv that runs it:
   python3 -m venv /tmp/onmt_venv && /tmp/onmt_venv/bin/pip install torch==2.13.0
@@ -72,7 +74,7 @@ import jax
 from absl import app, flags
 from flax import nnx
 
-from attention_jax import beam, decode, train
+from attention_jax import beam, decode, parallel, train
 from attention_jax.symbols import EOS
 from attention_jax.scores import SCORES
 from experiments import cli
@@ -111,11 +113,15 @@ def suppress_eos(params: dict) -> dict:
 
 
 def decoders(graphdef, max_len: int) -> dict[str, Callable]:
-  """The decodings timed: name -> fn(params, src [B, S]) -> tokens [B, max_len]."""
-  return {
+  """The decodings timed: name -> fn(params, src [B, S]) -> tokens [B, max_len]; with several
+  devices each decodes its rows of the batch (parallel.rows_apart), as inference does."""
+  fns = {
       'greedy': lambda p, s: decode.greedy(nnx.merge(graphdef, p), s, max_len)[0],
       'beam5': lambda p, s: beam.beam_search(nnx.merge(graphdef, p), s, beam_size=5,
                                              max_len=max_len)[0]}
+  if jax.local_device_count() > 1:
+    fns = {k: parallel.rows_apart(f, jax.local_devices()) for k, f in fns.items()}
+  return fns
 
 
 def decode_speed(fn: Callable, params, src: jax.Array, windows: int) -> dict[str, float]:
@@ -192,6 +198,7 @@ def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) ->
   flops = dot + other
   return {
       'score': score, 'decoder': decoder, 'batch': shape.batch,
+      'devices': jax.device_count(),
       'input_feeding': settings.input_feeding, 'compile_s': compile_s, 'step_s': step_s,
       'step_s_windows': windows, 'target_tokens_per_batch': tokens,
       'tokens_per_s': tokens / step_s, 'sentences_per_s': shape.batch / step_s,
@@ -207,12 +214,21 @@ def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) ->
 
 
 # ---- equal resources ---------------------------------------------------------------------
-def ours_on_one_core(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
-                     settings: Settings) -> list[dict[str, Any]]:
-  """Our result rows measured by this script in a child process pinned to CPU 0
-  (`taskset -c 0`: XLA sizes its thread pool to the one CPU it may use)."""
-  with tempfile.TemporaryDirectory(prefix='bench_one_core_') as tmp:
-    path = os.path.join(tmp, 'one_core.json')
+def cpu_devices(cores: int, batches: Sequence[int]) -> int:
+  """The CPU devices ours runs on with `cores` cores: the most, up to one per core, that
+  divide every batch (data parallelism splits each batch evenly)."""
+  return max(d for d in range(1, cores + 1) if all(b % d == 0 for b in batches))
+
+
+def ours_in_child(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
+                  settings: Settings, cpus: str | None = None,
+                  devices: int = 1) -> list[dict[str, Any]]:
+  """Our result rows measured by this script in a child process, pinned to `cpus`
+  (`taskset -c 0`: XLA sizes its thread pool to the one CPU it may use) and with the CPU
+  split into `devices` JAX devices (JAX_NUM_CPU_DEVICES): the train step data-parallel under
+  shard_map, decoding each device's rows of the batch."""
+  with tempfile.TemporaryDirectory(prefix='bench_child_') as tmp:
+    path = os.path.join(tmp, 'child.json')
     cmd = pinned([sys.executable, '-m', 'experiments.benchmark',
                    f'--configs={",".join(configs)}', f'--scores={",".join(scores)}',
                    f'--decoders={",".join(decoders)}', f'--windows={settings.windows}',
@@ -220,12 +236,13 @@ def ours_on_one_core(configs: Sequence[str], scores: Sequence[str], decoders: Se
                    f'--decode_windows={settings.decode_windows}',
                    f'--batch={settings.batch or 0}',
                    f'--input_feeding={settings.input_feeding}', f'--pairs={settings.pairs}',
-                   f'--matmul_n={settings.matmul_n}', f'--out={path}'], '0')
+                   f'--matmul_n={settings.matmul_n}', f'--out={path}'], cpus)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, check=False)
+    env = {**os.environ, 'JAX_NUM_CPU_DEVICES': str(devices)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=root, env=env, check=False)
     if proc.returncode:
-      raise RuntimeError(f'the one-core benchmark failed (exit {proc.returncode}):\n'
-                         + proc.stderr[-3000:])
+      raise RuntimeError(f'the benchmark on {devices} CPU device(s), CPUs {cpus or "all"}, '
+                         f'failed (exit {proc.returncode}):\n' + proc.stderr[-3000:])
     with open(path) as f:
       return json.load(f)['results']
 
@@ -318,17 +335,21 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
   out['matmul'] = {'n': settings.matmul_n, 'flops_per_s': matmul[0], 'flops_per_s_end': matmul[1]}
   if peer_venv:
     # equal resources, two ways: one core each (ours pinned in a child process, OpenNMT-py
-    # pinned with 1 thread), and the whole machine each (ours here, OpenNMT-py with a thread
-    # per core); OpenNMT-py's RNN against our RNN rows, its Transformer against ours
+    # pinned with 1 thread), and the whole machine each (ours in a child process with the
+    # cores as JAX devices, OpenNMT-py with a thread per core; ours as measured above, on
+    # this process's devices, beside it); OpenNMT-py's RNN against our RNN rows, its
+    # Transformer against ours
     cores = len(os.sched_getaffinity(0))
+    devices = cpu_devices(cores, [settings.shape(c).batch for c in configs])
     out['equal_resources'] = {}
     with tempfile.TemporaryDirectory(prefix='onmt_bench_') as tmp:
       for setting, cpus, threads in (('one_core', '0', 1), ('all_cores', None, cores)):
         if setting == 'one_core':
           log('one core: this benchmark again, pinned to CPU 0 ...')
-          ours = ours_on_one_core(configs, scores, decoders, settings)
+          ours = ours_in_child(configs, scores, decoders, settings, cpus='0')
         else:
-          ours = out['results']
+          log(f'all cores: this benchmark again, on {devices} CPU devices ...')
+          ours = ours_in_child(configs, scores, decoders, settings, devices=devices)
         peers = []
         for config, arch, score in peer_runs(ours):
           shape = settings.shape(config)
@@ -342,15 +363,20 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
               peer_venv, p.pop('checkpoint'), sentences(shape, settings.seed)[0],
               shape.padded, work, threads, cpus=cpus)
           peers.append(p)
+        summary = lambda rows: [
+            {k: r[k] for k in ('config', 'score', 'decoder', 'batch', 'input_feeding',
+                               'tokens_per_s', 'matmul_ratio', 'devices')}
+            | {'beam5_sentences_per_s': r['beam5']['sentences_per_s']} for r in rows]
         ratios = equal_resource_ratios(ours, peers)
         out['equal_resources'][setting] = {
             'cores': 1 if cpus else cores, 'peer_threads': threads,
-            'input_feeding': settings.input_feeding,
+            'devices': 1 if cpus else devices, 'input_feeding': settings.input_feeding,
             'batch': {c: settings.shape(c).batch for c in configs},
-            'ours': [{k: r[k] for k in ('config', 'score', 'decoder', 'batch',
-                                        'input_feeding', 'tokens_per_s', 'matmul_ratio')}
-                     | {'beam5_sentences_per_s': r['beam5']['sentences_per_s']} for r in ours],
-            'peer': peers, 'ratios': ratios}
+            'ours': summary(ours), 'peer': peers, 'ratios': ratios}
+        if not cpus:   # the whole machine as this process's devices (one, unless set)
+          out['equal_resources'][setting].update(
+              ours_here=summary(out['results']),
+              ratios_here=equal_resource_ratios(out['results'], peers))
         for x in ratios:
           log(f'{setting}: {x["config"]} {x["score"]}/{x["decoder"]} ours / OpenNMT-py '
               f'{x["peer_arch"]}: train {x["train_ratio"]:.2f}x, beam-5 '

@@ -98,7 +98,7 @@ def test_the_transformer_skips_scores_without_a_per_head_form(monkeypatch):
 @pytest.mark.slow   # (runs our side for real, twice)
 def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   """--peer: one core each (ours re-run pinned to CPU 0 in a child process, for real) and the
-  whole machine each; both ratios per variant land in the JSON, the RNN's against
+  whole machine each (ours re-run on the cores as devices, for real); both ratios per variant land in the JSON, the RNN's against
   OpenNMT-py's RNN and the Transformer's against OpenNMT-py's Transformer. OpenNMT-py is
   faked (it is not a dependency): the fields are checked, not the speed."""
   calls = []
@@ -131,6 +131,13 @@ def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   e = out['equal_resources']
   assert (e['one_core']['cores'], e['one_core']['peer_threads']) == (1, 1)
   assert (e['all_cores']['cores'], e['all_cores']['peer_threads']) == (cores, cores)
+  # the whole machine: ours re-run with the cores as JAX devices (as many as divide the
+  # batch), and as measured in this process (one device) beside it
+  devices = benchmark.cpu_devices(cores, [4])
+  assert e['all_cores']['devices'] == devices and e['one_core']['devices'] == 1
+  assert [r['devices'] for r in e['all_cores']['ours']] == [devices, devices]
+  assert [r['devices'] for r in e['all_cores']['ours_here']] == [1, 1]
+  assert [x['decoder'] for x in e['all_cores']['ratios_here']] == ['luong', 'transformer']
   # the one-core child ran with the same batch and decoder (tokens/s and sentences/s agree)
   for child in e['one_core']['ours']:
     assert (child['batch'], child['input_feeding']) == (4, False)
@@ -153,6 +160,13 @@ def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   # issue 32's targets: the Transformer's two ratios, in both settings
   transformer_targets = [t for t in out['targets'] if 'transformer vs OpenNMT-py' in t['what']]
   assert len(transformer_targets) == 4
+
+
+def test_cpu_devices_are_the_most_that_divide_every_batch():
+  assert benchmark.cpu_devices(2, [64, 32]) == 2
+  assert benchmark.cpu_devices(6, [64, 32]) == 4
+  assert benchmark.cpu_devices(8, [64, 24]) == 8
+  assert benchmark.cpu_devices(3, [5]) == 1
 
 
 def test_profile_names_where_the_step_time_goes():

@@ -1,6 +1,7 @@
 """Data parallelism on 8 simulated CPU devices: jit+shard_map, pmap and one device agree
 after 5 steps on the same global batches (pmap on the RNN only), for an RNN, a Transformer and
-an image model, EMA of the parameters included (in a subprocess: the device count is fixed when JAX starts)."""
+an image model, EMA of the parameters included; decoding split over the devices returns what
+one device does (in a subprocess: the device count is fixed when JAX starts)."""
 
 import os
 import subprocess
@@ -13,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = r'''
 import functools, jax, jax.numpy as jnp, numpy as np, ml_collections
 import attention_jax as aj
-from attention_jax import parallel, train
+from attention_jax import inference, parallel, train
 OBJ = train.objective.Objective()
 assert jax.device_count() == 8, jax.devices()
 assert parallel.resolve('auto') == 'shard_map'
@@ -56,6 +57,19 @@ for decoder in ('bahdanau', 'transformer', 'cnn'):   # (luong's step differs onl
       np.testing.assert_allclose(float(final[name][1][k]), float(final['single'][1][k]),
                                  rtol=1e-5)
   print(decoder, 'agree', float(final['single'][1]['loss']))
+  if decoder == 'cnn':
+    continue
+  # decoding split over the 8 devices (13 rows: padded to 16) returns what one device does
+  params = final['single'][0]['params']
+  for beam, nbest, factor in ((1, 0, None), (3, 2, 1.5)):
+    one = inference.make_decoder(graphdef, beam, 0.6, nbest, devices=jax.local_devices()[:1])
+    eight = inference.make_decoder(graphdef, beam, 0.6, nbest)
+    a, b = one(params, batches[0]['src'][:13], 9, factor), eight(params, batches[0]['src'][:13], 9, factor)
+    np.testing.assert_array_equal(np.asarray(a[0]), np.asarray(b[0]))   # tokens
+    assert a[0].shape[0] == 13 and len(a) == len(b)
+    for x, y in zip(a[1:], b[1:]):                                       # scores, weights
+      np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+  print(decoder, 'decodes alike')
 print('OK')
 '''
 

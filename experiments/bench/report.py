@@ -97,7 +97,8 @@ def format_table(out: dict[str, Any]) -> str:
   lines += [format_loop_matmuls(name, c['loop_matmul'], m['flops_per_s'])
             for name, c in out['configs'].items()]
   for setting, e in out.get('equal_resources', {}).items():
-    lines.append(f'\nequal resources, {setting}: ours on {e["cores"]} core(s), OpenNMT-py on '
+    lines.append(f'\nequal resources, {setting}: ours on {e["cores"]} core(s) as '
+                 f'{e.get("devices", 1)} JAX device(s), OpenNMT-py on '
                  f'{e["cores"]} core(s) with {e["peer_threads"]} thread(s), batch '
                  f'{e.get("batch", "64")} (sentences), input feeding '
                  f'{"on" if e.get("input_feeding", True) else "off"} (Luong)')
@@ -114,6 +115,12 @@ def format_table(out: dict[str, Any]) -> str:
                    f'{r["tokens_per_s"]:,.0f} | {p["tokens_per_s"]:,.0f} | '
                    f'{x["train_ratio"]:.2f}x | {r["beam5_sentences_per_s"]:.1f} | '
                    f'{p["beam5"]["sentences_per_s"]:.1f} | {x["beam5_ratio"]:.2f}x |')
+    here = {(r['config'], r['score'], r['decoder']): r for r in e.get('ours_here', [])}
+    for x in e.get('ratios_here', []):
+      r = here[(x['config'], x['score'], x['decoder'])]
+      lines.append(f'| {x["config"]} | {x["score"]} (ours on {r["devices"]} device(s)) | '
+                   f'{x["decoder"]} | {r["tokens_per_s"]:,.0f} | | {x["train_ratio"]:.2f}x | '
+                   f'{r["beam5_sentences_per_s"]:.1f} | | {x["beam5_ratio"]:.2f}x |')
   lines.append('targets:')
   lines += [f'  [{"met" if t["met"] else "MISSED"}] {t["what"]}: {t["value"]:.3g}'
             for t in out['targets']]

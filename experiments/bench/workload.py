@@ -106,11 +106,11 @@ def make_batch(shape: Shape, seed: int) -> dict[str, np.ndarray]:
 def experiment_config(shape: Shape, score: str, decoder: str, seed: int,
                       input_feeding: bool = True):
   """base_config() with this shape's model: LSTM cells, one bidirectional encoder layer,
-  input feeding (Luong) unless input_feeding=False, dropout as in base_config; one device,
-  no shard_map."""
+  input feeding (Luong) unless input_feeding=False, dropout as in base_config; the batch
+  split over the process's devices (shard_map) when it has several."""
   cfg = common.base_config()
   cfg.seed = seed
-  cfg.parallel = 'single'
+  cfg.parallel = 'auto'
   cfg.data.batch_size = shape.batch
   m = cfg.model
   if decoder == 'transformer':
