@@ -31,6 +31,17 @@ def test_flop_count_multiplies_scan_bodies_by_their_length():
   assert grad_dot == 3 * dot           # forward, and two matmuls per step backward
 
 
+def test_flop_count_multiplies_a_shard_map_body_by_its_devices():
+  """A data-parallel step's body has one device's shapes: 4 devices do 4x its work."""
+  mesh = jax.sharding.AbstractMesh((4,), ('d',), axis_types=(jax.sharding.AxisType.Auto,))
+  P = jax.sharding.PartitionSpec
+  split = jax.shard_map(lambda a, b: a @ b, mesh=mesh, in_specs=(P('d'), P()),
+                        out_specs=P('d'))
+  a, b = jax.ShapeDtypeStruct((8, 4), jnp.float32), jax.ShapeDtypeStruct((4, 3), jnp.float32)
+  dot, _ = benchmark.count_flops(jax.make_jaxpr(split)(a, b))
+  assert dot == 2 * 8 * 4 * 3
+
+
 def test_synthetic_batch_matches_the_package_format():
   shape = benchmark.CONFIGS['tiny']
   b = benchmark.make_batch(shape, seed=0)

@@ -22,7 +22,7 @@ def count_flops(closed_jaxpr) -> tuple[int, int]:
   dot_general: 2 x (output elements) x (contracted size). Any other primitive: one FLOP per
   output element (XLA's cost model counts elementwise ops the same way). A scan counts its
   body `length` times; a while loop's trip count is unknown, so its body counts once; a cond
-  counts its most expensive branch.
+  counts its most expensive branch; a shard_map its body times the mesh's device count.
   """
   dot = other = 0
   for eqn in getattr(closed_jaxpr, 'jaxpr', closed_jaxpr).eqns:
@@ -46,9 +46,11 @@ def count_flops(closed_jaxpr) -> tuple[int, int]:
       inner = next((params[k] for k in ('jaxpr', 'call_jaxpr', 'fun_jaxpr')
                     if k in params and hasattr(getattr(params[k], 'jaxpr', params[k]), 'eqns')),
                    None)
-      if inner is not None:   # pjit, custom_jvp / custom_vjp, remat, ...
+      if inner is not None:   # pjit, custom_jvp / custom_vjp, remat, shard_map, ...
         d, o = count_flops(inner)
-        dot, other = dot + d, other + o
+        # shard_map's body has one device's shapes, and every device of the mesh runs it
+        n = params['mesh'].size if name == 'shard_map' else 1
+        dot, other = dot + n * d, other + n * o
       else:
         other += sum(int(np.prod(v.aval.shape)) for v in eqn.outvars
                      if hasattr(v.aval, 'shape'))
