@@ -65,19 +65,24 @@ def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None, ema_decay: flo
   return run
 
 
-def rows_apart(fn, devices):
+def local_mesh(devices) -> jax.sharding.Mesh:
+  """A 1-D mesh, axis 'data', over `devices` (this process's own, in multi-process runs)."""
+  return jax.sharding.Mesh(np.array(list(devices)), (AXIS,))
+
+
+def rows_apart(fn, mesh: jax.sharding.Mesh):
   """-> g(params, x [B, ...], *static) = fn(params, x, *static) under `jax.shard_map` over
-  `devices` (B divisible by their count): params replicated, each device runs fn on its
-  B / len(devices) rows alone, with no communication, so fn must treat rows independently
-  (decoding does). Not jit-compiled (static arguments are closed over at trace time)."""
-  mesh = jax.sharding.Mesh(np.array(list(devices)), (AXIS,))
+  the 'data' axis of `mesh` (B divisible by its size): params replicated, each device runs
+  fn on its B / mesh.size rows alone, with no communication, so fn must treat rows
+  independently (decoding does). Not jit-compiled (static arguments are closed over at
+  trace time)."""
   return lambda params, x, *static: jax.shard_map(
       lambda p, xs: fn(p, xs, *static), mesh=mesh, in_specs=(P(), P(AXIS)),
       out_specs=P(AXIS), check_vma=False)(params, x)
 
 
 def split_batch(fn, devices, static_argnums=(2, 3)):
-  """-> call(params, x [B, ...], *static): rows_apart(fn, devices), jit-compiled, for any B:
+  """-> call(params, x [B, ...], *static): rows_apart(fn) over `devices`, jit-compiled, for any B:
   padded to a multiple of the device count with copies of the last row, cut off again from
   every output [B, ...].
 
@@ -86,11 +91,10 @@ def split_batch(fn, devices, static_argnums=(2, 3)):
   keeps every core busy where XLA's intra-op threads cannot (a beam step's operations are
   too small to split), and on several GPUs each decodes its share.
   """
-  devices = list(devices)
-  n = len(devices)
-  mesh = jax.sharding.Mesh(np.array(devices), (AXIS,))
+  mesh = local_mesh(devices)
+  n = mesh.size
   rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
-  jitted = jax.jit(rows_apart(fn, devices), static_argnums=static_argnums)
+  jitted = jax.jit(rows_apart(fn, mesh), static_argnums=static_argnums)
 
   def call(params, x, *static):
     b = x.shape[0]
@@ -138,7 +142,6 @@ def batch_sharder():
   """-> f(tree) putting every array's first (batch) axis across this process's devices."""
   if jax.local_device_count() == 1:
     return lambda tree: tree
-  mesh = make_mesh() if jax.process_count() == 1 else jax.sharding.Mesh(
-      np.array(jax.local_devices()), (AXIS,))
+  mesh = make_mesh() if jax.process_count() == 1 else local_mesh(jax.local_devices())
   sharding = NamedSharding(mesh, P(AXIS))
   return lambda tree: jax.device_put(tree, sharding)

@@ -120,7 +120,8 @@ def decoders(graphdef, max_len: int) -> dict[str, Callable]:
       'beam5': lambda p, s: beam.beam_search(nnx.merge(graphdef, p), s, beam_size=5,
                                              max_len=max_len)[0]}
   if jax.local_device_count() > 1:
-    fns = {k: parallel.rows_apart(f, jax.local_devices()) for k, f in fns.items()}
+    mesh = parallel.local_mesh(jax.local_devices())
+    fns = {k: parallel.rows_apart(f, mesh) for k, f in fns.items()}
   return fns
 
 

@@ -109,9 +109,10 @@ def test_the_transformer_skips_scores_without_a_per_head_form(monkeypatch):
 @pytest.mark.slow   # (runs our side for real, twice)
 def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   """--peer: one core each (ours re-run pinned to CPU 0 in a child process, for real) and the
-  whole machine each (ours re-run on the cores as devices, for real); both ratios per variant land in the JSON, the RNN's against
-  OpenNMT-py's RNN and the Transformer's against OpenNMT-py's Transformer. OpenNMT-py is
-  faked (it is not a dependency): the fields are checked, not the speed."""
+  whole machine each (ours re-run on the cores as devices, for real); both ratios per variant
+  land in the JSON, the RNN's against OpenNMT-py's RNN and the Transformer's against
+  OpenNMT-py's Transformer. OpenNMT-py is faked (it is not a dependency): the fields are
+  checked, not the speed."""
   calls = []
 
   def fake_train(venv, shape, score, steps, seed, workdir, threads=1, cpus=None,

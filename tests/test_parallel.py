@@ -64,7 +64,8 @@ for decoder in ('bahdanau', 'transformer', 'cnn'):   # (luong's step differs onl
   for beam, nbest, factor in ((1, 0, None), (3, 2, 1.5)):
     one = inference.make_decoder(graphdef, beam, 0.6, nbest, devices=jax.local_devices()[:1])
     eight = inference.make_decoder(graphdef, beam, 0.6, nbest)
-    a, b = one(params, batches[0]['src'][:13], 9, factor), eight(params, batches[0]['src'][:13], 9, factor)
+    src = batches[0]['src'][:13]
+    a, b = one(params, src, 9, factor), eight(params, src, 9, factor)
     np.testing.assert_array_equal(np.asarray(a[0]), np.asarray(b[0]))   # tokens
     assert a[0].shape[0] == 13 and len(a) == len(b)
     for x, y in zip(a[1:], b[1:]):                                       # scores, weights
