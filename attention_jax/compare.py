@@ -35,7 +35,8 @@ LABELS = {'bleu': 'BLEU', 'chrf': 'chrF', 'exact_match': 'exact match', 'wer': '
 # every metric of a run's results that the summary reports where all runs have it
 REPORTED = ('bleu', 'chrf', 'exact_match', 'wer', 'per', 'token_accuracy', 'alignment_accuracy')
 # data fields that do not change which sentences a split holds
-_NOT_THE_SPLIT = ('data_dir', 'batch_size', 'num_buckets', 'max_src_len', 'max_tgt_len')
+_NOT_THE_SPLIT = ('data_dir', 'batch_size', 'num_buckets', 'bucket_multiple', 'max_src_len',
+                  'max_tgt_len')
 
 
 @dataclasses.dataclass

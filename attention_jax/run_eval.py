@@ -68,7 +68,9 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
     task = data_lib.Task.from_pairs(pairs, *toks, references=refs,
                                     max_src_len=int(cfg.data.max_src_len),
                                     max_tgt_len=int(cfg.data.max_tgt_len),
-                                    num_buckets=int(cfg.data.num_buckets))
+                                    num_buckets=int(cfg.data.num_buckets),
+                                    bucket_multiple=int(cfg.data.get(
+                                        'bucket_multiple', data_lib.FIELD_DEFAULTS['bucket_multiple'])))
     split, name = 'test', 'eval_' + os.path.basename(src).replace('.', '_')
   else:
     task = data_lib.load_task(cfg.data, seed=cfg.seed, tokenizers=toks)

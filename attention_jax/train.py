@@ -47,7 +47,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     if not isinstance(value, int) or value < 1:
       raise ValueError(f'{name} must be a positive integer, got {value!r}')
   for name, value in (('data.max_src_len', d.max_src_len), ('data.max_tgt_len', d.max_tgt_len),
-                      ('data.num_buckets', d.num_buckets), ('eval.beam_size', cfg.eval.beam_size)):
+                      ('data.num_buckets', d.num_buckets),
+                      ('data.bucket_multiple',
+                       d.get('bucket_multiple', data_lib.FIELD_DEFAULTS['bucket_multiple'])),
+                      ('eval.beam_size', cfg.eval.beam_size)):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
       raise ValueError(f'{name} must be a positive integer, got {value!r}')
   for name, value, lo in (('train.lr', t.lr, 0.0), ('train.max_decode_factor',

@@ -260,6 +260,7 @@ def test_skip_nonfinite_skips_and_counts(monkeypatch, straight, data_dir, tmp_pa
     ('model.score', 'dot', "score 'dot' needs equal query and key sizes, got query (decoder "
                            'state) size 32 and key (encoder annotation) size 64'),
     ('train.steps', 0, 'train.steps must be a positive integer, got 0'),
+    ('data.bucket_multiple', 0, 'data.bucket_multiple must be a positive integer, got 0'),
     ('train.lr', -1.0, 'train.lr must be a finite number > 0, got -1.0'),
     ('train.decay', 'linear', "unknown train.decay 'linear'; valid: constant, cosine, rsqrt"),
     ('data.batch_size', 7, 'data.batch_size=7 is not divisible by the device count 2'),

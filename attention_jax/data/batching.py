@@ -69,8 +69,10 @@ class Encoded:
 
 @dataclasses.dataclass(frozen=True)
 class Buckets:
-  """Padded shapes (S, T), increasing in both; an example goes to the first that fits it."""
+  """Padded shapes (S, T), increasing in both; an example goes to the first that fits it.
+  `multiple`: what an extra shape's lengths are rounded up to (with_overflow)."""
   shapes: tuple[tuple[int, int], ...]
+  multiple: int = MULTIPLE
 
   def assign(self, src_len: np.ndarray, tgt_len: np.ndarray) -> np.ndarray:
     """src_len, tgt_len [N] -> bucket index [N] (-1 where no shape fits)."""
@@ -81,84 +83,75 @@ class Buckets:
     return out
 
   def with_overflow(self, src_len: np.ndarray, tgt_len: np.ndarray) -> 'Buckets':
-    """These shapes plus one more, rounded up to MULTIPLE, for the examples none fits."""
+    """These shapes plus one more, rounded up to `multiple`, for the examples none fits."""
     over = self.assign(src_len, tgt_len) < 0
     if not over.any():
       return self
     s_max, t_max = self.shapes[-1]
-    extra = (max(s_max, round_up(src_len[over].max())), max(t_max, round_up(tgt_len[over].max())))
-    return Buckets(self.shapes + (extra,))
+    extra = (max(s_max, round_up(src_len[over].max(), self.multiple)),
+             max(t_max, round_up(tgt_len[over].max(), self.multiple)))
+    return Buckets(self.shapes + (extra,), self.multiple)
+
+
+GRID = 48  # make_buckets' candidate lengths per side (exact below this many distinct ones)
 
 
 def make_buckets(src_len: np.ndarray, tgt_len: np.ndarray, *, num_buckets: int,
-                 max_src_len: int, max_tgt_len: int) -> Buckets:
-  """At most num_buckets shapes, lengths rounded up to a multiple of 8 and capped at the
-  maxima, that pad the (kept) training examples least; the last fits them all.
+                 max_src_len: int, max_tgt_len: int, multiple: int = MULTIPLE) -> Buckets:
+  """The at most num_buckets shapes (S, T), increasing in both, lengths multiples of
+  `multiple` (or the maxima), the last fitting every (kept) training example, that pad these
+  examples least (source + target positions): the optimum, by dynamic programming.
 
-  Candidates: the quantiles k/num_buckets of each side's lengths (zipped), and the optimal
-  split of the examples by source (or by target) length into contiguous ranges (dynamic
-  programming, each range's other side padded to its longest). The candidate with the fewest
-  padded tokens wins. On the dates task this is the optimum over multiples of 8.
+  An example goes to the first shape that fits it, so with shapes increasing in both the
+  examples of shape b are those within it but not within shape b-1: with C(S, T) the number of
+  examples within (S, T), a chain of shapes costs sum_b (S_b + T_b) (C(S_b, T_b) -
+  C(S_b-1, T_b-1)), and cost_k(S, T), the least cost of k shapes ending at (S, T), follows from
+  cost_k-1 over the shapes below it. Lengths are the examples' own (rounded up); a side with
+  more than GRID distinct ones keeps GRID of them (quantiles; then the optimum over those).
   """
   if num_buckets < 1:
     raise ValueError(f'data.num_buckets must be >= 1, got {num_buckets}')
+  if multiple < 1:
+    raise ValueError(f'data.bucket_multiple must be >= 1, got {multiple}')
   if len(src_len) == 0:
     raise ValueError('no training example fits data.max_src_len / data.max_tgt_len')
-  src_len, tgt_len = np.asarray(src_len, np.int64), np.asarray(tgt_len, np.int64)
-  q = np.arange(1, num_buckets + 1) / num_buckets
-  s = [min(round_up(x), max_src_len) for x in np.quantile(src_len, q, method='higher')]
-  t = [min(round_up(x), max_tgt_len) for x in np.quantile(tgt_len, q, method='higher')]
-  candidates = [_monotone(s, t),
-                _monotone(*_split(src_len, tgt_len, num_buckets, max_src_len, max_tgt_len)),
-                _monotone(*_split(tgt_len, src_len, num_buckets, max_tgt_len, max_src_len)[::-1])]
-  return min(candidates, key=lambda b: _padded_tokens(b, src_len, tgt_len))
+  sizes_s, at_s = _grid(np.asarray(src_len, np.int64), multiple, max_src_len)   # [m], [N]
+  sizes_t, at_t = _grid(np.asarray(tgt_len, np.int64), multiple, max_tgt_len)   # [n], [N]
+  count = np.zeros((len(sizes_s), len(sizes_t)))
+  np.add.at(count, (at_s, at_t), 1)
+  within = count.cumsum(0).cumsum(1)                                  # C [m, n]
+  width = (sizes_s[:, None] + sizes_t[None, :]).astype(np.float64)     # S + T [m, n]
+  m, n = within.shape
+  cost, back = [width * within], [None]    # cost[k-1]: k shapes; back: argmin below each
+  for _ in range(1, num_buckets):
+    prev, new = cost[-1], np.full((m, n), np.inf)
+    arg = np.zeros((m, n), np.int64)
+    for i in range(m):
+      for j in range(n):
+        below = prev[:i + 1, :j + 1] - width[i, j] * within[:i + 1, :j + 1]
+        below[i, j] = np.inf                                  # the previous shape is smaller
+        arg[i, j] = int(np.argmin(below))
+        new[i, j] = below.flat[arg[i, j]] + width[i, j] * within[i, j]
+    cost.append(new)
+    back.append(arg)
+  k = int(np.argmin([c[-1, -1] for c in cost]))   # the fewest shapes among the cheapest
+  i, j, shapes = m - 1, n - 1, []
+  while True:
+    shapes.append((int(sizes_s[i]), int(sizes_t[j])))
+    if k == 0:
+      return Buckets(tuple(shapes[::-1]), multiple)
+    i, j = divmod(int(back[k][i, j]), j + 1)
+    k -= 1
 
 
-def _monotone(s: Sequence[int], t: Sequence[int]) -> Buckets:
-  """Shapes increasing in both S and T (running maxima), duplicates dropped."""
-  return Buckets(tuple(sorted(set(zip(np.maximum.accumulate(s).tolist(),
-                                      np.maximum.accumulate(t).tolist())))))
-
-
-def _padded_tokens(buckets: Buckets, src_len: np.ndarray, tgt_len: np.ndarray) -> int:
-  """Source + target positions (real and PAD) of the examples padded to their buckets."""
-  shapes = np.asarray(buckets.shapes, np.int64)
-  return int(shapes[buckets.assign(src_len, tgt_len)].sum())
-
-
-def _split(key: np.ndarray, other: np.ndarray, num_buckets: int, max_key: int,
-           max_other: int) -> tuple[list[int], list[int]]:
-  """The split of the examples by `key` length into at most num_buckets contiguous ranges
-  with the fewest padded positions, each range padded to its longest key and other side
-  (rounded up to MULTIPLE, capped at the maxima). -> (key sizes, other sizes), increasing key."""
-  key_r = np.minimum(-(-key // MULTIPLE) * MULTIPLE, max_key)
-  other_r = np.minimum(-(-other // MULTIPLE) * MULTIPLE, max_other)
-  sizes, group = np.unique(key_r, return_inverse=True)           # [M] distinct key sizes
-  m = len(sizes)
-  count = np.bincount(group, minlength=m)
-  longest = np.zeros(m, np.int64)
-  np.maximum.at(longest, group, other_r)
-  # cost[k][j]: fewest padded positions of groups 0..j-1 in k buckets; prev: the argmin
-  inf = float('inf')
-  cost = np.full((num_buckets + 1, m + 1), inf)
-  prev = np.zeros((num_buckets + 1, m + 1), np.int64)
-  cost[0, 0] = 0.0
-  for k in range(1, num_buckets + 1):
-    for j in range(1, m + 1):
-      n, o = 0, 0
-      for i in range(j - 1, -1, -1):     # groups i..j-1 in one bucket (sizes[j-1], o)
-        n, o = n + count[i], max(o, longest[i])
-        c = cost[k - 1, i] + n * (sizes[j - 1] + o)
-        if c < cost[k, j]:
-          cost[k, j], prev[k, j] = c, i
-  k, j = int(np.argmin(cost[:, m])), m
-  keys, others = [], []
-  while j > 0:
-    i = int(prev[k, j])
-    keys.append(int(sizes[j - 1]))
-    others.append(int(longest[i:j].max()))
-    k, j = k - 1, i
-  return keys[::-1], others[::-1]
+def _grid(length: np.ndarray, multiple: int, cap: int) -> tuple[np.ndarray, np.ndarray]:
+  """length [N] -> (candidate sizes [<= GRID], increasing; each example's smallest fitting
+  one [N]): the lengths rounded up to `multiple`, capped at `cap`."""
+  rounded = np.minimum(-(-length // multiple) * multiple, cap)
+  sizes = np.unique(rounded)
+  if len(sizes) > GRID:
+    sizes = np.unique(np.quantile(rounded, np.arange(1, GRID + 1) / GRID, method='higher'))
+  return sizes, np.searchsorted(sizes, rounded)
 
 
 def make_batch(enc: Encoded, rows: Sequence[int], shape: tuple[int, int],
@@ -204,15 +197,19 @@ class TrainIterator:
 
   def __init__(self, enc: Encoded, kept: np.ndarray, buckets: Buckets, batch_size: int,
                seed: int, source: Callable[[dict], dict] | None = None):
-    self._enc, self._buckets = enc, buckets
+    self._enc = enc
     self._source = source   # batch -> batch with other sources (Task: images), or None
     self._kept = np.asarray(kept, np.int64)
-    self._bucket = buckets.assign(enc.src_len[self._kept], enc.tgt_len[self._kept])
-    if (self._bucket < 0).any():
-      raise ValueError('a kept training example fits no bucket')
+    self._use(buckets)
     self.batch_size, self.seed = int(batch_size), int(seed)
     self._epoch, self._position = 0, 0
     self._plan = self._epoch_plan(0)
+
+  def _use(self, buckets: Buckets) -> None:
+    bucket = buckets.assign(self._enc.src_len[self._kept], self._enc.tgt_len[self._kept])
+    if (bucket < 0).any():
+      raise ValueError(f'a kept training example fits none of the bucket shapes {buckets.shapes}')
+    self._buckets, self._bucket = buckets, bucket
 
   def _epoch_plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
     """[(bucket, example indices [<= B])] in this epoch's order."""
@@ -244,13 +241,19 @@ class TrainIterator:
 
   def get_state(self) -> dict:
     return {'epoch': self._epoch, 'position': self._position, 'seed': self.seed,
-            'batch_size': self.batch_size, 'num_examples': int(len(self._kept))}
+            'batch_size': self.batch_size, 'num_examples': int(len(self._kept)),
+            'buckets': [list(shape) for shape in self._buckets.shapes]}
 
   def set_state(self, state: dict) -> None:
+    """Also takes the state's bucket shapes (a run keeps the shapes it started with, should
+    make_buckets choose others in a later version); a state without them keeps these."""
     for key in ('seed', 'batch_size', 'num_examples'):
       if int(state[key]) != self.get_state()[key]:
         raise ValueError(f'iterator state is for {key}={state[key]}, this iterator has '
                          f'{self.get_state()[key]} (a different data or batch config)')
+    if 'buckets' in state:
+      self._use(Buckets(tuple(tuple(int(x) for x in shape) for shape in state['buckets']),
+                        self._buckets.multiple))
     self._epoch, self._position = int(state['epoch']), int(state['position'])
     self._plan = self._epoch_plan(self._epoch)
 

@@ -27,7 +27,8 @@ from attention_jax.data import tokenizers as tok_lib
 SPLITS = ('train', 'validation', 'test')
 # data fields added after runs were saved, with the value a saved config without them means
 FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT, 'image_height': 32, 'image_width': 256,
-                  'digit_distortion': 0.0, 'digit_distortion_p': 1.0}
+                  'digit_distortion': 0.0, 'digit_distortion_p': 1.0,
+                  'bucket_multiple': batching.MULTIPLE}
 
 
 def _text(x: Any) -> str:
@@ -89,6 +90,7 @@ class Task:
 
   def __init__(self, name: str, texts: dict[str, list[tuple[str, str]]], src_tok, tgt_tok, *,
                max_src_len: int, max_tgt_len: int, num_buckets: int,
+               bucket_multiple: int = batching.MULTIPLE,
                extras: dict[str, dict[str, list[str]]] | None = None, location: str = '',
                images: dict[str, np.ndarray] | None = None):
     self.name = name
@@ -99,14 +101,15 @@ class Task:
     self.source = 'tokens' if images is None else 'images'
 
     self._limits = dict(max_src_len=max_src_len, max_tgt_len=max_tgt_len,
-                        num_buckets=num_buckets)
+                        num_buckets=num_buckets, multiple=bucket_multiple)
     self._src_tok, self._tgt_tok = src_tok, tgt_tok
     self._tokenize()
 
   @classmethod
   def from_pairs(cls, pairs: Sequence[tuple[str, str]], src_tok, tgt_tok, *,
                  references: Sequence[Sequence[str]] | None = None, max_src_len: int,
-                 max_tgt_len: int, num_buckets: int, name: str = 'files') -> 'Task':
+                 max_tgt_len: int, num_buckets: int, bucket_multiple: int = batching.MULTIPLE,
+                 name: str = 'files') -> 'Task':
     """A task over given (source, reference) pairs, e.g. a user's test files, with the
     tokenizers of a trained run; every split holds the pairs (evaluate any of them).
     `references`: every acceptable target per pair, for WER / PER."""
@@ -118,8 +121,8 @@ class Task:
       refs = [cmudict.REF_SEP.join(r) for r in references]
       extras = {split: {'refs': refs} for split in SPLITS}
     return cls(name, texts, src_tok, tgt_tok, max_src_len=max_src_len,
-               max_tgt_len=max_tgt_len, num_buckets=num_buckets, extras=extras,
-               location='text files')
+               max_tgt_len=max_tgt_len, num_buckets=num_buckets,
+               bucket_multiple=bucket_multiple, extras=extras, location='text files')
 
   def _tokenize(self) -> None:
     """(Re)encodes with the current tokenizers: drops too-long examples, sets the buckets."""
@@ -347,5 +350,6 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
     logging.warning('%s with tokenizer %r: the gold alignment needs char tokens; none given',
                     d.name, d.tokenizer)
   return Task(d.name, texts, src_tok, tgt_tok, max_src_len=int(d.max_src_len),
-              max_tgt_len=int(d.max_tgt_len), num_buckets=int(d.num_buckets), extras=extras,
-              location=location, images=images)
+              max_tgt_len=int(d.max_tgt_len), num_buckets=int(d.num_buckets),
+              bucket_multiple=int(d.get('bucket_multiple', FIELD_DEFAULTS['bucket_multiple'])),
+              extras=extras, location=location, images=images)

@@ -60,6 +60,7 @@ def base_config() -> ml_collections.ConfigDict:
   d.max_src_len = 128       # training examples longer than this (in tokens) are dropped
   d.max_tgt_len = 128
   d.num_buckets = 4         # padded length buckets (a handful of jit shapes)
+  d.bucket_multiple = 8     # bucket lengths are multiples of this (8 suits GPUs and TPUs)
   d.batch_size = 64         # global batch (per-device batch x device count)
 
   # ---- model: attention_jax.model.ModelConfig --------------------------------
