@@ -21,8 +21,10 @@ validation WER.
 
 Model: biLSTM encoder (2 layers, 256 per direction), Luong decoder (LSTM 512, `general`
 score, input feeding), dropout 0.3, label smoothing 0.1, batch 128, AdamW 2e-3 with warmup and
-cosine decay. The full budget (train.steps) takes about 80-95 minutes on this project's
-2-core CPU: test WER 25.1 / PER 5.86 (beam 5). Warm restarts (copy the workdir, resume with
+cosine decay; batches padded to 8 length shapes of multiples of 2 (90.6% of positions real).
+The full budget (train.steps) took about 80-95 minutes on this project's 2-core CPU with the
+4 shapes of before (about 1.3x fewer steps/s; 12k steps now take about 63 minutes): test WER
+25.1 / PER 5.86 (beam 5). Warm restarts (copy the workdir, resume with
 a larger --config.train.steps) carry it on: to 44k steps (67 more minutes here) WER 23.8 /
 PER 5.60, to 54k (32 minutes) 23.2 / 5.46, to 88k (108 minutes) 22.9 / 5.43, then to 114k at
 a constant rate 3e-4 with train.ema_decay=0.9998 (84 minutes) 22.8 / 5.40; see docs/cmudict.md.
