@@ -243,7 +243,7 @@ def compare(groups: Sequence[Group], split: str = 'test', metrics: Sequence[str]
                  for k, v in _interval_row(values(g, split, m)).items() if k != 'n'},
               'steps_per_s': float(np.nanmean([r.results.get('train_steps_per_s') or np.nan
                                                for r in g.runs])),
-              'wall_s': float(np.nansum([r.wall_s for r in g.runs]))}
+              'wall_s': _sum_known([r.wall_s for r in g.runs])}
              for g in groups]
   primary = metrics[0]
   by_name = {g.name: g for g in groups}
@@ -327,6 +327,17 @@ def _cell(mean: float, lo: float, hi: float, std: float = float('nan')) -> str:
           + (f' [{lo:.2f}, {hi:.2f}]' if np.isfinite(lo) else ''))
 
 
+def _sum_known(xs) -> float:
+  """The sum of the known (finite) values; nan if none is known (runs not run by a sweep
+  have no wall time)."""
+  known = [x for x in xs if np.isfinite(x)]
+  return float(sum(known)) if known else float('nan')
+
+
+def _known(x: float, fmt: str) -> str:
+  return format(x, fmt) if np.isfinite(x) else '-'
+
+
 def markdown(c: dict, title: str = '') -> str:
   """The comparison as markdown: summary table, by-length table, comparisons, sentences, and
   how it was tested."""
@@ -342,7 +353,7 @@ def markdown(c: dict, title: str = '') -> str:
     out.append(f'| {s["variant"]} | {s["seeds"]} | ' + ' | '.join(
         _cell(s[f'{m}_mean'], s[f'{m}_ci_lo'], s[f'{m}_ci_hi'], s[f'{m}_std'])
         for m in c['reported'])
-        + f' | {s["steps_per_s"]:.1f} | {s["wall_s"]:.0f} |')
+        + f' | {_known(s["steps_per_s"], ".1f")} | {_known(s["wall_s"], ".0f")} |')
   curves = c['by_length']
   buckets = []
   for rows in curves.values():

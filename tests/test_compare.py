@@ -84,6 +84,18 @@ def test_groups_baseline_and_significance(sweep_dir):
     compare.compare(groups, 'test', ['bleux'])
 
 
+def test_wall_time_is_the_sum_of_the_known_ones_and_unknown_shows_as_a_dash(sweep_dir):
+  """Runs a sweep did not run have no wall time: not 0 s."""
+  for k, seconds in ((1, 30.0), (2, 12.5)):
+    workdir_lib.Run(f'{sweep_dir}/good/seed_{k}').append_attempt({'seconds': seconds})
+  c = compare.compare(compare.sweep_groups(sweep_dir), 'test', ['bleu'], trials=100)
+  wall = {s['variant']: s['wall_s'] for s in c['summary']}
+  assert wall['good'] == 42.5 and np.isnan(wall['bad'])
+  lines = compare.markdown(c).splitlines()   # the summary table comes first
+  good, bad = (next(x for x in lines if x.startswith(f'| {v} | 3 |')) for v in ('good', 'bad'))
+  assert good.endswith('| 10.0 | 42 |') and bad.endswith('| 10.0 | - |')
+
+
 def test_runs_on_other_sentences_are_refused(tmp_path, sweep_dir):
   other = make_run(str(tmp_path / 'other'), references(80, seed=1), 0.1, seed=1, num_test=80)
   groups = compare.resolve([os.path.join(sweep_dir, 'good'), other])
