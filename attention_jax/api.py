@@ -99,6 +99,9 @@ class Translator:
   def check(self, texts: Sequence[str], name=lambda i: f'texts[{i}]') -> None:
     """Raises ValueError/TypeError for inputs that translate() would refuse, naming the
     first by name(i) (i: its index in texts), before anything is decoded."""
+    if self.config.source == 'images':   # file paths: each read and checked, one line each
+      self._read_images(texts, name)
+      return
     self._check_texts(texts, 'check(texts)')
     self._check_lengths(texts, [i for i, t in enumerate(texts) if t.strip()], name)
 
@@ -178,16 +181,30 @@ class Translator:
                                   lambda w, s=len(src_tokens): w[:, :s])
     return out
 
+  @property
+  def max_image_shape(self) -> tuple[int, int]:
+    """The largest image decoded (height, width): images.MAX_SCALE times the training
+    canvas (data.image_height x data.image_width)."""
+    d = {**data_lib.FIELD_DEFAULTS, **self.run_config.get('data', {})}
+    return (images_lib.MAX_SCALE * int(d['image_height']),
+            images_lib.MAX_SCALE * int(d['image_width']))
+
+  def _read_images(self, sources, name=lambda i: f'images[{i}]') -> list[np.ndarray]:
+    """Every image read and checked (readable, within max_image_shape) before any is
+    decoded; a failure is one ValueError naming name(i) and the file."""
+    imgs = []
+    for i, s in enumerate(sources):
+      try:
+        imgs.append(images_lib.read_image(s, self.config.image_channels, self.max_image_shape))
+      except (OSError, ValueError) as e:
+        raise ValueError(f'{name(i)}: {e}') from None
+    return imgs
+
   def _decode_images(self, sources, beam: int, alpha: float, nbest: int) -> list[Hypotheses]:
     if isinstance(sources, (str, bytes, np.ndarray)) or not isinstance(sources, Sequence):
       raise TypeError(f'this model reads images: pass a list of images (file paths or arrays), '
                       f'got {type(sources).__name__}')
-    imgs = []
-    for i, s in enumerate(sources):
-      try:
-        imgs.append(images_lib.read_image(s, self.config.image_channels))
-      except (OSError, ValueError) as e:
-        raise ValueError(f'images[{i}]: {e}') from e
+    imgs = self._read_images(sources)
     enc = encoders.lookup(self.config.encoder)
     cell = enc.cell_size(self.config)
     fn = self.decoder(beam, alpha, nbest)
@@ -257,7 +274,7 @@ class Translator:
       h = self.decode([text], beam, alpha)[0]
       if not h.tgt_tokens[0]:
         return h.outputs[0], np.zeros((0, 0, 0, 0, 0), np.float32), [], []
-      image = images_lib.read_image(text, self.config.image_channels)
+      image = self._read_images([text])[0]
       enc = encoders.lookup(self.config.encoder)
       src = images_lib.pad_batch([image], enc.cell_size(self.config))[0]
       w = inference.layer_weights(self.graphdef, self.params, src, h.ids[0])

@@ -140,13 +140,20 @@ def resolve(paths: Sequence[str], split: str = 'test') -> list[Group]:
   return groups
 
 
-def sweep_groups(sweep_dir: str, split: str = 'test') -> list[Group]:
-  """Every variant of a sweep directory that has at least one finished run."""
+def sweep_groups(sweep_dir: str, split: str = 'test',
+                 exclude: Sequence[str] = ()) -> list[Group]:
+  """Every variant of a sweep directory that has at least one finished run, leaving out the
+  run directories in `exclude` (runs whose variant changed since: sweep.run)."""
+  skip = {os.path.normpath(p) for p in exclude}
   out = []
   for name in sorted(os.listdir(sweep_dir)):
-    path = os.path.join(sweep_dir, name)
-    if os.path.isdir(path) and (is_run(path) or _runs_under(path)):
+    path = os.path.normpath(os.path.join(sweep_dir, name))
+    if not os.path.isdir(path) or path in skip:
+      continue
+    if is_run(path):
       out.extend(resolve([path], split))
+    elif runs := [r for r in _runs_under(path) if os.path.normpath(r) not in skip]:
+      out.append(Group(name, [load_run(r, (split,)) for r in runs]))
   return out
 
 
@@ -299,25 +306,34 @@ def _fmt_p(p: float) -> str:
 
 
 def _sentence(row: dict, split: str, lower_better: bool, sentences: int) -> str:
-  """One plain sentence: which is better, by how much, on what, how sure."""
+  """One plain sentence: which is better, by how much, on what, how sure. Its figures come
+  in the order of its words (the first-named side's mean first; the difference and its
+  interval are first minus second)."""
   m, v, b, d = LABELS[row['metric']], row['variant'], row['baseline'], row['diff']
   better = (d < 0) == lower_better
-  ci = (f'95% CI {row["ci_seeds_lo"]:+.2f} to {row["ci_seeds_hi"]:+.2f} over seeds'
+  # a sentence that names the baseline first turns the variant-minus-baseline figures round
+  sign = 1 if better or not row['significant'] else -1
+  first, second = (v, b) if sign > 0 else (b, v)
+  means = (row['variant_mean'], row['baseline_mean'])[::sign]
+
+  def interval(lo, hi):
+    lo, hi = sorted((sign * row[lo], sign * row[hi]))
+    return f'{lo:+.2f} to {hi:+.2f}'
+  ci = (f'95% CI {interval("ci_seeds_lo", "ci_seeds_hi")} over seeds'
         if np.isfinite(row['ci_seeds_lo']) else
-        f'95% CI {row["ci_sentences_lo"]:+.2f} to {row["ci_sentences_hi"]:+.2f} over sentences'
+        f'95% CI {interval("ci_sentences_lo", "ci_sentences_hi")} over sentences'
         if np.isfinite(row['ci_sentences_lo']) else 'no interval')
   how = (f'Holm-adjusted p = {_fmt_p(row["p_seeds_holm"])} over {row["seeds"]} seeds, '
          f'{_fmt_p(row["p_sentences_holm"])} over {sentences:,} sentences'
          + ('; with one seed on a side, seed-to-seed variation is untested'
             if not np.isfinite(row['p_seeds']) else ''))
+  figures = f'{means[0]:.2f} vs {means[1]:.2f} ({sign * d:+.2f}; {ci}'
   if d == 0:
     return f'{v} and {b} score the same {split} {m} ({row["variant_mean"]:.2f}; {how}).'
   if row['significant']:
-    return (f'{v if better else b} is better than {b if better else v} on {split} {m}: '
-            f'{row["variant_mean"]:.2f} vs {row["baseline_mean"]:.2f} ({d:+.2f}; {ci}); '
-            f'significant ({how}).')
-  return (f'{v} and {b} do not differ significantly on {split} {m}: {row["variant_mean"]:.2f} '
-          f'vs {row["baseline_mean"]:.2f} ({d:+.2f}; {ci}; {how}).')
+    return (f'{first} is better than {second} on {split} {m}: {figures}); significant '
+            f'({how}).')
+  return f'{v} and {b} do not differ significantly on {split} {m}: {figures}; {how}).'
 
 
 def _cell(mean: float, lo: float, hi: float, std: float = float('nan')) -> str:

@@ -138,6 +138,9 @@ class _ImageEncoder(nnx.Module):
 
 # where the CNN's 2-D sinusoidal positions enter (model.cnn_positions)
 CNN_POSITIONS = ('annotations', 'rnn_input', 'none')
+# an image to decode may be at most MAX_SCALE times the training canvas's height and width
+# (a 32 x 256 canvas: 128 x 1024): far beyond what the model has seen, and a bound on memory
+MAX_SCALE = 4
 
 
 @register_encoder('cnn')
@@ -293,13 +296,36 @@ class ViTEncoder(_ImageEncoder):
     return Encoded(annotations=ann, mask=mask, summary=mean_over(ann, mask))
 
 
-def read_image(source, channels: int = 1) -> np.ndarray:
+def read_image(source, channels: int = 1,
+               max_shape: tuple[int, int] | None = None) -> np.ndarray:
   """An image as a model reads it: a file path (PNG, or any format matplotlib reads) or an
   array ([H, W] or [H, W, C]; uint8 0-255 or float 0-1) -> float32 [H, W] (channels=1: RGB is
-  averaged) or [H, W, C], pixels in [0, 1]."""
+  averaged) or [H, W, C], pixels in [0, 1]. An image taller or wider than `max_shape` is
+  refused before its pixels are decoded (a file's size is read from its header). Every
+  failure is a ValueError naming the file: '<file>: not a readable image (...)'."""
   if isinstance(source, (str, os.PathLike)):
+    path = os.fspath(source)
+    if not os.path.isfile(path):
+      raise ValueError(f'{path}: no such file' if not os.path.exists(path) else
+                       f'{path}: not a readable image (not a file)')
     import matplotlib.image  # pylint: disable=g-import-not-at-top  (a second of import time)
-    source = matplotlib.image.imread(os.fspath(source))
+    from PIL import Image  # pylint: disable=g-import-not-at-top  (matplotlib's image library)
+    try:   # Pillow: SyntaxError for a corrupt PNG, OSError for a truncated or unknown file
+      with Image.open(path) as im:
+        width, height = im.size
+    except Image.DecompressionBombError:   # beyond Pillow's own bound: too large for ours
+      width = height = float('inf')
+    except (SyntaxError, OSError, ValueError) as e:
+      raise ValueError(f'{path}: not a readable image ({type(e).__name__}: {e})') from None
+    check_size(height, width, max_shape, path)
+    try:
+      source = matplotlib.image.imread(path)
+    except (SyntaxError, OSError, ValueError) as e:
+      raise ValueError(f'{path}: not a readable image ({type(e).__name__}: {e})') from None
+  elif max_shape is not None:
+    shape = np.shape(source)
+    if len(shape) >= 2:
+      check_size(shape[0], shape[1], max_shape, 'the image')
   x = np.asarray(source)
   if x.dtype == np.uint8:
     x = x.astype(np.float32) / 255.0
@@ -314,6 +340,15 @@ def read_image(source, channels: int = 1) -> np.ndarray:
     raise ValueError(f'pixels must be in [0, 1] (floats) or 0-255 (uint8), got '
                      f'{x.min():.3g} to {x.max():.3g}')
   return x
+
+
+def check_size(height, width, max_shape: tuple[int, int] | None, name: str) -> None:
+  """Refuses (ValueError) an image taller or wider than max_shape (None: no bound)."""
+  if max_shape is not None and (height > max_shape[0] or width > max_shape[1]):
+    size = 'too large to open' if height == float('inf') else f'{height} x {width} pixels'
+    raise ValueError(f'{name}: {size} is over the bound of {max_shape[0]} x {max_shape[1]} '
+                     f'(height x width: {MAX_SCALE} times the training canvas); scale it down '
+                     'to about the training height')
 
 
 def pad_batch(images, cell: int, shape: tuple[int, int] | None = None) -> np.ndarray:

@@ -47,11 +47,15 @@ def _write_csv(path: str, rows: list[dict]) -> str:
 
 
 def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
-          metrics: tuple[str, ...] = (), verbose: bool = True) -> dict[str, str]:
-  """Writes the files of the module docstring into sweep_dir; returns their paths."""
-  groups = compare_lib.sweep_groups(sweep_dir, split)
+          metrics: tuple[str, ...] = (), verbose: bool = True,
+          exclude: tuple[str, ...] = ()) -> dict[str, str]:
+  """Writes the files of the module docstring into sweep_dir; returns their paths. Runs in
+  `exclude` (directories) are left out."""
+  groups = compare_lib.sweep_groups(sweep_dir, split, exclude)
   if not groups:
-    raise FileNotFoundError(f'no finished run ({workdir_lib.RESULTS}) under {sweep_dir}')
+    raise FileNotFoundError(f'no finished run ({workdir_lib.RESULTS}) under {sweep_dir}'
+                            + (f' but the {len(exclude)} left out (changed since they ran)'
+                               if exclude else ''))
   c = compare_lib.compare(groups, split, metrics, baseline=baseline)
   name = os.path.basename(os.path.normpath(sweep_dir))
   paths = {'markdown': os.path.join(sweep_dir, 'summary.md')}

@@ -35,6 +35,10 @@ import sys
 import time
 from typing import Sequence
 
+from absl import flags as absl_flags
+from ml_collections import config_flags
+
+from attention_jax import train
 from attention_jax import workdir as workdir_lib
 
 
@@ -83,6 +87,23 @@ def load_sweep(path_arg: str, root: str = 'runs',
                seeds: int | None = None) -> tuple[str, list[Variant]]:
   """'experiments/configs/x.py[:arg]' -> (sweep name, runs): every variant once, or under
   seeds 1..N where N is `seeds`, else the sweep file's SEEDS (if it sets one)."""
+  name, variants, module = _variants(path_arg, root)
+  seeds = seeds if seeds is not None else getattr(module, 'SEEDS', None)
+  if seeds is None:
+    return name, variants
+  if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+    raise ValueError(f'seeds must be a whole number >= 1, got {seeds!r}')
+  for v in variants:
+    if workdir_lib.Run(v.workdir).started:
+      raise ValueError(f'{v.workdir} holds a single-seed run of variant {v.name!r}; with '
+                       f'seeds its runs go to {v.workdir}/{SEED_DIR.format("<k>")}: move it '
+                       f'there (named after its config seed) or use another --root')
+  return name, [Variant(v.name, v.overrides, os.path.join(v.workdir, SEED_DIR.format(k)), k)
+                for v in variants for k in range(1, seeds + 1)]
+
+
+def _variants(path_arg: str, root: str):
+  """(sweep name, its variants at the config's seed, the sweep file's module)."""
   path, _, arg = path_arg.partition(':')
   module = _module(path)
   name = os.path.splitext(os.path.basename(path))[0] + (f'_{arg.replace(",", "_")}' if arg
@@ -96,18 +117,23 @@ def load_sweep(path_arg: str, root: str = 'runs',
       raise ValueError(f'variant name {vname!r} appears twice in {path}')
     seen.add(vname)
     variants.append(Variant(vname, dict(overrides), os.path.join(root, name, vname)))
-  seeds = seeds if seeds is not None else getattr(module, 'SEEDS', None)
-  if seeds is None:
-    return name, variants
-  if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
-    raise ValueError(f'seeds must be a whole number >= 1, got {seeds!r}')
-  for v in variants:
-    if workdir_lib.Run(v.workdir).started:
-      raise ValueError(f'{v.workdir} holds a single-seed run of variant {v.name!r}; with '
-                       f'seeds its runs go to {v.workdir}/{SEED_DIR.format("<k>")}: move it '
-                       f'there (named after its config seed) or use another --root')
-  return name, [Variant(v.name, v.overrides, os.path.join(v.workdir, SEED_DIR.format(k)), k)
-                for v in variants for k in range(1, seeds + 1)]
+  return name, variants, module
+
+
+def finished_runs(config_arg: str, root: str = 'runs') -> list[Variant]:
+  """Every finished run on disk of the sweep file's variants, at any seed (seed_<k> folders,
+  or the variant's own folder)."""
+  out = []
+  for v in _variants(config_arg, root)[1]:
+    if finished(v):
+      out.append(v)
+    elif os.path.isdir(v.workdir):
+      for d in sorted(os.listdir(v.workdir)):
+        m = re.fullmatch(SEED_DIR.format(r'(\d+)'), d)
+        seeded = Variant(v.name, v.overrides, os.path.join(v.workdir, d), int(m[1])) if m else None
+        if seeded and finished(seeded):
+          out.append(seeded)
+  return out
 
 
 def accelerators() -> list[str]:
@@ -151,12 +177,49 @@ def local(parallel: int | None = None):
   return functools.partial(_run_local, parallel=parallel)
 
 
+def variant_config(config_arg: str, v: Variant, extra_flags: Sequence[str] = ()) -> dict:
+  """The config a run of `v` trains with (as its config.json has it): the sweep file's
+  get_config(arg) with the same --config.* flags `command` gives the run, parsed by absl as
+  experiments/main.py parses them."""
+  argv = ['sweep'] + [a for a in command(config_arg, v) + list(extra_flags)
+                      if a.startswith(('--config=', '--config.'))]
+  values = absl_flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, 'the sweep file', flag_values=values,
+                                  lock_config=True, sys_argv=argv)
+  values(argv)
+  return json.loads(values.config.to_json())
+
+
+def changes(config_arg: str, v: Variant, extra_flags: Sequence[str] = ()) -> list[str]:
+  """How a finished run's saved config differs from what its variant asks for now (the
+  fields a resume compares: train.config_differences); [] if it is the same run."""
+  return train.config_differences(workdir_lib.Run(v.workdir).config(),
+                                  variant_config(config_arg, v, extra_flags))
+
+
+REPLACED = '.replaced'   # <sweep dir>/.replaced/<UTC time>/<label>: changed runs set aside
+
+
+def set_aside(sweep_dir: str, v: Variant) -> str:
+  """Moves a changed run out of the variant's place (never deleted): returns where to."""
+  stamp = time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())
+  dest = os.path.join(sweep_dir, REPLACED, stamp, v.label)
+  os.makedirs(os.path.dirname(dest), exist_ok=True)
+  os.rename(v.workdir, dest)
+  return dest
+
+
 def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
         extra_flags: Sequence[str] = (), only: Sequence[str] = (),
-        seeds: int | None = None, execute=None) -> tuple[str, dict[str, str]]:
+        seeds: int | None = None, execute=None,
+        rerun_changed: bool = False) -> tuple[str, dict[str, str]]:
   """Runs every unfinished run (of the variants matching `only`, if given) under `seeds`
   seeds (see load_sweep) with `execute` (default: local(parallel)); returns (sweep dir,
-  {run label: finished|skipped|failed})."""
+  {run label: finished|skipped|failed|changed}).
+
+  A finished run whose saved config differs from its variant's now is 'changed': neither
+  skipped nor reported (one line names the fields), unless `rerun_changed`, which sets the
+  old run aside under <sweep dir>/.replaced/ and runs the variant afresh."""
   execute = execute or local(parallel)
   name, variants = load_sweep(config_arg, root, seeds)
   variants = select(variants, only)
@@ -164,16 +227,34 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
   with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
     status, queue = {}, []
     for v in variants:
-      if finished(v):
+      diffs = changes(config_arg, v, extra_flags) if finished(v) else []
+      if diffs and rerun_changed:
+        print(f'[{v.label}] changed since it finished ({"; ".join(diffs)}): the old run is '
+              f'set aside in {set_aside(sweep_dir, v)}; running it again', flush=True)
+        queue.append(v)
+      elif diffs:
+        status[v.label] = 'changed'
+        print(f'[{v.label}] CHANGED since it finished ({"; ".join(diffs)}): not skipped, not '
+              'reported; --rerun_changed sets the old run aside and runs the variant again',
+              flush=True)
+      elif finished(v):
         status[v.label] = 'skipped'
         print(f'[{v.label}] finished earlier ({workdir_lib.RESULTS} exists), skipping', flush=True)
       else:
         queue.append(v)
     status |= execute(config_arg, name, queue, sweep_dir, extra_flags)
+    for v in finished_runs(config_arg, root):   # those not run now (--only, fewer seeds)
+      if v.label not in status and (diffs := changes(config_arg, v, extra_flags)):
+        status[v.label] = 'changed'
+        print(f'[{v.label}] CHANGED since it finished ({"; ".join(diffs)}): not reported',
+              flush=True)
   failed = sorted(k for k, s in status.items() if s == 'failed')
+  changed = sorted(k for k, s in status.items() if s == 'changed')
   print(f'sweep {name}: {sum(s == "finished" for s in status.values())} finished, '
         f'{sum(s == "skipped" for s in status.values())} skipped, {len(failed)} failed'
-        + (f' ({", ".join(failed)})' if failed else ''), flush=True)
+        + (f' ({", ".join(failed)})' if failed else '')
+        + (f', {len(changed)} changed and not reported ({", ".join(changed)})' if changed
+           else ''), flush=True)
   return sweep_dir, status
 
 

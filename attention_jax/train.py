@@ -20,6 +20,7 @@ from attention_jax import checkpoint as ckpt_lib
 from attention_jax import encoders
 from attention_jax import data as data_lib
 from attention_jax import evaluate as eval_lib
+from attention_jax import hold
 from attention_jax import inference
 from attention_jax import objective
 from attention_jax import parallel
@@ -246,18 +247,23 @@ def check_source(task, mcfg: ModelConfig) -> None:
                      f'{task.source}: {valid}')
 
 
-def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str) -> None:
-  """Resuming with a different model/data config would silently mix two runs: refuse.
-  A model field the saved run predates counts as its ModelConfig default (as in checkpoints),
-  a data field as its data.FIELD_DEFAULTS value, so a run saved before the field existed
-  still resumes."""
-  now = json.loads(cfg.to_json())
+def config_differences(saved: dict, now: dict) -> list[str]:
+  """What separates two runs' configs (dicts of config.json): the model and data sections
+  and the seed, as 'model.score: saved 'dot', now 'additive''. A model field the saved run
+  predates counts as its ModelConfig default (as in checkpoints), a data field as its
+  data.FIELD_DEFAULTS value, so a run saved before the field existed is the same run."""
   defaults = {'model': ModelConfig.defaults(), 'data': data_lib.FIELD_DEFAULTS}
   diffs = [d for sec in ('model', 'data')
-           for d in ckpt_lib.differences(saved.get(sec, {}), now[sec], defaults[sec],
+           for d in ckpt_lib.differences(saved.get(sec, {}), now.get(sec, {}), defaults[sec],
                                          prefix=f'{sec}.', words=('saved', 'now'))]
-  if 'seed' in saved and saved['seed'] != now['seed']:   # another init and batch order
-    diffs.append(f'seed: saved {saved["seed"]}, now {now["seed"]}')
+  if 'seed' in saved and saved['seed'] != now.get('seed'):   # another init and batch order
+    diffs.append(f'seed: saved {saved["seed"]}, now {now.get("seed")}')
+  return diffs
+
+
+def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str) -> None:
+  """Resuming with a different model/data config would silently mix two runs: refuse."""
+  diffs = config_differences(saved, json.loads(cfg.to_json()))
   if diffs:
     raise ValueError(f'workdir {workdir!r} holds a run with another config; differences: '
                      + '; '.join(diffs) + '. Use another --workdir, or train.resume=False '
@@ -424,6 +430,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
           ckpts.save_best(step, state, meta_now(step, {'validation': val}), score)
       if saving:
         ckpts.save_latest(step, state, meta_now(step))
+      hold.point('train_step', lambda: stop.signum is not None, step=step, workdir=workdir)
   writer.flush()
 
   # final evaluation with the best checkpoint

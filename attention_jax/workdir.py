@@ -210,8 +210,10 @@ class WorkdirLock:
     self.workdir = workdir
     self.path = os.path.join(workdir, LOCK_FILE)
     self._fd: int | None = None
+    self._made: list[str] = []   # the lock file and workdir that acquire() created
 
   def acquire(self) -> 'WorkdirLock':
+    self._made = [p for p in (self.workdir, self.path) if not os.path.exists(p)]
     try:   # an unusable workdir (a file, read-only, no permission) fails before any work
       os.makedirs(self.workdir, exist_ok=True)
       fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -231,16 +233,28 @@ class WorkdirLock:
     self._fd = fd
     return self
 
-  def release(self) -> None:
-    if self._fd is not None:
-      os.close(self._fd)      # closing the descriptor drops the flock
-      self._fd = None
+  def release(self, discard: bool = False) -> None:
+    """Drops the lock; with `discard`, also removes the lock file and the workdir if this
+    lock made them (the directory only if empty): a refused run leaves a user's folder as
+    it found it."""
+    if self._fd is None:
+      return
+    if discard:   # unlinked while still held: no other process can have taken it meanwhile
+      for path in reversed(self._made):
+        try:
+          (os.remove if path == self.path else os.rmdir)(path)
+        except OSError:   # not empty (the run wrote something after all): kept
+          pass
+    os.close(self._fd)      # closing the descriptor drops the flock
+    self._fd = None
 
   def __enter__(self) -> 'WorkdirLock':
     return self.acquire()
 
-  def __exit__(self, *exc) -> None:
-    self.release()
+  def __exit__(self, exc_type, *exc) -> None:
+    # refused before it became a run (no MARKER): leave no lock file or folder of ours
+    self.release(discard=exc_type is not None and not os.path.exists(
+        os.path.join(self.workdir, MARKER)))
 
 
 def write_atomic(path: str, text: str) -> None:

@@ -33,6 +33,18 @@ def message(e: BaseException) -> str:
   return 'error: ' + ' '.join(text.split('\n'))
 
 
+def check_output(path: str) -> None:
+  """Refuses, before any work, an output file that cannot be written: a directory, a
+  missing folder, a folder or file without write permission (OSError naming the path)."""
+  if os.path.isdir(path):
+    raise IsADirectoryError(21, 'is a directory, not an output file', path)
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(2, 'no such folder for the output file', folder)
+  if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+    raise PermissionError(13, 'not writable', path if os.path.exists(path) else folder)
+
+
 def _config_override_error(argv) -> str | None:
   """Names the first --config.a.b=... override whose field does not exist, with the valid
   fields of its section (absl's config flags fail on it with a bare KeyError)."""

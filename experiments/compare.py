@@ -16,6 +16,7 @@ from absl import app, flags
 
 from attention_jax import compare as compare_lib
 from attention_jax import records as records_lib
+from attention_jax import workdir as workdir_lib
 from experiments import cli
 
 flags.DEFINE_enum('split', 'test', ['validation', 'test'], 'Which split to compare.')
@@ -33,6 +34,8 @@ def main(argv):
   if len(paths) < 2 and not (len(paths) == 1 and not compare_lib.is_run(paths[0])):
     raise app.UsageError('give at least two runs or groups (or one group of several runs): '
                          'bash launch.sh compare RUN_OR_GROUP ...')
+  if FLAGS.out:   # before any work: not after printing the whole report
+    cli.check_output(FLAGS.out)
   groups = compare_lib.resolve(paths, FLAGS.split)
   if len(groups) == 1:   # one group: compare its runs with each other
     groups = compare_lib.resolve([r.workdir for r in groups[0].runs], FLAGS.split)
@@ -41,8 +44,7 @@ def main(argv):
   text = compare_lib.markdown(c)
   print(text)
   if FLAGS.out:
-    with open(FLAGS.out, 'w') as f:
-      f.write(text)
+    workdir_lib.write_atomic(FLAGS.out, text)
     print(f'wrote {FLAGS.out}')
 
 

@@ -6,10 +6,12 @@
   bash launch.sh sweep experiments/configs/score_sweep.py --seeds=3    # 3 seeds per variant
   bash launch.sh sweep experiments/configs/score_sweep.py --executor=ray --ray_address=auto
 
-Re-running skips finished variants and resumes interrupted ones. See attention_jax/sweep.py.
+Re-running skips finished variants and resumes interrupted ones; a finished variant whose
+config changed since is named and left out of the report (--rerun_changed runs it again). See attention_jax/sweep.py.
 """
 
 import functools
+import os
 import sys
 
 from absl import app, flags
@@ -37,6 +39,10 @@ flags.DEFINE_float('trial_tpus', None, 'TPU chips one run asks for (default 0).'
 flags.DEFINE_integer('max_retries', None, 'Times a killed run is started again, resuming '
                      'from its checkpoint (default 3); failing runs are never retried.')
 flags.DEFINE_integer('ray_cpus', None, 'CPUs of the local Ray cluster (default: all).')
+flags.DEFINE_bool('rerun_changed', False, 'A finished run whose saved config differs from its '
+                  "variant's now (the sweep file or the flags changed) is set aside under "
+                  '<sweep dir>/.replaced/<time>/ (never deleted) and run again; without this '
+                  'flag it is named, not skipped and not reported, and the sweep exits 1.')
 FLAGS = flags.FLAGS
 RAY_FLAGS = {'ray_address': 'address', 'trial_cpus': 'trial_cpus', 'trial_gpus': 'trial_gpus',
              'trial_tpus': 'trial_tpus', 'max_retries': 'max_retries', 'ray_cpus': 'num_cpus'}
@@ -51,13 +57,16 @@ def main(argv):
              else sweep.local(FLAGS.parallel))
   try:
     sweep_dir, status = sweep.run(FLAGS.sweep, FLAGS.root, extra_flags=argv[1:],
-                                  only=FLAGS.only, seeds=FLAGS.seeds, execute=execute)
+                                  only=FLAGS.only, seeds=FLAGS.seeds, execute=execute,
+                                  rerun_changed=FLAGS.rerun_changed)
   except KeyboardInterrupt:
     print('error: sweep stopped by Ctrl-C; run the same command again to resume it',
           file=sys.stderr, flush=True)
     raise SystemExit(130) from None
-  report.write(sweep_dir, baseline=sweep.baseline(FLAGS.sweep))
-  if any(s == 'failed' for s in status.values()):
+  changed = tuple(os.path.join(sweep_dir, label) for label, s in status.items()
+                  if s == 'changed')
+  report.write(sweep_dir, baseline=sweep.baseline(FLAGS.sweep), exclude=changed)
+  if any(s in ('failed', 'changed') for s in status.values()):
     raise SystemExit(1)
 
 

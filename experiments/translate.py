@@ -35,7 +35,7 @@ import numpy as np
 import tqdm
 from absl import app, flags, logging
 
-from attention_jax import api
+from attention_jax import api, hold
 from experiments import cli
 
 flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
@@ -86,8 +86,7 @@ class Output:
     if path == '-':
       self.file, self.tmp = sys.stdout, None
     else:
-      if os.path.isdir(path):   # found now, not after translating everything
-        raise IsADirectoryError(21, 'is a directory, not an output file', path)
+      cli.check_output(path)   # found now, not after translating everything
       folder, base = os.path.split(os.path.abspath(path))
       self.tmp = os.path.join(folder, f'.{base}.tmp{os.getpid()}')
       self.file = open(self.tmp, 'w', encoding='utf-8')
@@ -157,6 +156,7 @@ def translate(translator: api.Translator, lines: list[str], out, *, beam: int, a
       attention.flush()
     done[0] += len(chunk)
     bar.update(len(chunk))
+    hold.point('translate_chunk', chunk=start // batch + 1)   # tests only (hold.py)
   bar.close()
   return len(lines)
 

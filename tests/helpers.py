@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,3 +71,25 @@ def sweep_cmd(path, root, data_dir, *flags, seeds=2):
   """The command line of a smoke sweep of the sweep file `path` (SWEEP_TRAIN budget)."""
   return [sys.executable, '-m', 'experiments.sweep', f'--sweep={path}:smoke', f'--root={root}',
           f'--seeds={seeds}', *flags, '--', f'--config.data.data_dir={data_dir}', *SWEEP_TRAIN]
+
+
+def hold_env(file, at: str = 'train_step', **where) -> dict:
+  """os.environ plus ATTENTION_JAX_HOLD (attention_jax/hold.py): the process that reaches
+  point `at` with `where` (e.g. step=50, workdir=W) writes `file` and waits there until the
+  test removes it or stops the process. Tests interrupt runs at such a point, never by
+  racing the machine's speed."""
+  spec = {'at': at, 'file': str(file), **{k: str(v) if k == 'workdir' else v
+                                          for k, v in where.items()}}
+  return {**os.environ, 'ATTENTION_JAX_HOLD': json.dumps(spec)}
+
+
+def wait_held(file, proc, patience: float = 1800) -> dict:
+  """Waits for the event: `file` written by a held process (hold_env); returns what it says
+  (pid, point). Fails at once if `proc` ends first; `patience` only guards against a hang."""
+  deadline = time.time() + patience
+  while not os.path.exists(file):
+    assert proc.poll() is None, f'the process ended (exit {proc.returncode}) before it held'
+    assert time.time() < deadline, f'nothing held in {patience:.0f} s'
+    time.sleep(0.05)
+  with open(file) as f:
+    return json.load(f)

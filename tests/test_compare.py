@@ -66,6 +66,12 @@ def test_groups_baseline_and_significance(sweep_dir):
   assert bad['significant'] and bad['diff'] < 0 and bad['p_seeds_holm'] < 0.05
   assert bad['p_sentences'] < 0.01 and bad['ci_seeds_hi'] < 0 and bad['ci_sentences_hi'] < 0
   assert bad['sentence'].startswith('good is better than bad on test BLEU')
+  # its figures in the order of its words: good's mean first, good minus bad (they were
+  # bad's first: 'good is better than bad: 0.83 vs 1.11')
+  lo, hi = -bad['ci_seeds_hi'], -bad['ci_seeds_lo']
+  assert (f": {bad['baseline_mean']:.2f} vs {bad['variant_mean']:.2f} ({-bad['diff']:+.2f}; "
+          f'95% CI {lo:+.2f} to {hi:+.2f} over seeds); significant') in bad['sentence'], (
+              bad['sentence'])
   same = rows[('same', 'bleu')]
   assert not same['significant'] and 'do not differ significantly' in same['sentence']
   for r in c['comparisons']:   # Holm never lowers a p-value
@@ -133,3 +139,18 @@ def test_compare_command(sweep_dir, tmp_path):
   r = subprocess.run([sys.executable, '-m', 'experiments.compare', f'{sweep_dir}/good',
                       '--metric=wer'], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert r.returncode == 2 and "error: metric 'wer' is not in the test results" in r.stderr
+
+
+@pytest.mark.parametrize('where', ['dir', 'no_folder'])
+def test_compare_out_that_cannot_be_written_is_refused_before_any_work(sweep_dir, tmp_path,
+                                                                       where):
+  """--out on a directory (or in a missing folder) used to print the whole report and only
+  then fail: now one line, exit 2, nothing printed before it."""
+  out = tmp_path if where == 'dir' else tmp_path / 'missing' / 'cmp.md'
+  r = subprocess.run([sys.executable, '-m', 'experiments.compare', f'{sweep_dir}/good',
+                      f'{sweep_dir}/bad', '--trials=100', f'--out={out}'],
+                     cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 2 and r.stdout == '', r.stdout[:500]
+  assert r.stderr.strip().splitlines() == [
+      f'error: {tmp_path}: is a directory, not an output file' if where == 'dir' else
+      f'error: {tmp_path / "missing"}: no such folder for the output file'], r.stderr

@@ -5,6 +5,9 @@ regulariser against NumPy, and the clear errors of combinations that are not def
 import dataclasses
 import functools
 import os
+import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +24,7 @@ from attention_jax.data import image_builders
 from attention_jax.model import ModelConfig, build
 from experiments import data_info
 from experiments.configs import digit_strips, image_dates
-from helpers import smoke
+from helpers import ROOT, smoke
 
 IMAGE_ENCODERS = encoders.names('images')
 # every image encoder, and the CNN with its row encoder (model.cnn_row_rnn), its per-pixel
@@ -303,11 +306,47 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
     t.translate([image * 3])
   with pytest.raises(TypeError, match='this model reads images: pass a list of images'):
     t.translate(image)
+  bad_image_files_are_one_line_and_big_ones_are_refused(t, path, u8, workdir, tmp_path)
   wrong = smoke(image_dates, str(tmp_path / 'tfds'), **{'model.encoder': ''})
   with pytest.raises(ValueError, match=r"data.name='image_dates' gives images as sources, but "
                                        r"model.encoder='' reads tokens; valid encoders for "
                                        r"images: cnn, vit"):
     train.train_and_evaluate(wrong, str(tmp_path / 'wrong'))
+
+
+def bad_image_files_are_one_line_and_big_ones_are_refused(t, good, u8, workdir, tmp_path):
+  """A file that is not an image, a broken or truncated PNG, a missing file: one ValueError
+  `images[i]: <file>: ...` (the image library's SyntaxError used to escape, and end the CLI
+  in a traceback, exit 1); an image over MAX_SCALE times the training canvas is refused from
+  its header, before its pixels are decoded (4000 x 4000 took 10 s and 5.4 GB)."""
+  png = open(good, 'rb').read()
+  broken = bytearray(png)
+  broken[29] ^= 0xFF                                # IHDR checksum: Pillow's SyntaxError
+  files = {'text.png': b'not an image', 'broken.png': bytes(broken), 'cut.png': png[:len(png) // 2]}
+  for name, content in files.items():
+    (tmp_path / name).write_bytes(content)
+  big = str(tmp_path / 'big.png')
+  PIL.Image.new('L', (4000, 4000)).save(big)
+  assert t.max_image_shape == (4 * 32, 4 * 256)     # the config's 32 x 256 canvas
+  cases = [(str(tmp_path / n), 'not a readable image \\(') for n in files] + [
+      (str(tmp_path / 'missing.png'), 'no such file$'),
+      (big, '4000 x 4000 pixels is over the bound of 128 x 1024 \\(height x width: 4 times the training canvas\\)')]
+  for f, needle in cases:
+    with pytest.raises(ValueError, match=f'^images\\[1\\]: {re.escape(f)}: {needle}'):
+      t.translate([u8, f])
+    with pytest.raises(ValueError, match=f'^images\\[0\\]: {re.escape(f)}: {needle}'):
+      t.attend_heads(f)
+  with pytest.raises(ValueError, match=r'^images\[0\]: the image: 129 x 8 pixels is over'):
+    t.translate([np.zeros((129, 8), np.uint8)])
+  # the CLI: every line checked before any is decoded; one `error:` line, exit 2
+  for f, needle in (cases[1], cases[-1]):           # the broken PNG, the big one
+    proc = subprocess.run([sys.executable, '-m', 'experiments.translate', f'--workdir={workdir}'],
+                          cwd=ROOT, input=f'{good}\n{f}\n', capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 2 and proc.stdout == '', proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.match(f'error: stdin line 2: {re.escape(f)}: {needle}',
+                                        lines[0]), proc.stderr[-2000:]
 
 
 def test_image_heatmaps_draw_the_encoder_s_own_grid(tmp_path, monkeypatch):

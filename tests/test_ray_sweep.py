@@ -18,7 +18,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from attention_jax import ray_executor
-from helpers import SWEEP_STEPS, sweep_cmd
+from helpers import hold_env, sweep_cmd, wait_held
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = [f'{v}/seed_{k}' for v in ('additive', 'general') for k in (1, 2)]
@@ -53,22 +53,19 @@ def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
   try:
     cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
+    victim = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
+    held_file = tmp_path / 'held'      # the victim holds at step 50 (hold.py): no race
     proc = subprocess.Popen(sweep_cmd(path, tmp_path, data_dir, '--executor=ray',
                                       f'--ray_address={cluster.address}'),
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    victim = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
-    latest, killed, deadline = victim / 'checkpoints' / 'latest', None, time.time() + 400
-    while killed is None and proc.poll() is None and time.time() < deadline:
-      steps = [int(s) for s in os.listdir(latest) if s.isdigit()] if latest.is_dir() else []
-      lock = (victim / '.lock').read_text() if (victim / '.lock').exists() else ''
-      if steps and max(steps) < SWEEP_STEPS and lock.startswith('process '):
-        killed = int(lock.split()[1])
-        os.kill(killed, signal.SIGKILL)      # the run's training process, mid-training
-      time.sleep(0.02)
-    text, _ = proc.communicate(timeout=600)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=hold_env(held_file, step=50, workdir=victim))
+    try:
+      killed = wait_held(held_file, proc)['pid']
+      os.kill(killed, signal.SIGKILL)      # the run's training process, mid-training
+    finally:
+      text, _ = proc.communicate(timeout=1800)
   finally:
     cluster.shutdown()
-  assert killed, 'the run finished before it could be killed:\n' + text
   assert proc.returncode == 1, text                 # the broken variant failed ...
   assert '4 finished, 0 skipped, 2 failed (broken/seed_1, broken/seed_2)' in text
   sweep_dir = tmp_path / 'tiny_sweep_smoke'
@@ -105,3 +102,72 @@ def test_a_trial_no_node_can_run_and_storage_a_node_cannot_see_are_refused(tmp_p
     assert os.listdir(tmp_path / 'sweep') == []     # the probe files are removed
   finally:
     ray.shutdown()
+
+
+def descendants(pid: int) -> dict[int, str]:
+  """The processes below `pid` now ({pid: command line}), from /proc."""
+  children: dict[int, list[int]] = {}
+  for d in os.listdir('/proc'):
+    try:
+      with open(f'/proc/{d}/stat') as f:
+        ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+      children.setdefault(ppid, []).append(int(d))
+    except (OSError, ValueError, IndexError):
+      continue
+  out, todo = {}, list(children.get(pid, []))
+  while todo:
+    p = todo.pop()
+    try:
+      with open(f'/proc/{p}/cmdline', 'rb') as f:
+        out[p] = f.read().replace(b'\0', b' ').decode(errors='replace').strip()
+    except OSError:
+      continue
+    todo += children.get(p, [])
+  return out
+
+
+def alive(pid: int) -> bool:
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'   # a zombie is gone but unreaped
+  except OSError:
+    return False
+
+
+def test_a_sigkilled_driver_leaves_nothing_behind_and_a_rerun_resumes_its_runs(setup, tmp_path):
+  """The sweep's driver (with its own local Ray cluster) SIGKILLed while a run trains (held at
+  step 50: hold.py): every process it started (Ray's, the runs') goes; the same command at
+  once resumes the run from its checkpoint, and the report has each run once."""
+  path, data_dir, local = setup
+  cmd = sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=2', '--only=additive')
+  victim = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
+  held_file = tmp_path / 'held'
+  driver = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=hold_env(held_file, step=50, workdir=victim))
+  try:
+    run_pid = wait_held(held_file, driver)['pid']
+    started = descendants(driver.pid)
+    assert run_pid in started, started
+  finally:
+    driver.kill()
+  driver.communicate(timeout=300)
+  for _ in range(3000):                 # (a bound against a hang only: each exits on its own)
+    left = {p: c for p, c in started.items() if alive(p)}
+    if not left:
+      break
+    time.sleep(0.1)
+  assert not left, f'left behind by the killed driver: {left}'
+
+  again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+  out = again.stdout + again.stderr
+  assert again.returncode == 0, out
+  assert '2 finished, 0 skipped, 0 failed' in out or '1 finished, 1 skipped, 0 failed' in out, out
+  log = (victim / 'train.log').read_text()
+  assert f'resumed from {victim}/checkpoints/latest step 50' in log, log[-3000:]
+  sweep_dir = tmp_path / 'tiny_sweep_smoke'
+  for run in ('additive/seed_1', 'additive/seed_2'):
+    assert metrics(sweep_dir, run) == local[run], run   # as if never interrupted
+  runs_csv = (sweep_dir / 'runs.csv').read_text().splitlines()
+  assert sorted(line.split(',')[1] for line in runs_csv[1:]) == [
+      'additive/seed_1', 'additive/seed_2'], runs_csv
+  assert '| additive | 2 |' in (sweep_dir / 'summary.md').read_text()

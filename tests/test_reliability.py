@@ -187,19 +187,19 @@ def test_signal_saves_a_checkpoint_exits_and_the_same_command_resumes(sig, data_
          '--config.train.eval_every=40', '--config.train.checkpoint_every=40',
          '--config.train.log_every=1', f'--workdir={workdir}']
   env = {**os.environ, 'PYTHONUNBUFFERED': '1'}
+  held = tmp_path / 'held'     # training holds at step 7 (hold.py) until the signal: no race
   proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=env)
-  for line in proc.stdout:                      # wait until training is under way
-    if line.startswith('step'):
-      break
+                          text=True, env={**helpers.hold_env(held, step=7, workdir=workdir),
+                                          'PYTHONUNBUFFERED': '1'})
+  helpers.wait_held(held, proc)
   proc.send_signal(sig)
   out = proc.stdout.read()
-  assert proc.wait(timeout=300) == 128 + sig, out
-  assert f'stopped by {signal.Signals(sig).name} at step' in out
+  assert proc.wait(timeout=600) == 128 + sig, out
+  assert f'stopped by {signal.Signals(sig).name} at step 7' in out
   steps = [int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints', 'latest'))
            if n.isdigit()]
-  assert len(steps) == 1 and 0 < steps[0] < 40, out     # saved where it stopped
-  done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+  assert steps == [7], out     # saved where it stopped (no checkpoint was due before 40)
+  done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
   assert done.returncode == 0, done.stderr[-2000:]
   assert f'resumed from {workdir}/checkpoints/latest step {steps[0]}' in done.stdout + done.stderr
   assert json.load(open(os.path.join(workdir, 'results.json')))['step'] == 40

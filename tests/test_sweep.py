@@ -15,7 +15,7 @@ import pytest
 
 from attention_jax import api, multihead, records, stats, sweep
 from attention_jax import workdir as workdir_lib
-from helpers import sweep_cmd
+from helpers import TINY_SWEEP, hold_env, sweep_cmd, wait_held
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,38 +41,39 @@ def test_sweep_runs_every_seed_and_reports_and_a_failure_stops_nothing(local_swe
 def test_a_killed_sweep_takes_its_runs_with_it_and_a_rerun_resumes_them(local_sweep, tmp_path):
   """SIGKILL of the sweep: its run gets SIGTERM (it saves and exits) instead of training on
   as an orphan; the same command at once waits for it and resumes the run (it used to fail,
-  'workdir in use'); the killed attempt's time is kept in wall_time.json."""
+  'workdir in use'); the killed attempt's time is kept in wall_time.json. The run is held at
+  step 50 (hold.py) while the sweep's heartbeat records 10 s, so no machine is too fast or
+  too slow for it."""
   path, _, data_dir, _ = local_sweep
-  # killed while at most half trained (checkpoints every 25 steps): a last checkpoint just
-  # below the end let the run finish in the moment between the listing and the kill (CI)
-  cmd = sweep_cmd(path, tmp_path, data_dir, '--only=additive', seeds=1) + [
-      '--config.train.steps=800']
-  sweep = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  cmd = sweep_cmd(path, tmp_path, data_dir, '--only=additive', seeds=1)
   run = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
-  deadline, child = time.time() + 300, None
-  while child is None and sweep.poll() is None and time.time() < deadline:
-    try:
-      beat = json.loads((run / 'wall_time.json').read_text().splitlines()[-1])['seconds']
-      lock = (run / '.lock').read_text()
-      steps = [int(n) for n in os.listdir(run / 'checkpoints' / 'latest') if n.isdigit()]
-    except (OSError, IndexError, ValueError):
-      beat, lock, steps = 0, '', []
-    if beat >= 10 and steps and max(steps) <= 400 and lock.startswith('process '):
-      child = int(lock.split()[1])
-      sweep.kill()
-    time.sleep(0.05)
-  assert child, 'the run finished before the sweep could be killed'
+  held_file = tmp_path / 'held'
+  sweep = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env=hold_env(held_file, step=50, workdir=run))
+  try:
+    child = wait_held(held_file, sweep)['pid']
+
+    def beat():
+      try:
+        return json.loads((run / 'wall_time.json').read_text().splitlines()[-1])['seconds']
+      except (OSError, IndexError, ValueError):
+        return 0
+    while beat() < 10:          # the sweep's next heartbeat (every 10 s) while the run holds
+      assert sweep.poll() is None and os.path.exists(f'/proc/{child}')
+      time.sleep(0.1)
+  finally:
+    sweep.kill()
   sweep.wait()
-  gone = time.time() + 60
+  gone = time.time() + 300     # the run saves and exits on its SIGTERM (die_with_parent)
   while time.time() < gone and os.path.exists(f'/proc/{child}'):
     time.sleep(0.1)
   assert not os.path.exists(f'/proc/{child}'), 'the run outlived its sweep'
 
-  again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+  again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
   out = again.stdout + again.stderr
   assert again.returncode == 0, out
   assert '[additive/seed_1] resuming: model.score=additive seed=1' in out
-  assert 'resumed from' in (run / 'train.log').read_text()
+  assert f'resumed from {run}/checkpoints/latest step 50' in (run / 'train.log').read_text()
   first, second = [json.loads(x) for x in (run / 'wall_time.json').read_text().splitlines()]
   assert first['returncode'] is None and first['seconds'] >= 10    # the killed attempt's time
   assert second['returncode'] == 0 and second['seconds'] > 0
@@ -166,3 +167,44 @@ def test_a_sweep_file_that_is_not_python_is_one_error_naming_the_line(tmp_path):
   bad.write_text('import no_such_module_here\n')
   with pytest.raises(ValueError, match="ModuleNotFoundError: No module named 'no_such_module"):
     sweep.load_sweep(str(bad))
+
+
+def test_a_changed_variant_is_named_not_skipped_nor_reported_and_reruns_on_request(
+    local_sweep, tmp_path):
+  """The sweep file's `additive` variant is edited to train `dot`: its finished runs used to
+  be skipped and reported as the new variant ('finished earlier', exit 0). Now each is named
+  with the fields that differ, left out of the report, and the sweep exits 1;
+  --rerun_changed sets the old run aside (never deleted) and trains the variant afresh."""
+  _, root, data_dir, _ = local_sweep
+  copy = tmp_path / 'runs'
+  shutil.copytree(root, copy)
+  edited = tmp_path / 'tiny_sweep.py'          # the same sweep (its name is the file's)
+  edited.write_text(TINY_SWEEP.replace("('additive', {'model.score': 'additive'})",
+                                       "('additive', {'model.score': 'dot'})"))
+  again = subprocess.run(sweep_cmd(edited, copy, data_dir, '--only=additive,general', seeds=1),
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+  out = again.stdout + again.stderr
+  assert again.returncode == 1, out
+  diff = "model.score: saved 'additive', now 'dot'"
+  assert f'[additive/seed_1] CHANGED since it finished ({diff}): not skipped, not reported' in out
+  assert f'[additive/seed_2] CHANGED since it finished ({diff}): not reported' in out  # not run now
+  assert 'finished earlier' in out.split('[general/seed_1]')[1].splitlines()[0]
+  assert ('sweep tiny_sweep_smoke: 0 finished, 1 skipped, 0 failed, 2 changed and not reported '
+          '(additive/seed_1, additive/seed_2)') in out
+  summary = (copy / 'tiny_sweep_smoke' / 'summary.md').read_text()
+  assert '| general | 2 |' in summary and '| additive |' not in summary
+
+  rerun = subprocess.run(sweep_cmd(edited, copy, data_dir, '--only=additive', '--rerun_changed',
+                                   seeds=1) + ['--config.train.steps=10'],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+  out = rerun.stdout + rerun.stderr
+  assert rerun.returncode == 1, out          # seed_2 still changed (not run: --seeds=1)
+  aside = list((copy / 'tiny_sweep_smoke' / sweep.REPLACED).glob('*/additive/seed_1'))
+  assert len(aside) == 1 and f'the old run is set aside in {aside[0]}' in out
+  old = json.loads((aside[0] / 'config.json').read_text())
+  assert old['model']['score'] == 'additive' and (aside[0] / 'results.json').exists()
+  run = copy / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
+  assert json.loads((run / 'config.json').read_text())['model']['score'] == 'dot'
+  assert '[additive/seed_1] finished' in out
+  summary = (copy / 'tiny_sweep_smoke' / 'summary.md').read_text()
+  assert '| additive | 1 |' in summary and '| general | 2 |' in summary

@@ -228,6 +228,29 @@ def test_a_refused_resume_changes_nothing_in_the_workdir(override, needle, dates
   assert needle in str(refused.value)
 
 
+@pytest.mark.parametrize('resume,overwrite', [(False, True), (False, False)])
+def test_a_refused_run_leaves_no_lock_file_or_folder_of_its_own(resume, overwrite, data_dir,
+                                                               tmp_path):
+  """--overwrite on a user's folder (or a fresh start in a non-empty one) is refused, and the
+  folder is left exactly as it was: no .lock (it used to stay behind); a workdir the refused
+  run created is removed again."""
+  user = tmp_path / 'user'
+  user.mkdir()
+  (user / 'notes.txt').write_text('mine')
+  c = smoke(dates, data_dir, **{'train.resume': resume})
+  with pytest.raises(FileExistsError):
+    train.train_and_evaluate(c, str(user), overwrite=overwrite)
+  assert sorted(os.listdir(user)) == ['notes.txt']
+  lock = workdir_lib.WorkdirLock(str(tmp_path / 'new' / 'run'))
+  with pytest.raises(RuntimeError):
+    with lock:
+      raise RuntimeError('refused')
+  assert os.listdir(tmp_path / 'new') == []      # the run folder it made is gone again
+  with workdir_lib.WorkdirLock(str(user)):        # a clean exit keeps its lock file (a run's)
+    pass
+  assert sorted(os.listdir(user)) == ['.lock', 'notes.txt']
+
+
 def test_overwrite_deletes_only_a_run_of_this_project(dates_run, tmp_path):
   """A user's folder that happens to hold a config.json is refused, naming what it holds,
   and keeps every file; a run (marker, or a config.json beside a run's own files) is cleared

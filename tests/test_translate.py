@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 import ml_collections
 import numpy as np
@@ -19,6 +18,8 @@ from attention_jax import data, inference, train
 from attention_jax import decode as decode_lib
 from experiments import translate as translate_cmd
 from experiments.configs import dates
+
+import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXTS = ['22. November 2026', '', 'Nov 3, 1999', 'Sunday, 1 March 1987', '   ', '5/3/26',
@@ -179,19 +180,17 @@ def test_sigterm_keeps_the_whole_chunks_translated(run, translator, tmp_path):
   src, out = tmp_path / 'in.txt', tmp_path / 'out.txt'
   lines = MANY * 10
   src.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+  held = tmp_path / 'held'   # it holds after its 3rd chunk (hold.py) until the signal
   proc = subprocess.Popen([sys.executable, '-m', 'experiments.translate', f'--workdir={run}',
                            f'--input={src}', f'--output={out}', '--batch=70'], cwd=ROOT,
-                          stderr=subprocess.PIPE)
-  tmp = tmp_path / f'.out.txt.tmp{proc.pid}'
-  deadline = time.time() + 240
-  while proc.poll() is None and time.time() < deadline and not (
-      tmp.exists() and tmp.stat().st_size > 0):
-    time.sleep(0.02)
+                          stderr=subprocess.PIPE,
+                          env=helpers.hold_env(held, at='translate_chunk', chunk=3))
+  helpers.wait_held(held, proc)
   proc.send_signal(signal.SIGTERM)
-  err = proc.communicate(timeout=120)[1].decode()
+  err = proc.communicate(timeout=600)[1].decode()
   assert proc.returncode == 143, err
   kept = out.read_text(encoding='utf-8').split('\n')[:-1]
-  assert 0 < len(kept) < len(lines) and len(kept) % 70 == 0, len(kept)
+  assert len(kept) == 3 * 70, len(kept)
   assert f'stopped: {len(kept)} of {len(lines)} lines translated and kept in {out}' in err
   assert err.strip().splitlines()[-1] == 'stopped by SIGTERM'
   assert kept == translator.translate(lines[:len(kept)])
