@@ -178,7 +178,7 @@ def local(parallel: int | None = None):
 
 
 def variant_config(config_arg: str, v: Variant, extra_flags: Sequence[str] = ()) -> dict:
-  """The config a run of `v` trains with (as its config.json has it): the sweep file's
+  """The config a run of `v` trains with (as the run saves it): the sweep file's
   get_config(arg) with the same --config.* flags `command` gives the run, parsed by absl as
   experiments/main.py parses them."""
   argv = ['sweep'] + [a for a in command(config_arg, v) + list(extra_flags)

@@ -248,8 +248,8 @@ def check_source(task, mcfg: ModelConfig) -> None:
 
 
 def config_differences(saved: dict, now: dict) -> list[str]:
-  """What separates two runs' configs (dicts of config.json): the model and data sections
-  and the seed, as 'model.score: saved 'dot', now 'additive''. A model field the saved run
+  """What separates two runs' configs (as saved: workdir.Run.config): the model and data
+  sections and the seed, as 'model.score: saved 'dot', now 'additive''. A model field the saved run
   predates counts as its ModelConfig default (as in checkpoints), a data field as its
   data.FIELD_DEFAULTS value, so a run saved before the field existed is the same run."""
   defaults = {'model': ModelConfig.defaults(), 'data': data_lib.FIELD_DEFAULTS}
