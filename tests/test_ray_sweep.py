@@ -134,12 +134,23 @@ def alive(pid: int) -> bool:
     return False
 
 
+def wait_gone(pids: dict[int, str], patience: float = 300) -> dict[int, str]:
+  """Waits until every process of `pids` has exited; returns those still alive after
+  `patience` seconds (a bound against a hang only: each exits on its own)."""
+  deadline = time.time() + patience
+  while (left := {p: c for p, c in pids.items() if alive(p)}) and time.time() < deadline:
+    time.sleep(0.2)
+  return left
+
+
 def test_a_sigkilled_driver_leaves_nothing_behind_and_a_rerun_resumes_its_runs(setup, tmp_path):
   """The sweep's driver (with its own local Ray cluster) SIGKILLed while a run trains (held at
-  step 50: hold.py): every process it started (Ray's, the runs') goes; the same command at
-  once resumes the run from its checkpoint, and the report has each run once."""
+  step 50: hold.py): the run gets SIGTERM, saves and exits, and the Ray workers go; the same
+  command at once resumes the run from its checkpoint, and the report has it once. Ray's own
+  agents of the killed cluster exit by themselves (about 60 s later here): checked last."""
   path, data_dir, local = setup
-  cmd = sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=2', '--only=additive')
+  cmd = sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=1', '--only=additive',
+                  seeds=1)
   victim = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
   held_file = tmp_path / 'held'
   driver = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -151,23 +162,19 @@ def test_a_sigkilled_driver_leaves_nothing_behind_and_a_rerun_resumes_its_runs(s
   finally:
     driver.kill()
   driver.communicate(timeout=300)
-  for _ in range(3000):                 # (a bound against a hang only: each exits on its own)
-    left = {p: c for p, c in started.items() if alive(p)}
-    if not left:
-      break
-    time.sleep(0.1)
+  agents = {p: c for p, c in started.items() if 'Agent' in c}
+  left = wait_gone({p: c for p, c in started.items() if p not in agents})
   assert not left, f'left behind by the killed driver: {left}'
 
   again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
   out = again.stdout + again.stderr
   assert again.returncode == 0, out
-  assert '2 finished, 0 skipped, 0 failed' in out or '1 finished, 1 skipped, 0 failed' in out, out
+  assert '1 finished, 0 skipped, 0 failed' in out, out
   log = (victim / 'train.log').read_text()
   assert f'resumed from {victim}/checkpoints/latest step 50' in log, log[-3000:]
   sweep_dir = tmp_path / 'tiny_sweep_smoke'
-  for run in ('additive/seed_1', 'additive/seed_2'):
-    assert metrics(sweep_dir, run) == local[run], run   # as if never interrupted
+  assert metrics(sweep_dir, 'additive/seed_1') == local['additive/seed_1']   # as if unbroken
   runs_csv = (sweep_dir / 'runs.csv').read_text().splitlines()
-  assert sorted(line.split(',')[1] for line in runs_csv[1:]) == [
-      'additive/seed_1', 'additive/seed_2'], runs_csv
-  assert '| additive | 2 |' in (sweep_dir / 'summary.md').read_text()
+  assert [line.split(',')[1] for line in runs_csv[1:]] == ['additive/seed_1'], runs_csv
+  assert '| additive | 1 |' in (sweep_dir / 'summary.md').read_text()
+  assert not (left := wait_gone(agents)), f'Ray agents of the killed cluster stayed: {left}'
