@@ -162,10 +162,11 @@ def check_resources(ray, request: dict) -> None:
                      f'have: {have}; lower --trial_cpus/--trial_gpus/--trial_tpus')
 
 
-def check_shared_storage(ray, sweep_dir: str, cwd: str, timeout: float = 120.0) -> list[str]:
+def check_shared_storage(ray, sweep_dir: str, cwd: str, timeout: float = 600.0) -> list[str]:
   """Every alive node must see the driver's sweep root and project: one probe task per node
   (scheduled on it, no resources). Raises OSError naming the first node that cannot;
-  returns the nodes' hosts."""
+  returns the nodes' hosts. `timeout` is generous: a probe's worker imports the package
+  (JAX among it), which took over 120 s on a heavily loaded core."""
   from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
   probe_dir = os.path.join(sweep_dir, PROBE_DIR)
   os.makedirs(probe_dir, exist_ok=True)

@@ -88,7 +88,9 @@ def wait_held(file, proc, patience: float = 1800) -> dict:
   (pid, point). Fails at once if `proc` ends first; `patience` only guards against a hang."""
   deadline = time.time() + patience
   while not os.path.exists(file):
-    assert proc.poll() is None, f'the process ended (exit {proc.returncode}) before it held'
+    if proc.poll() is not None:
+      said = proc.stdout.read()[-3000:] if proc.stdout else ''
+      raise AssertionError(f'the process ended (exit {proc.returncode}) before it held: {said}')
     assert time.time() < deadline, f'nothing held in {patience:.0f} s'
     time.sleep(0.05)
   with open(file) as f:
