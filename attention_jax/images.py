@@ -310,18 +310,20 @@ def read_image(source, channels: int = 1,
                        f'{path}: not a readable image (not a file)')
     import matplotlib.image  # pylint: disable=g-import-not-at-top  (a second of import time)
     from PIL import Image  # pylint: disable=g-import-not-at-top  (matplotlib's image library)
-    try:   # Pillow: SyntaxError for a corrupt PNG, OSError for a truncated or unknown file
-      with Image.open(path) as im:
+    # Pillow raises SyntaxError for a corrupt PNG, OSError for a truncated or unknown file
+    unreadable = (SyntaxError, OSError, ValueError)
+    try:
+      with Image.open(path) as im:   # the header only: the size before any pixel is decoded
         width, height = im.size
     except Image.DecompressionBombError:   # beyond Pillow's own bound: too large for ours
       width = height = float('inf')
-    except (SyntaxError, OSError, ValueError) as e:
-      raise ValueError(f'{path}: not a readable image ({type(e).__name__}: {e})') from None
+    except unreadable as e:
+      raise _unreadable(path, e) from None
     check_size(height, width, max_shape, path)
     try:
       source = matplotlib.image.imread(path)
-    except (SyntaxError, OSError, ValueError) as e:
-      raise ValueError(f'{path}: not a readable image ({type(e).__name__}: {e})') from None
+    except unreadable as e:
+      raise _unreadable(path, e) from None
   elif max_shape is not None:
     shape = np.shape(source)
     if len(shape) >= 2:
@@ -340,6 +342,10 @@ def read_image(source, channels: int = 1,
     raise ValueError(f'pixels must be in [0, 1] (floats) or 0-255 (uint8), got '
                      f'{x.min():.3g} to {x.max():.3g}')
   return x
+
+
+def _unreadable(path: str, e: BaseException) -> ValueError:
+  return ValueError(f'{path}: not a readable image ({type(e).__name__}: {e})')
 
 
 def check_size(height, width, max_shape: tuple[int, int] | None, name: str) -> None:

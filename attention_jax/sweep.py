@@ -129,10 +129,10 @@ def finished_runs(config_arg: str, root: str = 'runs') -> list[Variant]:
       out.append(v)
     elif os.path.isdir(v.workdir):
       for d in sorted(os.listdir(v.workdir)):
-        m = re.fullmatch(SEED_DIR.format(r'(\d+)'), d)
-        seeded = Variant(v.name, v.overrides, os.path.join(v.workdir, d), int(m[1])) if m else None
-        if seeded and finished(seeded):
-          out.append(seeded)
+        if m := re.fullmatch(SEED_DIR.format(r'(\d+)'), d):
+          seeded = Variant(v.name, v.overrides, os.path.join(v.workdir, d), int(m[1]))
+          if finished(seeded):
+            out.append(seeded)
   return out
 
 
@@ -227,7 +227,8 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
   with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
     status, queue = {}, []
     for v in variants:
-      diffs = changes(config_arg, v, extra_flags) if finished(v) else []
+      done = finished(v)
+      diffs = changes(config_arg, v, extra_flags) if done else []
       if diffs and rerun_changed:
         print(f'[{v.label}] changed since it finished ({"; ".join(diffs)}): the old run is '
               f'set aside in {set_aside(sweep_dir, v)}; running it again', flush=True)
@@ -237,7 +238,7 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
         print(f'[{v.label}] CHANGED since it finished ({"; ".join(diffs)}): not skipped, not '
               'reported; --rerun_changed sets the old run aside and runs the variant again',
               flush=True)
-      elif finished(v):
+      elif done:
         status[v.label] = 'skipped'
         print(f'[{v.label}] finished earlier ({workdir_lib.RESULTS} exists), skipping', flush=True)
       else:

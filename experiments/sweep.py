@@ -7,7 +7,8 @@
   bash launch.sh sweep experiments/configs/score_sweep.py --executor=ray --ray_address=auto
 
 Re-running skips finished variants and resumes interrupted ones; a finished variant whose
-config changed since is named and left out of the report (--rerun_changed runs it again). See attention_jax/sweep.py.
+config changed since is named and left out of the report (--rerun_changed runs it again).
+See attention_jax/sweep.py.
 """
 
 import functools

@@ -329,7 +329,8 @@ def bad_image_files_are_one_line_and_big_ones_are_refused(t, good, u8, workdir, 
   PIL.Image.new('L', (4000, 4000)).save(big)
   cases = [(str(tmp_path / n), 'not a readable image \\(') for n in files] + [
       (str(tmp_path / 'missing.png'), 'no such file$'),
-      (big, '4000 x 4000 pixels is over the bound of 128 x 1024 \\(height x width: 4 times the training canvas\\)')]
+      (big, '4000 x 4000 pixels is over the bound of 128 x 1024 '
+            '\\(height x width: 4 times the training canvas\\)')]
   for f, needle in cases:
     with pytest.raises(ValueError, match=f'^images\\[1\\]: {re.escape(f)}: {needle}'):
       t.translate([u8, f])
