@@ -27,6 +27,13 @@ the weights over the image's grid, [T, H', W'] (images.py):
   t = attention_jax.load('runs/image_dates')
   t.translate(['scan.png', np.asarray(...)], beam=5)   # -> ['2026-11-22', ...]
   out, weights, _, tgt_tokens = t.attend('scan.png')   # weights [T, H', W']
+
+Implicit attention (attribution.py): how much each output token's log-probability depends on
+each source position, by gradients, beside the explicit weights:
+
+  s = t.saliency('Nov 3, 1999', method='integrated_gradients')   # Saliency: s.scores [T, S]
+  s = t.saliency('scan.png', method='gradcam')                   # [T, H', W'] (pixels: [T, H, W])
+  s = t.saliency('abc', reference='cba')                         # teacher-forced on a reference
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from attention_jax import attribution
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
@@ -49,6 +57,7 @@ from attention_jax import inference
 from attention_jax import steps as steps_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.model import ModelConfig
+from attention_jax.symbols import BOS
 
 
 @dataclasses.dataclass
@@ -60,6 +69,18 @@ class Hypotheses:
   src_tokens: list[str]            # S source pieces, '</s>' last
   tgt_tokens: list[list[str]]      # T_i output pieces of each output, '</s>' last if ended
   ids: list[np.ndarray] = dataclasses.field(default_factory=list)  # [T_i] their token ids
+
+
+@dataclasses.dataclass
+class Saliency:
+  """One source's attribution (Translator.saliency)."""
+  output: str                      # the output attributed (decoded, or the reference)
+  method: str
+  scores: np.ndarray               # [T, S] tokens; images [T, H, W] pixels or [T, H', W'] grid
+  weights: np.ndarray              # [T, S] the explicit attention (images [T, H', W'])
+  log_probs: np.ndarray            # [T] log p(y_t | y_<t, x) of each output token
+  src_tokens: list[str]            # S source pieces, '</s>' last ([] for images)
+  tgt_tokens: list[str]            # T output pieces, '</s>' last if it ended
 
 
 class Translator:
@@ -78,6 +99,7 @@ class Translator:
     self.src_tok, self.tgt_tok = src_tok, tgt_tok
     self.graphdef, self.params, self._factor = graphdef, params, factor
     self._decoders: dict[tuple, object] = {}
+    self._attributors: dict[tuple, object] = {}
 
   def decoder(self, beam: int = 1, alpha: float = 0.6, nbest: int = 1):
     """The jit-compiled n-best decode function (inference.make_decoder), one per setting."""
@@ -288,6 +310,69 @@ class Translator:
     src = self._encode([text])[0][:len(h.src_tokens)]
     return (h.outputs[0], inference.layer_weights(self.graphdef, self.params, src, h.ids[0]),
             h.src_tokens, h.tgt_tokens[0])
+
+
+  def attributor(self, method: str, options: attribution.Options):
+    """The jit-compiled attribution function (attribution.make_attributor), one per setting."""
+    key = (method, options)
+    if key not in self._attributors:
+      self._attributors[key] = attribution.make_attributor(self.graphdef, method, options)
+    return self._attributors[key]
+
+  def saliency(self, source, method: str = 'gradient', beam: int = 1, alpha: float = 0.6,
+               reference: str | None = None, **options) -> Saliency:
+    """Implicit attention: how strongly each output token depends on each source position
+    (attribution.METHODS; options: attribution.Options, e.g. steps=64 for
+    integrated_gradients). The output is the model's own (greedy, or beam search) unless a
+    `reference` is given; both are teacher-forced. Source policy as `attend` (an empty text
+    gives empty arrays); image models take an image (file path or array)."""
+    attribution.check(method, self.config.source)
+    try:
+      opts = attribution.Options(**options)
+    except TypeError:
+      valid = [f.name for f in dataclasses.fields(attribution.Options)]
+      raise TypeError(f'saliency: unknown option(s) {sorted(set(options) - set(valid))}; '
+                      f'valid: {", ".join(valid)}') from None
+    if reference is not None and not isinstance(reference, str):
+      raise TypeError(f'saliency(reference): must be a str, got {type(reference).__name__}')
+    if self.config.source == 'tokens':
+      if not isinstance(source, str):
+        raise TypeError(f'saliency(text): text must be a str, got {type(source).__name__}')
+      if not source.strip():
+        empty = np.zeros((0, 0), np.float32)
+        return Saliency('', method, empty, empty, np.zeros(0, np.float32), [], [])
+      self._check_lengths([source], [0], lambda i: 'saliency(text)')
+      src = self._encode([source])
+      src_tokens = self.src_tok.pieces(source) + ['</s>']
+      trim = lambda a: a[..., :len(src_tokens)]
+      weights_of = trim
+    else:
+      image = self._read_images([source], lambda i: 'saliency(image)')[0]
+      enc = encoders.lookup(self.config.encoder)
+      cell = enc.cell_size(self.config)
+      src, src_tokens = images_lib.pad_batch([image], cell), []
+      grid = enc.grid_shape(self.config, src.shape[1:3])
+      own = enc.grid_shape(self.config, (-(-image.shape[0] // cell) * cell,
+                                         -(-image.shape[1] // cell) * cell))
+      weights_of = lambda a: a.reshape(len(a), *grid)[:, :own[0], :own[1]]
+      trim = (weights_of if attribution.lookup(method).over == 'memory'
+              else lambda a: a[:, :image.shape[0], :image.shape[1]])
+    if reference is None:
+      ids = self.decode([source], beam, alpha)[0].ids[0]
+    else:
+      ids = np.asarray(self.tgt_tok.encode(reference) + [data_lib.EOS], np.int32)
+    t = -(-len(ids) // 8) * 8                                # a multiple of 8: few compiles
+    tgt_out = np.zeros((1, t), np.int32)
+    tgt_out[0, :len(ids)] = ids
+    tgt_in = np.zeros((1, t), np.int32)
+    tgt_in[0, :len(ids)] = np.concatenate([[BOS], ids[:-1]])
+    a = jax.device_get(self.attributor(method, opts)(self.params, src, tgt_in, tgt_out))
+    n = len(ids)
+    return Saliency(self.tgt_tok.decode(ids.tolist()), method,
+                    np.asarray(trim(a.scores[0][:n]), np.float32),
+                    np.asarray(weights_of(a.weights[0][:n]), np.float32),
+                    np.asarray(a.log_probs[0][:n], np.float32), src_tokens,
+                    [self.tgt_tok.id_to_piece(int(i)) for i in ids])
 
 
 def load(workdir: str, step: int | None = None) -> Translator:

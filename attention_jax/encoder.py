@@ -70,12 +70,17 @@ class Encoder(nnx.Module):
     del shape
     return None
 
-  def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None) -> Encoded:
-    """src [B, S] int32 (0 = padding) -> Encoded."""
+  def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None,
+               shift: jax.Array | None = None) -> Encoded:
+    """src [B, S] int32 (0 = padding) -> Encoded. shift [B, S, E]: added to the embedded
+    source (attribution.py differentiates with respect to it)."""
     mask = self.source_mask(src)                                      # [B, S]
     n = len(self.fwd) + len(self.self_attention) + 1
     keys = (None,) * n if dropout_key is None else tuple(jax.random.split(dropout_key, n))
-    x = dropout(self.embed(src), self.dropout, keys[0])               # [B, S, E]
+    x = self.embed(src)                                               # [B, S, E]
+    if shift is not None:
+      x = x + shift.astype(x.dtype)
+    x = dropout(x, self.dropout, keys[0])
     for layer, fwd in enumerate(self.fwd):
       if layer > 0:
         x = dropout(x, self.dropout, keys[layer])

@@ -242,14 +242,32 @@ class Seq2Seq(nnx.Module):
     logits, read = self.forward(src, tgt_in, dropout_key=dropout_key)
     return logits, read.weights
 
+  def encode(self, src: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """src -> (annotations [B, S, K] the decoder attends over, mask [B, S]) (as Transformer)."""
+    enc = self.encoder(src)
+    return enc.annotations, enc.mask
+
+  def source_embeddings(self, src: jax.Array) -> jax.Array:
+    """Token ids [B, S] -> the embedded source [B, S, E] the encoder reads (token encoders)."""
+    return self.encoder.embed(src)
+
   def forward(self, src: jax.Array, tgt_in: jax.Array, *, dropout_key: jax.Array | None = None,
-              sample_key: jax.Array | None = None) -> tuple[jax.Array, Any]:
+              sample_key: jax.Array | None = None, source_shift: jax.Array | None = None,
+              memory_shift: jax.Array | None = None) -> tuple[jax.Array, Any]:
     """-> (logits [B, T, V] float32, attention.Read [B, T, ...] without context).
 
     `sample_key`: the hard modes sample positions with it (training); None = argmax.
+    `source_shift` [B, S, E] is added to the embedded source (token encoders) and
+    `memory_shift` [B, S, K] to the encoder's annotations: attribution.py differentiates
+    with respect to them.
     """
     k_enc, k_emb, k_out = (None,) * 3 if dropout_key is None else jax.random.split(dropout_key, 3)
-    enc = self.encoder(src, dropout_key=k_enc)
+    if source_shift is None:
+      enc = self.encoder(src, dropout_key=k_enc)
+    else:
+      enc = self.encoder(src, dropout_key=k_enc, shift=source_shift)
+    if memory_shift is not None:
+      enc = enc._replace(annotations=enc.annotations + memory_shift.astype(enc.annotations.dtype))
     carry, mem = self.decoder.start(enc)
     dec = self.decoder
     emb = dropout(dec.embed(tgt_in), dec.dropout, k_emb)                     # [B, T, E]

@@ -217,9 +217,12 @@ class Transformer(nnx.Module):
   def _embed_tgt(self):
     return self.src_embed if self.tgt_embed is None else self.tgt_embed
 
-  def _inputs(self, embed, tokens, offset: Any = 0) -> jax.Array:
-    """tokens [B, T] -> E[token]·√D + P [B, T, D]."""
-    x = embed(tokens) * jnp.asarray(math.sqrt(self.cfg.d_model), self.cfg.compute_dtype)
+  def _inputs(self, embed, tokens, offset: Any = 0, shift: jax.Array | None = None) -> jax.Array:
+    """tokens [B, T] -> (E[token] + shift)·√D + P [B, T, D]."""
+    x = embed(tokens)
+    if shift is not None:
+      x = x + shift.astype(x.dtype)
+    x = x * jnp.asarray(math.sqrt(self.cfg.d_model), self.cfg.compute_dtype)
     pos = jnp.asarray(self._positions(tokens.shape[1], offset), x.dtype)   # [T, D] or 0.0
     return x + (pos[None] if pos.ndim else pos)
 
@@ -233,15 +236,21 @@ class Transformer(nnx.Module):
     """src -> [B, S] bool: the memory positions that are real (not padding)."""
     return src != 0 if self.source is None else self.source.source_mask(src)
 
-  def encode(self, src: jax.Array, keys: DropoutKeys | None = None) -> tuple[jax.Array, jax.Array]:
-    """src [B, S] (or images) -> (encoder output [B, S, D] zero on padding, mask [B, S])."""
+  def source_embeddings(self, src: jax.Array) -> jax.Array:
+    """Token ids [B, S] -> the embedded source [B, S, D] (before scaling and positions)."""
+    return self.src_embed(src)
+
+  def encode(self, src: jax.Array, keys: DropoutKeys | None = None,
+             shift: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """src [B, S] (or images) -> (encoder output [B, S, D] zero on padding, mask [B, S]).
+    shift [B, S, D]: added to the embedded source tokens (attribution.py)."""
     keys = keys or DropoutKeys(None)
     if self.source is not None:
       enc = self.source(src, dropout_key=keys())
       return enc.annotations, enc.mask
     self.check_length(src.shape[1], 'a source')
     mask = src != 0
-    x = dropout(self._inputs(self.src_embed, src), self.cfg.dropout, keys())
+    x = dropout(self._inputs(self.src_embed, src, shift=shift), self.cfg.dropout, keys())
     for layer in self.enc_layers:
       x = layer(x, mask[:, None, :], keys)
     if self.enc_norm is not None:
@@ -254,12 +263,16 @@ class Transformer(nnx.Module):
     return logits, read.weights
 
   def forward(self, src: jax.Array, tgt_in: jax.Array, *, dropout_key: jax.Array | None = None,
-              sample_key: jax.Array | None = None) -> tuple[jax.Array, Read]:
+              sample_key: jax.Array | None = None, source_shift: jax.Array | None = None,
+              memory_shift: jax.Array | None = None) -> tuple[jax.Array, Read]:
     """src [B, S], tgt_in [B, T] -> (logits [B, T, V] float32, Read): all target positions in
-    one pass; position t sees tgt_in[:, :t+1] only (causal mask)."""
+    one pass; position t sees tgt_in[:, :t+1] only (causal mask). source_shift [B, S, D] /
+    memory_shift [B, S, D]: added to the embedded source / the encoder output (as Seq2Seq)."""
     del sample_key   # no attention mode of the transformer samples
     keys = DropoutKeys(dropout_key)
-    enc, mask = self.encode(src, keys)
+    enc, mask = self.encode(src, keys, shift=source_shift)
+    if memory_shift is not None:
+      enc = enc + memory_shift.astype(enc.dtype)
     t = tgt_in.shape[1]
     self.check_length(t, 'a target')
     causal = jnp.tril(jnp.ones((t, t), bool))[None] & (tgt_in != 0)[:, None, :]   # [B, T, T]

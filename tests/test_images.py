@@ -302,6 +302,11 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
   assert weights.shape == (len(tokens), 1, 24)     # the config's columns (model.cnn_columns)
   alone = t.attend(u8)     # (an untrained model's near-ties may decode otherwise in a batch of 3)
   assert alone[0] == t.translate([path])[0] and alone[1].shape[1:] == (1, 64)
+  # implicit attention over the same image: pixels [T, H, W], Grad-CAM on the grid [T, H', W']
+  pixels, cam = t.saliency(small), t.saliency(small, method='gradcam')
+  assert pixels.output == out and pixels.scores.shape == (len(tokens), 16, 96)
+  assert cam.scores.shape == cam.weights.shape == weights.shape and (cam.scores >= 0).all()
+  np.testing.assert_allclose(cam.weights, weights, atol=1e-5)
   with pytest.raises(ValueError, match=r'images\[0\]: pixels must be in \[0, 1\]'):
     t.translate([image * 3])
   with pytest.raises(TypeError, match='this model reads images: pass a list of images'):

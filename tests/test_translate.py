@@ -253,3 +253,26 @@ def test_evaluate_defaults_to_the_runs_eval_beam_size_and_alpha(run, tmp_path):
   assert (report['beam'], report['alpha']) == (2, 0.3)
   assert aj.evaluate_run(workdir, split='test', beam=1, num_heatmaps=0,
                          verbose=False)['beam'] == 1
+
+
+def test_saliency_explains_the_output_attend_gives(translator):
+  """Translator.saliency: the output and explicit weights of attend (teacher-forced = decoded),
+  the log-probabilities of the greedy score, a reference teacher-forced, bad input in one line."""
+  t, text = translator, 'Nov 3, 1999'
+  out, weights, src_tokens, tgt_tokens = t.attend(text)
+  s = t.saliency(text)
+  assert (s.output, s.src_tokens, s.tgt_tokens, s.method) == (out, src_tokens, tgt_tokens,
+                                                              'gradient')
+  assert s.scores.shape == weights.shape == (len(tgt_tokens), len(src_tokens))
+  np.testing.assert_allclose(s.weights, weights, atol=1e-5)
+  assert s.log_probs.sum() == pytest.approx(t.decode([text])[0].scores[0], abs=1e-3)
+  assert (s.scores >= 0).all() and s.scores.max() > 0
+  ig = t.saliency(text, method='integrated_gradients', reference='1999-11-03', steps=8)
+  assert ig.output == '1999-11-03' and ig.scores.shape == (11, len(src_tokens))
+  assert t.saliency('  ').scores.shape == (0, 0)
+  with pytest.raises(ValueError, match=r"'gradcam' needs images sources .* reads tokens"):
+    t.saliency(text, method='gradcam')
+  with pytest.raises(TypeError, match=r"unknown option\(s\) \['step'\]; valid: steps"):
+    t.saliency(text, step=8)
+  with pytest.raises(ValueError, match=r'saliency\(text\) has 5,000 tokens; the limit is 512'):
+    t.saliency('1' * 5000)

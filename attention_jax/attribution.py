@@ -1,0 +1,253 @@
+"""Implicit attention: how strongly each output token depends on each source position, read
+from the gradients of the teacher-forced model, beside the explicit attention weights.
+
+  fn = make_attributor(graphdef, 'integrated_gradients', Options(steps=32))
+  a = fn(params, src, tgt_in, tgt_out)   # src [B, S] ids or images [B, H, W(, C)]; tgt [B, T]
+  a.scores     # [B, T, S] tokens; [B, T, H, W] pixel methods on images; [B, T, S'] gradcam
+  a.weights    # [B, T, S'] the explicit attention of the same pass (S' = the memory)
+  a.log_probs  # [B, T] f_t = log p(y_t | y_<t, x), teacher-forced
+
+f_t is differentiated with respect to the *embedded* source x [S, E] (each position its own
+vector, so the positions of a repeated symbol get separate scores) or, for image sources, the
+pixels [H, W, C]: jax.jacrev per example (one VJP per output position, vmapped), vmapped over
+the batch. Padding stays padding: its embeddings and pixels are held fixed.
+
+Methods (METHODS; a new one is a class and one `@register_method` line):
+  gradient               ‖∂f_t/∂x_s‖₂ (Simonyan et al. 2014; Li et al. 2016 for NLP)
+  gradient_x_input       Σ_e x_se ∂f_t/∂x_se (Shrikumar et al. 2016; Ding et al. 2019)
+  integrated_gradients   Σ_e (x - b)_se ∫₀¹ ∂f_t/∂x_se(b + α(x - b)) dα (Sundararajan et al.
+                         2017), midpoint rule over `steps`: Σ_s ≈ f_t(x) - f_t(b) (completeness)
+  smoothgrad             ‖mean over `samples` of ∂f_t/∂x(x + ε)‖₂, ε ~ N(0, (noise·(max x -
+                         min x))²) on real positions (Smilkov et al. 2017)
+  gradcam                ReLU(Σ_k α_tk A_sk), α_tk the mean over real cells of ∂f_t/∂A_sk, A [S',
+                         K] the image encoder's annotation grid (Selvaraju et al. 2017)
+Signed methods (gradient_x_input, integrated_gradients) are ranked by |score| (`ranking`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention_jax import registry
+
+METHODS: dict[str, type['Method']] = {}
+register_method = registry.registrar(METHODS, 'attribution method')
+BASELINES = ('zero', 'pad')
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """steps: integrated gradients' interpolation steps m; baseline: its b, 'zero' (the zero
+  vector / a black image) or 'pad' (the PAD token's embedding; tokens only); samples / noise:
+  SmoothGrad's n and σ as a share of the input's range; seed: SmoothGrad's noise."""
+  steps: int = 32
+  baseline: str = 'zero'
+  samples: int = 16
+  noise: float = 0.15
+  seed: int = 0
+
+  def __post_init__(self):
+    for name in ('steps', 'samples'):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f'{name} must be a positive integer, got {value!r}')
+    if self.baseline not in BASELINES:
+      raise ValueError(f'unknown baseline {self.baseline!r}; valid: {", ".join(BASELINES)}')
+    if not self.noise >= 0:
+      raise ValueError(f'noise must be >= 0, got {self.noise!r}')
+
+
+class Probe(NamedTuple):
+  """One example, made differentiable. f(x [*P, C]) -> (log p of each output token [T],
+  explicit weights [T, S']); x0 the input itself; real [*P] its real positions; baseline [*P, C];
+  memory(shift [S', K]) -> the same as f with the annotations shifted; annotations [S', K]
+  and memory_mask [S'] (gradcam)."""
+  f: Callable
+  x0: jax.Array
+  real: jax.Array
+  baseline: jax.Array
+  memory: Callable
+  annotations: jax.Array
+  memory_mask: jax.Array
+
+
+class Attribution(NamedTuple):
+  scores: jax.Array      # [B, T, *positions]
+  log_probs: jax.Array   # [B, T]
+  weights: jax.Array     # [B, T, S']
+
+
+def lookup(name: str) -> type['Method']:
+  return registry.lookup(METHODS, 'attribution method', name)
+
+
+def names(source: str) -> list[str]:
+  """The methods that apply to a model reading `source` ('tokens' or 'images')."""
+  return sorted(n for n, cls in METHODS.items() if source in cls.sources)
+
+
+def check(method: str, source: str) -> type['Method']:
+  """The method class, or ValueError naming why it cannot apply and what can."""
+  cls = lookup(method)
+  if source not in cls.sources:
+    raise ValueError(f'attribution method {method!r} needs {" or ".join(cls.sources)} '
+                     f'sources ({cls.needs}); this model reads {source}: valid methods for it: '
+                     f'{", ".join(names(source))}')
+  return cls
+
+
+def _norm(g: jax.Array) -> jax.Array:
+  """[T, *P, C] -> [T, *P]: the L2 norm over the last axis."""
+  return jnp.sqrt(jnp.sum(jnp.square(g), axis=-1))
+
+
+def _jacobian(p: Probe, x: jax.Array) -> jax.Array:
+  """∂f_t/∂x for every output position t: [T, *x.shape]."""
+  return jax.jacrev(lambda v: p.f(v)[0])(x)
+
+
+class Method:
+  """An attribution method: probe -> scores [T, *positions] (see the module docstring)."""
+  name: str
+  sources: tuple[str, ...] = ('tokens', 'images')
+  needs = 'the embedded source or the pixels'
+  over = 'input'      # scores per input position ([S] tokens, [H, W] pixels), or 'memory' [S']
+  signed = False
+
+  def __call__(self, p: Probe, opts: Options) -> jax.Array:
+    raise NotImplementedError
+
+
+@register_method('gradient')
+class Gradient(Method):
+  def __call__(self, p, opts):
+    return _norm(_jacobian(p, p.x0))
+
+
+@register_method('gradient_x_input')
+class GradientXInput(Method):
+  signed = True
+
+  def __call__(self, p, opts):
+    return jnp.sum(_jacobian(p, p.x0) * p.x0[None], axis=-1)
+
+
+@register_method('integrated_gradients')
+class IntegratedGradients(Method):
+  signed = True
+
+  def __call__(self, p, opts):
+    diff = p.x0 - p.baseline
+    alphas = (jnp.arange(opts.steps, dtype=jnp.float32) + 0.5) / opts.steps     # midpoints
+    grads = jax.lax.map(lambda a: _jacobian(p, p.baseline + a * diff), alphas,
+                        batch_size=min(opts.steps, 8))                          # [m, T, *P, C]
+    return jnp.sum(jnp.mean(grads, axis=0) * diff[None], axis=-1)
+
+
+@register_method('smoothgrad')
+class SmoothGrad(Method):
+  def __call__(self, p, opts):
+    real = p.real[..., None]
+    lo = jnp.min(jnp.where(real, p.x0, jnp.inf))
+    hi = jnp.max(jnp.where(real, p.x0, -jnp.inf))
+    sigma = opts.noise * (hi - lo)
+    keys = jax.random.split(jax.random.key(opts.seed), opts.samples)
+    noisy = lambda k: p.x0 + jnp.where(real, sigma * _noise(k, p.x0.shape), 0)
+    grads = jax.lax.map(lambda k: _jacobian(p, noisy(k)), keys,
+                        batch_size=min(opts.samples, 8))                        # [n, T, *P, C]
+    return _norm(jnp.mean(grads, axis=0))
+
+
+def _noise(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+  """N(0, 1) of `shape` [*P, C] whose vector at each position depends on the key and the
+  position only: more padding (a larger P) leaves every real position's noise as it was."""
+  *positions, c = shape
+  coords = jnp.indices(positions).reshape(len(positions), -1).T                  # [N, |P|]
+
+  def at(xs):
+    k = key
+    for x in xs:
+      k = jax.random.fold_in(k, x)
+    return jax.random.normal(k, (c,))
+  return jax.vmap(at)(coords).reshape(shape)
+
+
+@register_method('gradcam')
+class GradCAM(Method):
+  sources = ('images',)
+  needs = "an image encoder's annotation grid"
+  over = 'memory'
+
+  def __call__(self, p, opts):
+    j = jax.jacrev(lambda s: p.memory(s)[0])(jnp.zeros_like(p.annotations))   # [T, S', K]
+    m = p.memory_mask.astype(j.dtype)
+    alpha = jnp.einsum('tsk,s->tk', j, m) / jnp.maximum(jnp.sum(m), 1)        # [T, K]
+    cam = jax.nn.relu(jnp.einsum('tk,sk->ts', alpha, p.annotations))          # [T, S']
+    return cam * m[None]
+
+
+def _token_log_probs(logits: jax.Array, tgt_out: jax.Array) -> jax.Array:
+  """logits [1, T, V], tgt_out [1, T] -> [T]: log p of each given output token."""
+  lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  return jnp.take_along_axis(lp, tgt_out[..., None], axis=-1)[0, :, 0]
+
+
+def probe(model, src: jax.Array, tgt_in: jax.Array, tgt_out: jax.Array,
+          baseline: str = 'zero') -> Probe:
+  """One example (src [S] ids or an image [H, W(, C)]; tgt_in, tgt_out [T]) -> its Probe."""
+  src1, tin, tout = src[None], tgt_in[None], tgt_out[None]
+
+  def out(logits, read):
+    return _token_log_probs(logits, tout), read.weights[0].astype(jnp.float32)
+
+  if model.cfg.source == 'tokens':
+    x0 = model.source_embeddings(src1)[0].astype(jnp.float32)                 # [S, E]
+    real = src != 0
+    base = (jnp.zeros_like(x0) if baseline == 'zero'
+            else jnp.broadcast_to(model.source_embeddings(jnp.zeros((1, 1), src.dtype))[0, 0],
+                                  x0.shape).astype(jnp.float32))
+    f = lambda x: out(*model.forward(src1, tin, source_shift=(x - x0)[None]))
+  else:
+    if baseline != 'zero':
+      raise ValueError(f"baseline {baseline!r} is for token sources; images: 'zero' (black)")
+    img = (src[..., None] if src.ndim == 2 else src).astype(jnp.float32)       # [H, W, C]
+    real = img[..., 0] >= 0
+    x0 = jnp.where(real[..., None], img, 0.0)
+    base = jnp.zeros_like(x0)
+
+    def f(x):   # padding stays padding (-1); a real pixel pushed below 0 (SmoothGrad's
+      # noise) is read as 0, not as padding (the model reads pixels < 0 as padding)
+      x = jnp.where(real[..., None], jnp.where(x >= 0, x, 0.0), img)
+      return out(*model.forward((x if src.ndim == 3 else x[..., 0])[None], tin))
+  annotations, mask = model.encode(src1)
+  memory = lambda shift: out(*model.forward(src1, tin, memory_shift=shift[None]))
+  return Probe(f, x0, real, base, memory, annotations[0].astype(jnp.float32), mask[0])
+
+
+def attribute(model, src, tgt_in, tgt_out, method: str, opts: Options = Options()) -> Attribution:
+  """A batch: src [B, S] (or images [B, H, W(, C)]), tgt_in / tgt_out [B, T] -> Attribution.
+  Differentiable and jit-able; make_attributor compiles it."""
+  fn = check(method, model.cfg.source)()
+
+  def one(s, ti, to):
+    p = probe(model, s, ti, to, opts.baseline)
+    lp, w = p.f(p.x0)
+    return fn(p, opts), lp, w
+  return Attribution(*jax.vmap(one)(src, tgt_in, tgt_out))
+
+
+def make_attributor(graphdef, method: str, opts: Options = Options()) -> Callable:
+  """-> jit-compiled fn(params, src, tgt_in, tgt_out) -> Attribution (one compile per shape)."""
+  lookup(method)
+  return jax.jit(lambda params, src, tgt_in, tgt_out: attribute(
+      nnx.merge(graphdef, params), src, tgt_in, tgt_out, method, opts))
+
+
+def ranking(method: str, scores):
+  """The magnitudes that rank positions: |scores| for signed methods, else the scores."""
+  return abs(scores) if lookup(method).signed else scores

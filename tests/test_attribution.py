@@ -1,0 +1,267 @@
+"""Implicit attention (attribution.py): gradients against finite differences, integrated
+gradients' completeness, an output that reads one position is attributed there only, padding
+gets nothing and changes nothing (every score, mode, decoder, encoder and method from the
+registries), Grad-CAM against NumPy, bad input in one line."""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import attention_jax as aj
+from attention_jax import attribution, encoders
+from attention_jax.model import ModelConfig, build
+
+METHODS = sorted(attribution.METHODS)
+TOKEN_METHODS = attribution.names('tokens')
+SRC = np.array([[5, 6, 7, 5, 2, 0, 0, 0], [4, 9, 2, 0, 0, 0, 0, 0]], np.int32)
+TGT_OUT = np.array([[5, 7, 6, 5, 2], [9, 4, 2, 0, 0]], np.int32)
+TGT_IN = np.array([[1, 5, 7, 6, 5], [1, 9, 4, 2, 0]], np.int32)
+RNN = dict(src_vocab=11, tgt_vocab=11, emb_dim=8, enc_hidden=6, dec_hidden=12, attn_dim=5,
+           max_src_len=16)
+TRANSFORMER = dict(src_vocab=11, tgt_vocab=11, arch='transformer', d_model=16, heads=2,
+                   ff_dim=24, transformer_layers=1)
+IMAGE = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
+             d_model=16, heads=2, ff_dim=24, transformer_layers=1, emb_dim=8, dec_hidden=12,
+             attn_dim=8)
+
+
+def model_of(**kw):
+  cfg = ModelConfig(**kw)
+  return build(cfg, rngs=nnx.Rngs(0))
+
+
+def images(*sizes, width=16):
+  """Random images of `sizes` (h, w), padded with -1 to [B, 8, width]; pixels in [0.1, 1], so
+  that the finite differences' steps stay clear of 0 (below it a pixel reads as padding)."""
+  rng = np.random.RandomState(0)
+  out = np.full((len(sizes), 8, width), -1.0, np.float32)
+  for i, (h, w) in enumerate(sizes):
+    out[i, :h, :w] = rng.uniform(0.1, 1.0, (h, w))
+  return out
+
+
+def attribute(model, src, tgt_in, tgt_out, method='gradient', **opts):
+  g, params = nnx.split(model, nnx.Param)
+  return jax.device_get(attribution.make_attributor(g, method, attribution.Options(**opts))(
+      params, src, tgt_in, tgt_out))
+
+
+def probe_fns(model, src, tgt_in, tgt_out):
+  """jit-compiled (f(x) -> log-probs [T], jacobian(x) -> [T, *x.shape]) of one example, and x0."""
+  g, params = nnx.split(model, nnx.Param)
+
+  def probe(params):
+    return attribution.probe(nnx.merge(g, params), jnp.asarray(src), jnp.asarray(tgt_in),
+                             jnp.asarray(tgt_out))
+  f = jax.jit(lambda params, x: probe(params).f(x)[0])
+  jac = jax.jit(lambda params, x: attribution._jacobian(probe(params), x))  # pylint: disable=protected-access
+  return (lambda x: np.asarray(f(params, x), np.float64),
+          lambda x: np.asarray(jac(params, x)), np.asarray(probe(params).x0))
+
+
+CASES = {'rnn': (RNN, SRC[0]), 'transformer': (TRANSFORMER, SRC[0]),
+         **{enc: ({**IMAGE, 'encoder': enc}, images((8, 12))[0]) for enc in
+            encoders.names('images')}}
+
+
+@pytest.mark.parametrize('case', sorted(CASES))
+def test_gradients_equal_central_finite_differences(case):
+  kw, src = CASES[case]
+  f, jac, x0 = probe_fns(model_of(**kw), src, TGT_IN[0], TGT_OUT[0])
+  j = jac(x0)                                                       # [T, *x.shape]
+  rng = np.random.RandomState(1)
+  real = (src != 0) if src.dtype == np.int32 else (src >= 0)
+  # a small step for images: their ReLUs and max-pools have kinks a large one would cross
+  eps = 1e-2 if src.dtype == np.int32 else 1e-3
+  for _ in range(3):   # directional derivatives along random directions over real positions
+    d = rng.randn(*x0.shape).astype(np.float32) * real[..., None]
+    d /= np.linalg.norm(d)
+    fd = (f(x0 + eps * d) - f(x0 - eps * d)) / (2 * eps)          # [T]
+    analytic = np.tensordot(j, d, axes=d.ndim)
+    np.testing.assert_allclose(analytic, fd, rtol=2e-2, atol=2e-2 * np.abs(fd).max())
+  assert np.abs(j).max() > 0
+
+
+@pytest.mark.parametrize('case', ['rnn', 'transformer', 'cnn'])
+def test_integrated_gradients_add_up_to_the_change_of_the_output(case):
+  """Sundararajan et al. 2017's completeness: Σ_s IG_ts = f_t(x) - f_t(baseline)."""
+  kw, src = CASES[case]
+  model = model_of(**kw)
+  a = attribute(model, src[None], TGT_IN[:1], TGT_OUT[:1], 'integrated_gradients', steps=64)
+  f, _, x0 = probe_fns(model, src, TGT_IN[0], TGT_OUT[0])
+  change = f(x0) - f(np.zeros_like(x0) if src.dtype == np.int32
+                     else np.where(x0 >= 0, 0.0, x0))   # black image, padding as it was
+  total = a.scores[0].reshape(len(change), -1).sum(-1)
+  assert np.abs(change).max() > 1e-3
+  np.testing.assert_allclose(total, change, atol=0.01 * np.abs(change).max())
+
+
+class ToyRead(NamedTuple):
+  weights: jax.Array
+
+
+class OnePosition(nnx.Module):
+  """A toy model with the interface attribution reads: every output's logits are a linear map
+  of the embedded source token at position `k` only."""
+
+  def __init__(self, k: int):
+    self.cfg = ModelConfig(src_vocab=11, tgt_vocab=11)
+    self.k = k
+    self.embed = nnx.Embed(11, 4, rngs=nnx.Rngs(0))
+    self.out = nnx.Linear(4, 11, rngs=nnx.Rngs(1))
+
+  def source_embeddings(self, src):
+    return self.embed(src)
+
+  def encode(self, src):
+    return self.embed(src), src != 0
+
+  def forward(self, src, tgt_in, *, source_shift=None, memory_shift=None):
+    del memory_shift
+    x = self.embed(src) + (0 if source_shift is None else source_shift)       # [B, S, E]
+    logits = jnp.broadcast_to(jnp.sin(self.out(x[:, self.k]))[:, None],
+                              (*tgt_in.shape, 11))
+    weights = jnp.zeros((*tgt_in.shape, src.shape[1])).at[:, :, self.k].set(1.0)
+    return logits, ToyRead(weights)
+
+
+@pytest.mark.parametrize('method', TOKEN_METHODS)
+def test_an_output_that_reads_one_position_is_attributed_there_only(method):
+  model = OnePosition(k=2)
+  a = jax.device_get(attribution.attribute(model, jnp.asarray(SRC), jnp.asarray(TGT_IN),
+                                           jnp.asarray(TGT_OUT), method))
+  assert a.scores.shape == (2, 5, 8)
+  others = np.delete(a.scores, 2, axis=-1)
+  assert (others == 0).all(), method
+  assert (np.abs(a.scores[..., 2]) > 0).all(), method
+
+
+# every score (the decoders alternating), every mode, the sparsemax normaliser, coverage, the
+# Transformer: with the plain gradient (the methods are checked on one model below)
+VARIANTS = ([dict(score=s, decoder=sorted(aj.DECODERS)[i % len(aj.DECODERS)])
+             for i, s in enumerate(sorted(aj.SCORES))]
+            + [dict(attention_mode=m) for m in sorted(aj.MODES) if m != 'global']
+            + [dict(normaliser='sparsemax'), dict(coverage=True), dict(arch='transformer')])
+
+
+def variant_id(kw):
+  return '-'.join(f'{v}' for v in kw.values())
+
+
+def check_padding(model, src, tgt_in, tgt_out, method='gradient', **opts):
+  """Padded positions get exactly 0; 8 more padding positions change no other score."""
+  a = attribute(model, src, tgt_in, tgt_out, method, **opts)
+  b = attribute(model, np.pad(src, ((0, 0), (0, 8))), tgt_in, tgt_out, method, **opts)
+  pad = src == 0
+  for r in range(len(src)):
+    assert (a.scores[r][:, pad[r]] == 0).all()
+    assert (b.scores[r][:, 8:] == 0).all()
+  np.testing.assert_allclose(b.scores[:, :, :8], a.scores, rtol=1e-4,
+                             atol=1e-5 * np.abs(a.scores).max())
+  assert np.abs(a.scores).max() > 0
+  return a
+
+
+@pytest.mark.parametrize('kw', VARIANTS, ids=[variant_id(kw) for kw in VARIANTS])
+def test_padding_gets_nothing_and_changes_nothing(kw):
+  base = TRANSFORMER if kw.get('arch') == 'transformer' else RNN
+  if kw.get('attention_mode', '').startswith('local'):
+    kw = {**kw, 'score': 'general'}
+  check_padding(model_of(**{**base, **kw}), SRC, TGT_IN, TGT_OUT)
+
+
+@pytest.mark.parametrize('method', TOKEN_METHODS)
+def test_every_method_leaves_padding_out(method):
+  a = check_padding(model_of(**RNN), SRC, TGT_IN, TGT_OUT, method, steps=8, samples=4)
+  assert np.isfinite(a.scores).all() and a.log_probs.shape == (2, 5)
+
+
+# every method on the CNN; the pixel gradient and Grad-CAM on the other image encoders
+IMAGE_CASES = ([('cnn', m) for m in attribution.names('images')]
+               + [(e, m) for e in encoders.names('images') if e != 'cnn'
+                  for m in ('gradient', 'gradcam')])
+
+
+@pytest.mark.parametrize('encoder,method', IMAGE_CASES)
+def test_image_padding_gets_nothing_and_changes_nothing(encoder, method):
+  model = model_of(**{**IMAGE, 'encoder': encoder})
+  opts = dict(steps=8, samples=4)
+  src = images((8, 12), (4, 8))
+  a = attribute(model, src, TGT_IN, TGT_OUT, method, **opts)
+  wide = np.pad(src, ((0, 0), (0, 0), (0, 8)), constant_values=-1.0)
+  b = attribute(model, wide, TGT_IN, TGT_OUT, method, **opts)
+  if attribution.lookup(method).over == 'memory':     # grid cells [T, S'] (4-pixel cells)
+    grid, wide_grid = a.scores.reshape(2, 5, 2, 4), b.scores.reshape(2, 5, 2, 6)
+    assert (grid[1][:, 1:] == 0).all() and (grid[1][:, :, 2:] == 0).all()
+    assert (wide_grid[:, :, :, 4:] == 0).all()
+    np.testing.assert_allclose(wide_grid[:, :, :, :4], grid, rtol=1e-4, atol=1e-6)
+  else:                                               # pixels [T, H, W]
+    assert a.scores.shape == (2, 5, 8, 16)
+    assert (a.scores[0][:, :, 12:] == 0).all() and (a.scores[1][:, 4:] == 0).all()
+    assert (a.scores[1][:, :, 8:] == 0).all() and (b.scores[:, :, :, 16:] == 0).all()
+    np.testing.assert_allclose(b.scores[..., :16], a.scores, rtol=1e-4,
+                               atol=1e-5 * np.abs(a.scores).max())
+  assert np.abs(a.scores).max() > 0
+
+
+def test_gradcam_against_numpy_from_finite_differences():
+  model = model_of(**{**IMAGE, 'encoder': 'cnn'})
+  src = images((8, 12))
+  a = attribute(model, src, TGT_IN[:1], TGT_OUT[:1], 'gradcam')
+  g, params = nnx.split(model, nnx.Param)
+
+  def parts(params, shift):
+    p = attribution.probe(nnx.merge(g, params), jnp.asarray(src[0]), jnp.asarray(TGT_IN[0]),
+                          jnp.asarray(TGT_OUT[0]))
+    return p.memory(shift)[0], p.annotations, p.memory_mask
+  parts = jax.jit(parts)
+  _, ann, mask = (np.asarray(x, np.float64) for x in parts(params, jnp.zeros((8, 12))))
+  s, k = ann.shape
+  jac = np.zeros((5, s, k))
+  eps = 1e-2
+  for i in range(s):
+    for j in range(k):
+      e = np.zeros((s, k), np.float32)
+      e[i, j] = eps
+      jac[:, i, j] = (np.asarray(parts(params, e)[0], np.float64)
+                      - np.asarray(parts(params, -e)[0], np.float64)) / (2 * eps)
+  alpha = (jac * mask[None, :, None]).sum(1) / mask.sum()          # [T, K]
+  cam = np.maximum(alpha @ ann.T, 0) * mask                        # [T, S']
+  np.testing.assert_allclose(a.scores[0], cam, rtol=2e-2, atol=2e-3 * cam.max())
+  assert cam.max() > 0 and (a.scores >= 0).all()
+
+
+def test_bad_methods_and_options_are_one_line_naming_the_valid_ones():
+  with pytest.raises(ValueError, match=r"unknown attribution method 'saliency'; valid "
+                                       r'attribution methods: gradcam, gradient'):
+    attribution.check('saliency', 'tokens')
+  with pytest.raises(ValueError, match=r"'gradcam' needs images sources .* this model reads "
+                                       r'tokens: valid methods for it: gradient,'):
+    attribution.check('gradcam', 'tokens')
+  with pytest.raises(ValueError, match=r"unknown baseline 'mean'; valid: zero, pad"):
+    attribution.Options(baseline='mean')
+  with pytest.raises(ValueError, match=r'steps must be a positive integer, got 0'):
+    attribution.Options(steps=0)
+  model = model_of(**{**IMAGE, 'encoder': 'cnn'})
+  with pytest.raises(ValueError, match=r"baseline 'pad' is for token sources"):
+    attribute(model, images((8, 12)), TGT_IN[:1], TGT_OUT[:1], 'integrated_gradients',
+              baseline='pad')
+
+
+def test_a_method_registered_at_test_time_is_found_by_name():
+  @attribution.register_method('negated_gradient')
+  class Negated(attribution.Method):   # pylint: disable=unused-variable
+    def __call__(self, p, opts):
+      return -attribution.METHODS['gradient']()(p, opts)
+
+  try:
+    model = model_of(**RNN)
+    a, b = (attribute(model, SRC, TGT_IN, TGT_OUT, m) for m in ('gradient', 'negated_gradient'))
+    np.testing.assert_array_equal(a.scores, -b.scores)
+    assert 'negated_gradient' in attribution.names('tokens')
+  finally:
+    del attribution.METHODS['negated_gradient']
