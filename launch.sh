@@ -17,6 +17,9 @@
 #   bash launch.sh evaluate --workdir=runs/X --src=F --ref=G [--beam=5]   ... on any text files
 #   bash launch.sh translate --workdir=runs/X [--input=F] [--output=G] [--beam=5] [--nbest=N]
 #                                       translate lines of stdin or a file (see experiments/translate.py)
+#   bash launch.sh attribute --workdir=runs/X [--methods=gradient,integrated_gradients] [--input=F]
+#                                       implicit attention (gradients) beside the explicit weights:
+#                                       figures, and against gold alignments (experiments/attribute.py)
 #   bash launch.sh bench [--quick]      speed benchmark: train tok/s, FLOP/s, compile time, decoding
 #                                       (writes benchmark.json; --configs --scores --decoders select)
 #   bash launch.sh profile [--config=char --score=general --decoder=luong]
@@ -112,6 +115,10 @@ case "$cmd" in
     setup
     exec python -m experiments.translate "$@"
     ;;
+  attribute)
+    setup
+    exec python -m experiments.attribute "$@"
+    ;;
   bench)
     setup
     exec python -m experiments.benchmark "$@"
@@ -132,7 +139,7 @@ case "$cmd" in
     exec python -m experiments.data_info --config="$config" "$@"
     ;;
   *)
-    echo "unknown command '$cmd'; valid: (none), test, train, sweep, compare, length-study, evaluate, translate, bench, profile, data-info, docs" >&2
+    echo "unknown command '$cmd'; valid: (none), test, train, sweep, compare, length-study, evaluate, translate, attribute, bench, profile, data-info, docs" >&2
     exit 2
     ;;
 esac

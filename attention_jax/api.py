@@ -211,6 +211,11 @@ class Translator:
     return (images_lib.MAX_SCALE * int(d['image_height']),
             images_lib.MAX_SCALE * int(d['image_width']))
 
+  def read_image(self, source) -> np.ndarray:
+    """An image (file path or array) as this model reads it: [H, W(, C)] float32 in [0, 1]
+    (ValueError naming the problem: unreadable, out of range, over max_image_shape)."""
+    return self._read_images([source], lambda i: 'image')[0]
+
   def _read_images(self, sources, name=lambda i: f'images[{i}]') -> list[np.ndarray]:
     """Every image read and checked (readable, within max_image_shape) before any is
     decoded; a failure is one ValueError naming name(i) and the file."""

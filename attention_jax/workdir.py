@@ -40,9 +40,10 @@ MARKER = '.attention_jax_run'   # written with config.json when a run is accepte
 CONFIG, MODEL_CONFIG, RESULTS = 'config.json', 'model_config.json', 'results.json'
 TOKENIZERS, CHECKPOINTS, TENSORBOARD, HEATMAPS = 'tokenizers', 'checkpoints', 'tensorboard', 'heatmaps'
 TRAIN_LOG, WALL_TIME = 'train.log', 'wall_time.json'
+ATTRIBUTIONS = 'attributions'   # experiments/attribute.py
 # what a run of this project holds: `--overwrite` clears a directory only if it is one
 RUN_ENTRIES = (CONFIG, MODEL_CONFIG, TOKENIZERS, CHECKPOINTS, RESULTS, TENSORBOARD, HEATMAPS,
-               TRAIN_LOG, WALL_TIME, LOCK_FILE, MARKER)
+               TRAIN_LOG, WALL_TIME, LOCK_FILE, MARKER, ATTRIBUTIONS)
 
 
 class Run:
@@ -101,6 +102,11 @@ class Run:
   @property
   def heatmaps_dir(self) -> str:
     return self._join(HEATMAPS)
+
+  @property
+  def attributions_dir(self) -> str:
+    """experiments/attribute.py's figures and files."""
+    return self._join(ATTRIBUTIONS)
 
   @property
   def train_log_path(self) -> str:

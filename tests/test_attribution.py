@@ -1,8 +1,13 @@
 """Implicit attention (attribution.py): gradients against finite differences, integrated
 gradients' completeness, an output that reads one position is attributed there only, padding
 gets nothing and changes nothing (every score, mode, decoder, encoder and method from the
-registries), Grad-CAM against NumPy, bad input in one line."""
+registries), Grad-CAM against NumPy, bad input in one line; the alignment figures against
+SciPy and the `attribute` command on a reverse run."""
 
+import json
+import os
+import subprocess
+import sys
 from typing import NamedTuple
 
 import jax
@@ -10,10 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from scipy import stats
+from scipy.spatial import distance
 
 import attention_jax as aj
-from attention_jax import attribution, encoders
+from attention_jax import alignment, attribution, encoders, train
 from attention_jax.model import ModelConfig, build
+from experiments.configs import reverse
+from helpers import ROOT, smoke
 
 METHODS = sorted(attribution.METHODS)
 TOKEN_METHODS = attribution.names('tokens')
@@ -265,3 +274,75 @@ def test_a_method_registered_at_test_time_is_found_by_name():
     assert 'negated_gradient' in attribution.names('tokens')
   finally:
     del attribution.METHODS['negated_gradient']
+
+
+def test_alignment_figures_against_scipy():
+  magnitude = np.array([[0.1, 0.7, 0.2, 0.0], [0.5, 0.3, 0.2, 0.0], [1.0, 0.0, 0.0, 0.0]])
+  explicit = np.array([[0.2, 0.6, 0.2, 0.0], [0.1, 0.1, 0.8, 0.0], [0.3, 0.3, 0.4, 0.0]])
+  gold = np.array([1, 2, -1])
+  f = alignment.figures(magnitude, gold, explicit, src_len=3)
+  assert (f['steps'], f['hits']) == (2, 1.0)
+  assert f['gold_mass'] == pytest.approx(0.7 + 0.2)
+  tau = [stats.kendalltau(magnitude[t, :3], explicit[t, :3]).statistic for t in (0, 1)]
+  assert f['tau'] == pytest.approx(sum(tau)) and f['tau_steps'] == 2
+  jsd = [distance.jensenshannon(magnitude[t, :3], explicit[t, :3], base=2) ** 2 for t in (0, 1)]
+  assert f['jsd'] == pytest.approx(sum(jsd))
+  s = alignment.summarise([f, alignment.figures(magnitude, np.array([0, 0, 0]), None, 3)])
+  assert s['alignment_accuracy'] == pytest.approx(100 * 3 / 5)   # 1 + 2 of 2 + 3 steps
+  assert s['kendall_tau'] == pytest.approx(sum(tau) / 2)
+
+
+def test_deletion_replaces_the_ranked_positions_by_the_zero_embedding():
+  model = model_of(**RNN)
+  g, params = nnx.split(model, nnx.Param)
+  order = np.array([[[3, 0]] * 5, [[1, 2]] * 5], np.int32)                    # [B, T, k=2]
+  lp = np.asarray(alignment.make_deletion(g, 2)(params, SRC, TGT_IN, TGT_OUT, order))
+  x0 = np.asarray(model.source_embeddings(jnp.asarray(SRC)))
+  for b in range(2):
+    for k in range(3):
+      shift = np.zeros_like(x0[b:b + 1])
+      shift[0, order[b, 0, :k]] = -x0[b, order[b, 0, :k]]
+      logits, _ = model.forward(jnp.asarray(SRC[b:b + 1]), jnp.asarray(TGT_IN[b:b + 1]),
+                                source_shift=jnp.asarray(shift))
+      want = np.take_along_axis(np.asarray(jax.nn.log_softmax(logits))[0], TGT_OUT[b][:, None],
+                                -1)[:, 0]
+      np.testing.assert_allclose(lp[b, k], want, rtol=1e-5, atol=1e-5)
+  assert np.abs(lp[:, 1] - lp[:, 0]).max() > 0
+
+
+def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
+  """`attribute` on a (smoke) reverse run: the explicit weights' alignment accuracy is the one
+  training's evaluation reported; per method the figures and a faithfulness against random;
+  --input lines drawn and written; a method the run cannot use is one line, exit 2."""
+  workdir = str(tmp_path / 'run')
+  summary = train.train_and_evaluate(smoke(reverse, str(tmp_path / 'tfds')), workdir)
+
+  def command(*flags):
+    return subprocess.run([sys.executable, '-m', 'experiments.attribute', f'--workdir={workdir}',
+                           *flags], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  proc = command('--num=32', '--methods=gradient,gradient_x_input', '--k=2')
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  with open(os.path.join(workdir, 'attributions', 'alignment_test.json')) as f:
+    report = json.load(f)
+  assert report['sentences'] == 32 and set(report['methods']) == {
+      'attention', 'gradient', 'gradient_x_input'}
+  assert report['methods']['attention']['alignment_accuracy'] == pytest.approx(
+      summary['results']['test']['alignment_accuracy'])
+  for name in ('gradient', 'gradient_x_input'):
+    fig = report['methods'][name]
+    assert 0 <= fig['alignment_accuracy'] <= 100 and -1 <= fig['kendall_tau'] <= 1
+    assert 0 <= fig['jsd'] <= 1 and np.isfinite(fig['aopc'])
+  assert '| gradient |' in proc.stdout and np.isfinite(report['aopc_random'])
+  lines = tmp_path / 'lines.txt'
+  lines.write_text('abc\n\ncba\n')
+  proc = command(f'--input={lines}', '--methods=gradient', '--figures=1',
+                 f'--out_dir={tmp_path / "out"}')
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  with open(tmp_path / 'out' / 'attributions.jsonl') as f:
+    records = [json.loads(x) for x in f]
+  assert [r['source'] for r in records] == ['abc', '', 'cba']
+  assert np.asarray(records[0]['gradient']).shape == (len(records[0]['tgt_tokens']), 4)
+  assert sorted(os.listdir(tmp_path / 'out')) == ['attributions.jsonl', 'line_1.png']
+  proc = command('--methods=gradcam')
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
+      "error: attribution method 'gradcam' needs images sources")

@@ -1,0 +1,155 @@
+r"""Implicit attention of a trained run: gradient attributions beside the explicit weights.
+
+  bash launch.sh attribute --workdir=runs/reverse --methods=gradient,integrated_gradients
+  bash launch.sh attribute --workdir=RUN --input=lines.txt [--reference=refs.txt] [--beam=5]
+  bash launch.sh attribute --workdir=IMAGE_RUN --input=scans.txt --methods=gradient,gradcam
+
+With --input (one source per line; image runs: one image file per line): each line's output
+(greedy, or --beam; or the line of --reference, teacher-forced) is attributed by every method,
+and the first --figures lines are drawn side by side (explicit weights | each method) into
+--out_dir (default WORKDIR/attributions). Without --input, on tasks with gold alignments
+(copy, reverse, sort): the first --num examples of --split, teacher-forced on their
+references, give per method the alignment accuracy, the mass on the gold position, Kendall
+tau and JSD against the explicit weights, and faithfulness (AOPC: the drop of log p(y_t)
+when the top 1..--k positions are zeroed, against random positions), written to
+OUT_DIR/alignment_<split>.json and printed as a table (attention_jax/alignment.py).
+
+Methods: attention_jax/attribution.py (default: every method the run's source allows).
+Expected failures (bad flags, an unknown method, a run without gold alignments) print one
+line `error: ...` and exit with status 2.
+"""
+
+import json
+import os
+import sys
+
+import ml_collections
+import numpy as np
+from absl import app, flags
+
+from attention_jax import alignment, api, attribution, plots
+from attention_jax import data as data_lib
+from attention_jax import workdir as workdir_lib
+from experiments import cli
+
+flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
+flags.DEFINE_integer('step', None, 'Checkpoint step (default: the best).')
+flags.DEFINE_list('methods', [], 'Attribution methods (default: all that apply).')
+flags.DEFINE_string('input', None, 'Sources, one per line (image runs: image files).')
+flags.DEFINE_string('reference', None, 'Outputs to attribute, one per --input line.')
+flags.DEFINE_string('split', 'test', 'The split to measure against gold alignments.')
+flags.DEFINE_integer('num', 200, 'Examples of --split measured.', lower_bound=1)
+flags.DEFINE_integer('figures', 4, 'Sentences drawn.', lower_bound=0)
+flags.DEFINE_integer('beam', 1, 'Beam size of the attributed output (1 = greedy).', lower_bound=1)
+flags.DEFINE_integer('k', 3, 'Faithfulness: positions deleted, 1..k.', lower_bound=1)
+flags.DEFINE_integer('steps', 32, 'Integrated gradients: interpolation steps.', lower_bound=1)
+flags.DEFINE_integer('samples', 16, 'SmoothGrad: noisy samples.', lower_bound=1)
+flags.DEFINE_enum('baseline', 'zero', attribution.BASELINES, 'Integrated gradients: baseline.')
+flags.DEFINE_string('out_dir', None, 'Where the figures and files go (default WORKDIR/attributions).')
+FLAGS = flags.FLAGS
+
+
+def draw(saliencies: list[api.Saliency], path: str) -> str:
+  """One sentence: the explicit weights, then each method's magnitudes, side by side."""
+  first = saliencies[0]
+  items = [(first.weights, first.src_tokens, first.tgt_tokens, 'explicit attention')]
+  for s in saliencies:   # each row scaled to its maximum: gradients differ in scale by row
+    m = np.asarray(attribution.ranking(s.method, s.scores))
+    m = m / np.maximum(m.max(-1, keepdims=True), 1e-12)
+    items.append((m, s.src_tokens, s.tgt_tokens, f'{s.method} (rows scaled to their max)'))
+  return plots.plot_attention_grid(items, path, cols=len(items))
+
+
+def draw_image(saliencies: list[api.Saliency], image: np.ndarray, path: str) -> str:
+  """One image: a column for the explicit weights over its grid, one per method (pixels or
+  grid), a row per output token."""
+  first = saliencies[0]
+  items = [(image, first.weights, first.tgt_tokens, 'explicit attention')] + [
+      (image, np.asarray(attribution.ranking(s.method, s.scores)), s.tgt_tokens, s.method)
+      for s in saliencies]
+  return plots.plot_image_attention_grid(items, path)
+
+
+def read_lines(path: str) -> list[str]:
+  """A UTF-8 file's lines (without line ends); a bad file is one ValueError naming it."""
+  try:
+    with open(path, encoding='utf-8-sig') as f:
+      return f.read().splitlines()
+  except (OSError, UnicodeDecodeError) as e:
+    raise ValueError(f'{path}: cannot read it as UTF-8 text ({type(e).__name__}: {e})') from None
+
+
+def on_lines(t: api.Translator, methods, opts, out_dir: str) -> None:
+  lines = read_lines(FLAGS.input)
+  refs = read_lines(FLAGS.reference) if FLAGS.reference else [None] * len(lines)
+  if len(refs) != len(lines):
+    raise ValueError(f'--reference has {len(refs)} lines, --input {len(lines)}')
+  t.check(lines, name=lambda i: f'{FLAGS.input}:{i + 1}')
+  records = []
+  for i, (line, ref) in enumerate(zip(lines, refs)):
+    sal = [t.saliency(line, m, beam=FLAGS.beam, reference=ref, **opts) for m in methods]
+    record = {'line': i + 1, 'source': line, 'output': sal[0].output,
+              'src_tokens': sal[0].src_tokens, 'tgt_tokens': sal[0].tgt_tokens,
+              'weights': sal[0].weights.tolist(),
+              **{s.method: s.scores.tolist() for s in sal}}
+    records.append(record)
+    if i < FLAGS.figures and sal[0].tgt_tokens:
+      path = os.path.join(out_dir, f'line_{i + 1}.png')
+      if t.config.source == 'tokens':
+        draw(sal, path)
+      else:
+        draw_image(sal, t.read_image(line), path)
+      print(f'line {i + 1}: {sal[0].output!r} -> {path}', file=sys.stderr)
+  out = os.path.join(out_dir, 'attributions.jsonl')
+  workdir_lib.write_atomic(out, ''.join(json.dumps(r) + '\n' for r in records))
+  print(f'wrote {out} ({len(records)} lines) and {min(FLAGS.figures, len(records))} figures '
+        f'in {out_dir}/')
+
+
+def on_split(t: api.Translator, methods, opts, out_dir: str) -> None:
+  cfg = ml_collections.ConfigDict(t.run_config)
+  task = data_lib.load_task(cfg.data, seed=cfg.seed, tokenizers=(t.src_tok, t.tgt_tok))
+  report = alignment.attribute_split(
+      t, task, FLAGS.split, methods, num=FLAGS.num, k=FLAGS.k,
+      options=attribution.Options(**opts),
+      progress=lambda n: print(f'\r{n}/{FLAGS.num} sentences', end='', file=sys.stderr))
+  print(file=sys.stderr)
+  report.update({'workdir': os.path.abspath(FLAGS.workdir), 'step': t.step,
+                 'split': FLAGS.split, 'options': opts})
+  path = os.path.join(out_dir, f'alignment_{FLAGS.split}.json')
+  workdir_lib.write_atomic(path, json.dumps(report, indent=1) + '\n')
+  print(format_report(report))
+  print(f'wrote {path}')
+
+
+def format_report(report: dict) -> str:
+  cols = ['alignment_accuracy', 'gold_mass', 'kendall_tau', 'jsd', 'aopc']
+  lines = [f'{report["sentences"]} sentences of {report["split"]}, teacher-forced on the '
+           f'references ({report["methods"]["attention"]["steps"]} steps); aopc: top 1..'
+           f'{report["k"]} positions deleted, random positions: {report["aopc_random"]:.4g}',
+           '| map | ' + ' | '.join(cols) + ' | seconds |', '|---|' + '---|' * (len(cols) + 1)]
+  for name, fig in report['methods'].items():
+    secs = report['seconds'].get(name)
+    lines.append(f'| {name} | ' + ' | '.join(
+        f'{fig[c]:.4g}' if c in fig else '-' for c in cols) + ' | '
+        + (f'{secs:.1f}' if secs is not None else '-') + ' |')
+  return '\n'.join(lines)
+
+
+def main(argv):
+  del argv
+  t = api.load(FLAGS.workdir, step=FLAGS.step)
+  methods = FLAGS.methods or attribution.names(t.config.source)
+  for m in methods:
+    attribution.check(m, t.config.source)
+  opts = {'steps': FLAGS.steps, 'samples': FLAGS.samples, 'baseline': FLAGS.baseline}
+  out_dir = FLAGS.out_dir or workdir_lib.Run(FLAGS.workdir).attributions_dir
+  os.makedirs(out_dir, exist_ok=True)
+  if FLAGS.input:
+    on_lines(t, methods, opts, out_dir)
+  else:
+    on_split(t, methods, opts, out_dir)
+
+
+if __name__ == '__main__':
+  cli.run(main)
