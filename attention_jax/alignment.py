@@ -2,10 +2,10 @@
 how well each map points at the gold source position, how two maps agree, and how faithful a
 ranking is to what the model uses.
 
-  report = attribute_split(translator, task, 'test', ['gradient', 'integrated_gradients'])
-  report['methods']['gradient']   # {'alignment_accuracy', 'gold_mass', 'kendall_tau', 'jsd',
-                                  #  'aopc', 'aopc_random', 'steps'}
-  report['methods']['attention']  # the explicit weights' alignment accuracy and gold mass
+  report = attribute_split(translator, task, 'test', ('gradient', 'integrated_gradients'))
+  by_map = report.get('methods')  # per map (each method, and 'attention': the explicit
+                                  # weights): alignment_accuracy, gold_mass, kendall_tau, jsd,
+                                  # aopc, steps; report.get('aopc_random'): random positions
 
 Figures, over every output step with a gold position (teacher-forced on the reference):
   alignment_accuracy  % of steps whose argmax (of |score| for signed methods) is the gold
