@@ -248,6 +248,18 @@ def make_attributor(graphdef, method: str, opts: Options = Options()) -> Callabl
       nnx.merge(graphdef, params), src, tgt_in, tgt_out, method, opts))
 
 
+MEMORY_BUDGET = 256 * 2 ** 20   # bytes of Jacobians [T, *P, C] held at once per chunk
+
+
+def rows_per_chunk(method: str, opts: Options, t: int, positions: int, channels: int) -> int:
+  """How many sentences of T outputs over `positions` x `channels` inputs one call attributes
+  within MEMORY_BUDGET (integrated gradients and SmoothGrad hold up to 8 Jacobians each)."""
+  cls = lookup(method)
+  held = min(opts.steps if cls is IntegratedGradients else
+             opts.samples if cls is SmoothGrad else 1, 8)
+  return max(1, MEMORY_BUDGET // (4 * t * positions * channels * (held + 1)))
+
+
 def ranking(method: str, scores):
   """The magnitudes that rank positions: |scores| for signed methods, else the scores."""
   return abs(scores) if lookup(method).signed else scores

@@ -74,10 +74,11 @@ import jax
 from absl import app, flags
 from flax import nnx
 
-from attention_jax import beam, decode, parallel, train
+from attention_jax import attribution, beam, decode, parallel, train
 from attention_jax.symbols import EOS
 from attention_jax.scores import SCORES
 from experiments import cli
+from experiments.bench import attribution as bench_attribution
 from experiments.bench.measure import (compiled_bytes, count_flops,
                                        loop_matmul_flops_per_s, matmul_flops_per_s, maxrss_mb,
                                        median_window, pinned, xla_cost_flops)
@@ -421,6 +422,9 @@ def define_flags():
                        'config\'s own: char and base 64).')
   flags.DEFINE_integer('matmul_n', Settings.matmul_n, 'Size n of the n x n float32 matmul '
                        'whose FLOP/s is the ceiling the ratios are taken against.', lower_bound=1)
+  flags.DEFINE_list('attribution', None, 'Instead of the train and decode rows: the speed of '
+                    'these attribution methods (e.g. gradient,integrated_gradients; "all") on '
+                    'reverse-sized sentences (experiments/bench/attribution.py).')
   flags.DEFINE_bool('input_feeding', True, 'Luong decoders with input feeding (ours and '
                     'OpenNMT-py\'s); --noinput_feeding: the attention runs after the RNN, '
                     'batched over time.')
@@ -450,6 +454,16 @@ def main(argv):
       json.dump(out, f, indent=2)
     os.replace(tmp, FLAGS.out)
 
+  if FLAGS.attribution:
+    methods = (attribution.names('tokens') if FLAGS.attribution == ['all']
+               else FLAGS.attribution)
+    for m in methods:
+      attribution.check(m, 'tokens')
+    rows = bench_attribution.rows(methods)
+    save({'machine': machine_info(), 'attribution': rows})
+    print(bench_attribution.format_rows(rows))
+    print(f'results: {FLAGS.out}')
+    return
   out = run(FLAGS.configs or default['configs'], FLAGS.scores or default['scores'],
             FLAGS.decoders or default['decoders'], settings,
             peer_venv=FLAGS.peer_venv if FLAGS.peer else None, peer_steps=FLAGS.peer_steps,

@@ -73,6 +73,7 @@ def pytest_sessionfinish(session):
 # test_transformer ~150, test_train ~130, test_modes ~100, test_benchmark ~75): xdist hands
 # out modules in this order, so no long one starts last while the other worker idles
 FIRST = ('test_sweep.py', 'test_ray_sweep.py', 'test_model.py', 'test_translate.py',
+         'test_attribution.py',
          'test_reliability.py', 'test_transformer.py', 'test_train.py', 'test_modes.py',
          'test_benchmark.py', 'test_parallel.py')
 

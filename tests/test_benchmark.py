@@ -10,9 +10,13 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
+from attention_jax import attribution
+from attention_jax.symbols import EOS
 from experiments import benchmark
+from experiments.bench import attribution as bench_attribution
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -217,3 +221,22 @@ def test_hlo_index_reads_shapes_tuples_and_op_names():
                           'op_name': 'jit(f)/dot_general'}
   assert idx['while.2']['opcode'] == 'while' and idx['while.2']['shape'].startswith('(s32[]')
   assert idx['add.1'] == {'shape': 'f32[8]{0}', 'opcode': 'add', 'op_name': ''}
+
+
+def test_attribution_rows_cover_every_sentence_in_chunks_within_the_memory_budget():
+  opts = attribution.Options(steps=32)
+  batches = list(bench_attribution.chunks(300, 1, 100, 'integrated_gradients', opts, 64))
+  assert sum(len(src) for src, _, _ in batches) == 300
+  for src, tgt_in, tgt_out in batches:
+    s = src.shape[1]
+    assert s % 8 == 0 and tgt_out.shape == tgt_in.shape == src.shape
+    assert len(src) <= attribution.rows_per_chunk('integrated_gradients', opts, s, s, 64)
+    for x, y, y_in in zip(src, tgt_out, tgt_in):
+      n = int((x != 0).sum())                          # the symbols and EOS
+      assert 1 < n <= s and x[n - 1] == EOS and (x[n:] == 0).all()
+      np.testing.assert_array_equal(y[:n - 1], x[:n - 1][::-1])
+      np.testing.assert_array_equal(y_in[1:n], y[:n - 1])
+  row = {'method': 'gradient', 'sentences': 1000, 'seconds': 50.0, 'sentences_per_s': 20.0,
+         'compile_and_first_pass_s': 9.0, 'target_s': 60.0, 'met': True}
+  table = bench_attribution.format_rows([row])
+  assert '| gradient | 1000 | 50.0 | 20.0 | 9.0 | < 60 s: met |' in table

@@ -1,0 +1,106 @@
+"""Attribution speed (`bash launch.sh bench --attribution`): sentences/s of each method on
+reverse-sized sentences (test lengths 1-100 symbols, the output the reversed source + EOS),
+with the reverse config's RNN (additive score, Bahdanau decoder; untrained parameters: the
+speed does not depend on their values). Sentences are sorted by length and attributed in
+chunks padded to multiples of 8 that fit attribution.MEMORY_BUDGET; each chunk shape is
+compiled before the timed pass (compile seconds reported apart).
+
+Targets (issue 50, this 2-core CPU): gradient and gradient x input on 1,000 sentences under
+60 s, integrated gradients (32 steps) on 200 under 3 minutes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from attention_jax import attribution
+from attention_jax.model import ModelConfig, build
+from attention_jax.symbols import BOS, EOS
+from experiments.configs import reverse
+
+SYMBOLS = 20            # the reverse task's alphabet (ids 4..23)
+TARGETS = {'gradient': (1000, 60.0), 'gradient_x_input': (1000, 60.0),
+           'integrated_gradients': (200, 180.0), 'smoothgrad': (200, 180.0)}
+
+
+def model_and_params(seed: int = 0):
+  cfg = reverse.get_config()
+  m = dict(cfg.model)
+  m.update(src_vocab=SYMBOLS + 4, tgt_vocab=SYMBOLS + 4)
+  model = build(ModelConfig.from_dict(m), rngs=nnx.Rngs(seed))
+  return nnx.split(model, nnx.Param), model.cfg
+
+
+def chunks(n: int, lo: int, hi: int, method: str, opts: attribution.Options, emb: int,
+           seed: int = 0):
+  """n random sentences of lo..hi symbols -> batches (src [B, S], tgt_in, tgt_out [B, T])."""
+  rng = np.random.RandomState(seed)
+  lengths = np.sort(rng.randint(lo, hi + 1, n))
+  start = 0
+  while start < n:
+    s = -(-(int(lengths[start]) + 1) // 8) * 8
+    rows = attribution.rows_per_chunk(method, opts, s, s, emb)
+    end = start + 1
+    while end < n and end - start < rows and -(-(int(lengths[end]) + 1) // 8) * 8 == s:
+      end += 1
+    src = np.zeros((end - start, s), np.int32)
+    tgt_in, tgt_out = np.zeros_like(src), np.zeros_like(src)
+    for r, length in enumerate(lengths[start:end]):
+      x = rng.randint(4, 4 + SYMBOLS, length)
+      src[r, :length + 1] = [*x, EOS]
+      tgt_out[r, :length + 1] = [*x[::-1], EOS]
+      tgt_in[r, :length + 1] = [BOS, *x[::-1]]
+    yield src, tgt_in, tgt_out
+    start = end
+
+
+def rows(methods: Sequence[str], lo: int = 1, hi: int = 100,
+         options: attribution.Options = attribution.Options(), log=print) -> list[dict]:
+  """One row per method: sentences, seconds (timed pass), compile seconds, sentences/s, and
+  the target where issue 50 set one."""
+  (graphdef, params), cfg = model_and_params()
+  out = []
+  for method in methods:
+    n, target = TARGETS.get(method, (200, None))
+    fn = attribution.make_attributor(graphdef, method, options)
+    batches = list(chunks(n, lo, hi, method, options, cfg.emb_dim))
+    start = time.perf_counter()
+    seen = set()
+    for b in batches:                                     # compile each shape once
+      if b[0].shape not in seen:
+        seen.add(b[0].shape)
+        jax.block_until_ready(fn(params, *b))
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for b in batches:
+      jax.block_until_ready(fn(params, *b).scores)
+    seconds = time.perf_counter() - start
+    row = {'method': method, 'sentences': n, 'lengths': f'{lo}-{hi}', 'seconds': seconds,
+           'compile_and_first_pass_s': compile_s, 'sentences_per_s': n / seconds,
+           'chunks': len(batches), 'target_s': target,
+           'met': None if target is None else seconds < target}
+    if method == 'integrated_gradients':
+      row['steps'] = options.steps
+    if method == 'smoothgrad':
+      row['samples'] = options.samples
+    log(f'{method}: {n} sentences in {seconds:.1f} s ({n / seconds:.1f}/s; compiling and a '
+        f'first pass {compile_s:.1f} s)' + ('' if target is None else
+                                             f'; target < {target:.0f} s'))
+    out.append(row)
+  return out
+
+
+def format_rows(rs: list[dict]) -> str:
+  lines = ['| method | sentences | seconds | sentences/s | compile + first pass s | target |',
+           '|---|---|---|---|---|---|']
+  for r in rs:
+    target = '-' if r['target_s'] is None else (
+        f'< {r["target_s"]:.0f} s: {"met" if r["met"] else "MISSED"}')
+    lines.append(f'| {r["method"]} | {r["sentences"]} | {r["seconds"]:.1f} | '
+                 f'{r["sentences_per_s"]:.1f} | {r["compile_and_first_pass_s"]:.1f} | {target} |')
+  return '\n'.join(lines)
