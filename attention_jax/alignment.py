@@ -50,11 +50,19 @@ def _jsd(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def figures(magnitude: np.ndarray, gold: np.ndarray, explicit: np.ndarray | None,
-            src_len: int) -> dict[str, float]:
+            src_len: int, attended_only: bool = False) -> dict[str, float]:
   """One sentence: magnitude [T, S] (>= 0), gold [T] (-1: none), explicit [T, S] or None,
-  src_len the real source positions (EOS included) -> summable sums and counts."""
+  src_len the real source positions (EOS included) -> summable sums and counts.
+  attended_only: steps whose row is all zero are left out (explicit weights: score `none`
+  attends nowhere; as evaluate.py counts them); an all-zero explicit row gives no tau / JSD."""
   magnitude = np.asarray(magnitude, np.float64)[:, :src_len]
-  steps = np.nonzero(gold >= 0)[0]
+  keep = gold >= 0
+  if attended_only:
+    keep &= magnitude.sum(-1) > 0
+  if explicit is not None:   # tau and JSD need explicit weights on the same steps
+    attended = np.asarray(explicit).sum(-1) > 0
+    explicit = explicit if attended[keep].all() else None
+  steps = np.nonzero(keep)[0]
   out = {'steps': len(steps), 'hits': 0.0, 'gold_mass': 0.0, 'tau': 0.0, 'tau_steps': 0,
          'jsd': 0.0}
   if not len(steps):
@@ -157,7 +165,7 @@ def attribute_split(translator, task, split: str, methods: Sequence[str], *,
     for name, mag in maps.items():
       for r in rows:
         sums[name].append(figures(mag[r], gold[r], None if name == EXPLICIT else explicit[r],
-                                  int(src_lens[r])))
+                                  int(src_lens[r]), attended_only=name == EXPLICIT))
     base = np.asarray(deletion(translator.params, src, tin, tout,
                                np.zeros((*tout.shape, k), np.int32)))[:, 0]      # [B, T]
     valid = (gold >= 0) & (tout != 0)
@@ -170,8 +178,11 @@ def attribute_split(translator, task, split: str, methods: Sequence[str], *,
       progress(done)
     if done >= num:
       break
-  report = {'sentences': done, 'k': k, 'methods': {}, 'seconds': seconds}
+  report = {'sentences': done, 'k': k, 'methods': {}, 'seconds': seconds,
+            'steps': sum(x['steps'] for x in sums[methods[0]]) if methods else 0}
   for name in sums:
+    if not any(x['steps'] for x in sums[name]):   # score 'none': no explicit attention
+      continue
     report['methods'][name] = summarise(sums[name])
     report['methods'][name]['aopc'] = float(np.concatenate(drops[name]).mean())
   report['aopc_random'] = float(np.concatenate(drops['random']).mean())

@@ -125,8 +125,9 @@ def on_split(t: api.Translator, methods, opts, out_dir: str) -> None:
 def format_report(report: dict) -> str:
   cols = ['alignment_accuracy', 'gold_mass', 'kendall_tau', 'jsd', 'aopc']
   lines = [f'{report["sentences"]} sentences of {report["split"]}, teacher-forced on the '
-           f'references ({report["methods"]["attention"]["steps"]} steps); aopc: top 1..'
-           f'{report["k"]} positions deleted, random positions: {report["aopc_random"]:.4g}',
+           f'references ({report["steps"]} steps with a gold position); aopc: top 1..'
+           f'{report["k"]} positions deleted, random positions: {report["aopc_random"]:.4g}'
+           + ('' if 'attention' in report['methods'] else '; no explicit attention (score none)'),
            '| map | ' + ' | '.join(cols) + ' | seconds |', '|---|' + '---|' * (len(cols) + 1)]
   for name, fig in report['methods'].items():
     secs = report['seconds'].get(name)

@@ -290,6 +290,11 @@ def test_alignment_figures_against_scipy():
   s = alignment.summarise([f, alignment.figures(magnitude, np.array([0, 0, 0]), None, 3)])
   assert s['alignment_accuracy'] == pytest.approx(100 * 3 / 5)   # 1 + 2 of 2 + 3 steps
   assert s['kendall_tau'] == pytest.approx(sum(tau) / 2)
+  # score none attends nowhere: its explicit rows are left out, and compared with nothing
+  none = alignment.figures(np.zeros((3, 4)), gold, None, 3, attended_only=True)
+  assert none['steps'] == 0
+  f = alignment.figures(magnitude, gold, np.zeros((3, 4)), 3)
+  assert (f['steps'], f['tau_steps'], f['jsd']) == (2, 0, 0.0)
 
 
 def test_deletion_replaces_the_ranked_positions_by_the_zero_embedding():
