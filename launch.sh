@@ -21,7 +21,8 @@
 #                                       implicit attention (gradients) beside the explicit weights:
 #                                       figures, and against gold alignments (experiments/attribute.py)
 #   bash launch.sh bench [--quick]      speed benchmark: train tok/s, FLOP/s, compile time, decoding
-#                                       (writes benchmark.json; --configs --scores --decoders select)
+#                                       (writes benchmark.json; --configs --scores --decoders select;
+#                                       --attribution=all: the attribution methods' speed instead)
 #   bash launch.sh profile [--config=char --score=general --decoder=luong]
 #                                       where one train step's time goes, per XLA operation
 #   bash launch.sh docs [--serve]       build the documentation site (docs/ -> site/; mkdocs.yml)
