@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from scipy import stats
+from scipy.spatial import distance
 
 from attention_jax import attribution
 
@@ -43,10 +44,7 @@ def _normalised(m: np.ndarray) -> np.ndarray:
 
 def _jsd(p: np.ndarray, q: np.ndarray) -> np.ndarray:
   """Jensen-Shannon divergence in bits between rows of p and q [T, S] -> [T]."""
-  m = (p + q) / 2
-  kl = lambda a, b: np.sum(np.where(a > 0, a * np.log2(np.where(a > 0, a, 1) / np.where(
-      b > 0, b, 1)), 0.0), axis=-1)
-  return (kl(p, m) + kl(q, m)) / 2
+  return distance.jensenshannon(p, q, base=2, axis=-1) ** 2
 
 
 def figures(magnitude: np.ndarray, gold: np.ndarray, explicit: np.ndarray | None,
@@ -166,12 +164,10 @@ def attribute_split(translator, task, split: str, methods: Sequence[str], *,
       for r in rows:
         sums[name].append(figures(mag[r], gold[r], None if name == EXPLICIT else explicit[r],
                                   int(src_lens[r]), attended_only=name == EXPLICIT))
-    base = np.asarray(deletion(translator.params, src, tin, tout,
-                               np.zeros((*tout.shape, k), np.int32)))[:, 0]      # [B, T]
     valid = (gold >= 0) & (tout != 0)
     for name, mag in [*maps.items(), ('random', rng.rand(*explicit.shape))]:
       lp = np.asarray(deletion(translator.params, src, tin, tout, _order(mag, real, k)))
-      drop = base[:, None, :] - lp[:, 1:]                                       # [B, k, T]
+      drop = lp[:, :1] - lp[:, 1:]              # [B, k, T]: row 0 is the source untouched
       drops[name].append(drop.mean(1)[rows][valid[rows]])
     done += len(rows)
     if progress is not None:
