@@ -232,8 +232,7 @@ class Translator:
       raise TypeError(f'this model reads images: pass a list of images (file paths or arrays), '
                       f'got {type(sources).__name__}')
     imgs = self._read_images(sources)
-    enc = encoders.lookup(self.config.encoder)
-    cell = enc.cell_size(self.config)
+    cell = encoders.lookup(self.config.encoder).cell_size(self.config)
     fn = self.decoder(beam, alpha, nbest)
     max_tgt = int(self.run_config.get('data', {}).get('max_tgt_len', 128))
     max_len = decode_lib.max_output_len(max_tgt, self._factor)
@@ -242,14 +241,20 @@ class Translator:
       chunk = imgs[start:start + self.chunk_size]
       src = images_lib.pad_batch(chunk, cell)
       tokens, scores, weights = jax.device_get(fn(self.params, src, max_len, self._factor))
-      grid = enc.grid_shape(self.config, src.shape[1:3])
-      for r, im in enumerate(chunk):                                  # its own cells, top left
-        gh, gw = enc.grid_shape(self.config, (-(-im.shape[0] // cell) * cell,
-                                              -(-im.shape[1] // cell) * cell))
-        out.append(self._hypotheses(
-            tokens[r], scores[r], weights[r], [],
-            lambda w, gh=gh, gw=gw: w.reshape(len(w), *grid)[:, :gh, :gw]))
+      for r, im in enumerate(chunk):
+        out.append(self._hypotheses(tokens[r], scores[r], weights[r], [],
+                                    self._own_cells(im, src.shape[1:3])))
     return out
+
+  def _own_cells(self, image: np.ndarray, padded: tuple[int, int]):
+    """-> a function of weights [T, S] over the grid of a batch padded to `padded` (H, W)
+    pixels -> [T, H', W'] over `image`'s own cells (top left)."""
+    enc = encoders.lookup(self.config.encoder)
+    cell = enc.cell_size(self.config)
+    grid = enc.grid_shape(self.config, padded)
+    gh, gw = enc.grid_shape(self.config, (-(-image.shape[0] // cell) * cell,
+                                          -(-image.shape[1] // cell) * cell))
+    return lambda w: w.reshape(len(w), *grid)[:, :gh, :gw]
 
   def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
     """Consecutive slices of `todo` (sorted by length) of at most chunk_size rows whose
@@ -316,7 +321,6 @@ class Translator:
     return (h.outputs[0], inference.layer_weights(self.graphdef, self.params, src, h.ids[0]),
             h.src_tokens, h.tgt_tokens[0])
 
-
   def attributor(self, method: str, options: attribution.Options):
     """The jit-compiled attribution function (attribution.make_attributor), one per setting."""
     key = (method, options)
@@ -352,17 +356,13 @@ class Translator:
       trim = lambda a: a[..., :len(src_tokens)]
       weights_of = trim
     else:
-      image = self._read_images([source], lambda i: 'saliency(image)')[0]
-      enc = encoders.lookup(self.config.encoder)
-      cell = enc.cell_size(self.config)
+      image = source = self._read_images([source], lambda i: 'saliency(image)')[0]
+      cell = encoders.lookup(self.config.encoder).cell_size(self.config)
       src, src_tokens = images_lib.pad_batch([image], cell), []
-      grid = enc.grid_shape(self.config, src.shape[1:3])
-      own = enc.grid_shape(self.config, (-(-image.shape[0] // cell) * cell,
-                                         -(-image.shape[1] // cell) * cell))
-      weights_of = lambda a: a.reshape(len(a), *grid)[:, :own[0], :own[1]]
+      weights_of = self._own_cells(image, src.shape[1:3])
       trim = (weights_of if attribution.lookup(method).over == 'memory'
               else lambda a: a[:, :image.shape[0], :image.shape[1]])
-    if reference is None:
+    if reference is None:   # (an image decoded as the array read above: not read again)
       ids = self.decode([source], beam, alpha)[0].ids[0]
     else:
       ids = np.asarray(self.tgt_tok.encode(reference) + [data_lib.EOS], np.int32)
