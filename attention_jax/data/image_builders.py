@@ -23,7 +23,9 @@ download, no TensorFlow: array_record, like builders.py).
                (the test strips are the same images whatever s is).
 
 Features: image (uint8 [H, W]: 0 background, 255 ink), src (what is drawn), tgt, and font,
-locale, style (image_dates) or digit_ids (digit_strips: the MNIST rows used).
+locale, style (image_dates) or digit_ids (digit_strips: the MNIST rows used) and boxes
+(digit_strips: each digit's ink box on the canvas, half-open y0 x0 y1 x1 in pixels, one per
+digit in output order, ';'-separated: parse_boxes; Task.batch_boxes gives them per batch).
 
   builder = prepare_image_task('image_dates', cfg.data)
   builder.as_data_source()['test'][0]['image']       # uint8 [32, 256]
@@ -55,6 +57,7 @@ FONTS = ('DejaVuSans.ttf', 'DejaVuSans-Bold.ttf', 'DejaVuSans-Oblique.ttf', 'Dej
 SIZES = (10, 11, 12, 13)      # pixels (points at 72 dpi)
 MAX_ANGLE = 2.0               # degrees
 NOISE = 0.04                  # standard deviation of the Gaussian noise, in [0, 1] units
+INK = 0.1                     # digit_strips' boxes: the pixels of a digit above this are ink
 
 
 @dataclasses.dataclass(eq=False)
@@ -208,12 +211,22 @@ def distort_digit(rng: np.random.Generator, digit: np.ndarray, strength: float) 
   return np.clip(ndimage.map_coordinates(digit, [src_y, src_x], order=1, cval=0.0), 0.0, 1.0)
 
 
+def ink_box(ink: np.ndarray, y: int, x: int) -> tuple[int, int, int, int]:
+  """float [h, w] placed with its top left at (y, x) -> the half-open (y0, x0, y1, x1) on the
+  canvas of its pixels > INK, (-1, -1, -1, -1) if none."""
+  ys, xs = np.nonzero(ink > INK)
+  if not len(ys):
+    return (-1, -1, -1, -1)
+  return (y + int(ys.min()), x + int(xs.min()), y + int(ys.max()) + 1, x + int(xs.max()) + 1)
+
+
 def draw_strip(rng: np.random.Generator, digits: np.ndarray, labels: np.ndarray, pool: np.ndarray,
                height: int, width: int, distortion: float = 0.0, p: float = 1.0
-               ) -> tuple[np.ndarray, str, list[int]]:
+               ) -> tuple[np.ndarray, str, list[int], np.ndarray]:
   """1-MAX_DIGITS digits of `pool` (row indices) scaled (each distorted first with
   probability p when distortion > 0: distort_digit), placed left to right -> (uint8
-  [height, width], the digit string, the rows used)."""
+  [height, width], the digit string, the rows used, int32 [n, 4] each digit's box: ink_box of
+  its glyph as placed, clipped to the canvas, before the noise; -1 for a digit off the canvas)."""
   n = int(rng.integers(1, MAX_DIGITS + 1))
   rows = [int(r) for r in rng.choice(pool, n)]
   sizes = [int(rng.integers(16, min(28, height) + 1)) for _ in rows]
@@ -221,6 +234,7 @@ def draw_strip(rng: np.random.Generator, digits: np.ndarray, labels: np.ndarray,
   total = sum(sizes) + int(gaps[1:].sum())
   x = int(rng.integers(0, max(1, width - total) + 1))
   canvas = np.zeros((height, width), np.float32)
+  boxes = np.full((n, 4), -1, np.int32)
   for i, (r, size) in enumerate(zip(rows, sizes)):
     digit = digits[r].astype(np.float32) / 255.0
     # (p = 1 draws no coin: its strips stay those of the data sets made before p existed)
@@ -233,17 +247,31 @@ def draw_strip(rng: np.random.Generator, digits: np.ndarray, labels: np.ndarray,
     x0, x1 = max(0, x), min(width, x + w)
     if x1 > x0:
       canvas[y:y + h, x0:x1] = np.maximum(canvas[y:y + h, x0:x1], glyph[:, x0 - x:x1 - x])
+      boxes[i] = ink_box(glyph[:, x0 - x:x1 - x], y, x0)
     x += w
   canvas = np.clip(canvas + rng.normal(0.0, NOISE, canvas.shape), 0.0, 1.0)
   return (np.round(canvas * 255).astype(np.uint8), ''.join(str(int(labels[r])) for r in rows),
-          rows)
+          rows, boxes)
+
+
+def format_boxes(boxes: np.ndarray) -> str:
+  """int [n, 4] boxes -> 'y0 x0 y1 x1;y0 x0 y1 x1;...' (the feature `boxes`)."""
+  return ';'.join(' '.join(str(int(v)) for v in box) for box in boxes)
+
+
+def parse_boxes(text: str) -> np.ndarray:
+  """format_boxes' string -> int32 [n, 4]."""
+  rows = [[int(v) for v in box.split()] for box in text.split(';') if box.strip()]
+  return np.asarray(rows, np.int32).reshape(-1, 4)
 
 
 class AjDigitStrips(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """Strips of 1-5 handwritten digits -> the digit string (see the module docstring)."""
   name = 'aj_digit_strips'
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
+  VERSION = tfds.core.Version('1.1.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.',
+                   '1.1.0': "Feature 'boxes': each digit's ink box (format_boxes), for "
+                            'pointing-game scores; the images and strings are unchanged.'}
 
   @tfds.core.utils.classproperty
   @classmethod
@@ -255,7 +283,7 @@ class AjDigitStrips(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     features = {'image': tfds.features.Tensor(shape=(c.image_height, c.image_width),
                                               dtype=np.uint8, encoding='zlib'),
                 'src': tfds.features.Text(), 'tgt': tfds.features.Text(),
-                'digit_ids': tfds.features.Text()}
+                'digit_ids': tfds.features.Text(), 'boxes': tfds.features.Text()}
     return tfds.core.DatasetInfo(
         builder=self, description='Strips of 1-5 MNIST digits -> the digit string.',
         features=tfds.features.FeaturesDict(features), supervised_keys=('image', 'tgt'))
@@ -272,11 +300,11 @@ class AjDigitStrips(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     pool = digit_pool(split, len(digits))
     rng = np.random.default_rng([c.seed, builders.SPLITS.index(split)])
     for i in range(count):
-      image, text, rows = draw_strip(rng, digits, labels, pool, c.image_height, c.image_width,
-                                     c.digit_distortion if split == 'train' else 0.0,
-                                     c.digit_distortion_p)
+      image, text, rows, boxes = draw_strip(
+          rng, digits, labels, pool, c.image_height, c.image_width,
+          c.digit_distortion if split == 'train' else 0.0, c.digit_distortion_p)
       yield f'{i:08d}', {'image': image, 'src': text, 'tgt': text,
-                         'digit_ids': ' '.join(map(str, rows))}
+                         'digit_ids': ' '.join(map(str, rows)), 'boxes': format_boxes(boxes)}
 
 
 IMAGE_BUILDERS = {'image_dates': AjImageDates, 'digit_strips': AjDigitStrips}

@@ -140,6 +140,9 @@ class Task:
                                          **self._limits)
     self.has_alignment = (self.name in builders.ALIGNMENTS
                           and self._src_tok.kind == self._tgt_tok.kind == 'char')
+    # digit_strips: each digit's box on the image; target token t is digit t with char targets
+    self.has_boxes = (self._tgt_tok.kind == 'char'
+                      and all('boxes' in self._extras.get(split, {}) for split in SPLITS))
 
   # Assigning a tokenizer (e.g. one restored with a checkpoint) re-encodes the data.
   @property
@@ -279,6 +282,24 @@ class Task:
       n_src, n_tgt = int((src[r] != tok_lib.PAD).sum()) - 1, int((tgt[r] != tok_lib.PAD).sum()) - 1
       gold = builders.gold_alignment(self.name, src[r, :n_src], tgt[r, :n_tgt])
       out[r, :len(gold)] = gold
+    return out
+
+  def batch_boxes(self, batch: dict[str, np.ndarray], split: str) -> np.ndarray | None:
+    """A batch of `split` -> int32 [B, T, 4] the ink box (y0, x0, y1, x1: half-open, pixels of
+    the source image) of the digit each tgt_out position outputs, -1 rows on EOS, padding and
+    filler rows (and for a digit off the canvas); None for tasks without boxes (has_boxes)."""
+    if not self.has_boxes:
+      return None
+    boxes, tgt = self.features(split)['boxes'], batch['tgt_out']
+    out = np.full((*tgt.shape, 4), -1, np.int32)
+    for r in np.flatnonzero(batch['weight'] > 0):
+      index = int(batch['index'][r])
+      digits = image_builders.parse_boxes(boxes[index])                  # [n, 4]
+      n_tgt = int((tgt[r] != tok_lib.PAD).sum()) - 1                    # without EOS
+      if len(digits) != n_tgt:
+        raise ValueError(f'{self.name} {split}[{index}]: {len(digits)} boxes for {n_tgt} target '
+                         f'tokens (is the batch from split {split!r}?)')
+      out[r, :n_tgt] = digits
     return out
 
   def stats(self, batch_size: int) -> dict[str, Any]:
