@@ -2,10 +2,13 @@
 how well each map points at the gold source position, how two maps agree, and how faithful a
 ranking is to what the model uses.
 
-  report = attribute_split(translator, task, 'test', ('gradient', 'integrated_gradients'))
-  by_map = report.get('methods')  # per map (each method, and 'attention': the explicit
-                                  # weights): alignment_accuracy, gold_mass, kendall_tau, jsd,
-                                  # aopc, steps; report.get('aopc_random'): random positions
+  report = attribute_split(graphdef, params, task, 'test', ('gradient', 'integrated_gradients'),
+                           train_max_len=12)
+  by_map = report.get('methods')  # per map (each method, 'attention': the explicit weights,
+                                  # a Transformer's layers and heads): alignment_accuracy,
+                                  # gold_mass, kendall_tau, jsd, aopc, steps
+  report.get('random')            # the same figures for a random ranking: chance
+  report.get('bands')             # the same within and beyond the training lengths
 
 Figures, over every output step with a gold position (teacher-forced on the reference):
   alignment_accuracy  % of steps whose argmax (of |score| for signed methods) is the gold
@@ -32,8 +35,10 @@ from scipy import stats
 from scipy.spatial import distance
 
 from attention_jax import attribution
+from attention_jax.data import builders
 
 EXPLICIT = 'attention'   # the explicit weights' row in a report
+RANDOM = 'random'        # a random ranking: the chance level of every figure
 
 
 def _normalised(m: np.ndarray) -> np.ndarray:
@@ -126,26 +131,48 @@ def _order(magnitude: np.ndarray, real: np.ndarray, k: int) -> np.ndarray:
   return np.argsort(-m, axis=-1, kind='stable')[..., :k].astype(np.int32)
 
 
-def attribute_split(translator, task, split: str, methods: Sequence[str], *,
+def bands(train_max_len: int | None) -> list[tuple[str, int, float]]:
+  """Source-length bands (name, lo, hi], lengths without EOS: all, and for a task with
+  training lengths up to train_max_len, within and beyond them."""
+  if not train_max_len:
+    return [('all', 0, np.inf)]
+  return [('all', 0, np.inf), ('within', 0, train_max_len), ('beyond', train_max_len, np.inf)]
+
+
+def _layer_maps(graphdef):
+  """-> jit fn(params, src, tgt_in) -> the cross-attention of every decoder layer and head
+  [B, N, H, T, S] (a Transformer's, read.layers), or None for a model without layers."""
+
+  def fn(params, src, tgt_in):
+    _, read = nnx.merge(graphdef, params).forward(src, tgt_in)
+    return getattr(read, 'layers', None)
+  return jax.jit(fn)
+
+
+def attribute_split(graphdef, params, task, split: str, methods: Sequence[str], *,
                     num: int = 200, batch_size: int = 32, k: int = 3, seed: int = 0,
                     options: attribution.Options = attribution.Options(),
-                    progress=None) -> dict:
+                    train_max_len: int | None = None, progress=None) -> dict:
   """The first `num` examples of a split with gold alignments, teacher-forced on their
-  references -> {'methods': {name: figures}, 'sentences', 'seconds': {name: s}} (the explicit
-  weights as 'attention'), with faithfulness (aopc, and aopc_random)."""
-  if not task.has_alignment or translator.config.source != 'tokens':
+  references -> {'methods': {map: figures}, 'aopc_random', 'bands': [{'band', 'lo', 'hi',
+  'sentences', 'methods', 'aopc_random'}], 'sentences', 'steps', 'k', 'seconds': {method: s}}.
+
+  Maps: each method, 'attention' (the explicit weights), 'random' (a random ranking: the
+  chance level of every figure) and, for a Transformer, 'attention_L<n>' (layer n's mean over
+  heads) and 'attention_L<n>H<h>' (one head). Bands: `bands(train_max_len)`."""
+  if not task.has_alignment or task.source != 'tokens':
     raise ValueError(f'task {task.name!r} has no gold alignments: alignment figures need a '
                      'token task that has them (copy, reverse, sort)')
   for m in methods:
-    attribution.check(m, translator.config.source)
-  deletion = make_deletion(translator.graphdef, k)
+    attribution.check(m, task.source)
+  attributors = {m: attribution.make_attributor(graphdef, m, options) for m in methods}
+  deletion = make_deletion(graphdef, k)
+  layer_maps = _layer_maps(graphdef)
   rng = np.random.RandomState(seed)
-  sums = {m: [] for m in [EXPLICIT, *methods]}
-  drops = {m: [] for m in [*methods, EXPLICIT, 'random']}
+  sentences = []   # (source length, {map: figures}, {map: deletion drops [steps]})
   seconds = {m: 0.0 for m in methods}
-  done = 0
   for batch in task.eval_batches(split, batch_size):
-    rows = np.nonzero(batch['weight'] > 0)[0][:num - done]
+    rows = np.nonzero(batch['weight'] > 0)[0][:num - len(sentences)]
     if not len(rows):
       break
     gold = task.batch_alignment(batch)
@@ -154,32 +181,238 @@ def attribute_split(translator, task, split: str, methods: Sequence[str], *,
     maps = {}
     for m in methods:
       start = time.perf_counter()
-      a = jax.device_get(translator.attributor(m, options)(translator.params, src, tin, tout))
+      a = jax.device_get(attributors[m](params, src, tin, tout))
       seconds[m] += time.perf_counter() - start
       maps[m] = attribution.ranking(m, np.asarray(a.scores, np.float64))
       explicit = np.asarray(a.weights, np.float64)
     maps[EXPLICIT] = explicit
+    layers = layer_maps(params, src, tin)
+    if layers is not None:
+      layers = np.asarray(jax.device_get(layers), np.float64)          # [B, N, H, T, S]
+      for n in range(layers.shape[1]):
+        maps[f'{EXPLICIT}_L{n + 1}'] = layers[:, n].mean(1)
+        for h in range(layers.shape[2]):
+          maps[f'{EXPLICIT}_L{n + 1}H{h + 1}'] = layers[:, n, h]
+    maps[RANDOM] = rng.rand(*explicit.shape)
     src_lens = real.sum(-1)
-    for name, mag in maps.items():
-      for r in rows:
-        sums[name].append(figures(mag[r], gold[r], None if name == EXPLICIT else explicit[r],
-                                  int(src_lens[r]), attended_only=name == EXPLICIT))
     valid = (gold >= 0) & (tout != 0)
-    for name, mag in [*maps.items(), ('random', rng.rand(*explicit.shape))]:
-      lp = np.asarray(deletion(translator.params, src, tin, tout, _order(mag, real, k)))
-      drop = lp[:, :1] - lp[:, 1:]              # [B, k, T]: row 0 is the source untouched
-      drops[name].append(drop.mean(1)[rows][valid[rows]])
+    drops = {}
+    for name, mag in maps.items():
+      lp = np.asarray(deletion(params, src, tin, tout, _order(mag, real, k)))
+      drops[name] = (lp[:, :1] - lp[:, 1:]).mean(1)      # [B, T]: row 0 is the source untouched
+    for r in rows:
+      figs = {name: figures(mag[r], gold[r], explicit[r] if name in methods else None,
+                            int(src_lens[r]), attended_only=name.startswith(EXPLICIT))
+              for name, mag in maps.items()}
+      sentences.append((int(src_lens[r]) - 1, figs,
+                        {name: d[r][valid[r]] for name, d in drops.items()}))
+    if progress is not None:
+      progress(len(sentences))
+    if len(sentences) >= num:
+      break
+
+  def summary(chosen) -> dict:
+    out = {}
+    for name in (chosen[0][1] if chosen else {}):
+      if not any(s[1][name]['steps'] for s in chosen):   # score 'none': no explicit attention
+        continue
+      out[name] = summarise([s[1][name] for s in chosen])
+      out[name]['aopc'] = float(np.concatenate([s[2][name] for s in chosen]).mean())
+    return out
+
+  report = {'sentences': len(sentences), 'k': k, 'seconds': seconds,
+            'steps': sum(s[1][RANDOM]['steps'] for s in sentences), 'bands': []}
+  for band, lo, hi in bands(train_max_len):
+    chosen = [s for s in sentences if lo < s[0] <= hi]
+    if not chosen:
+      continue
+    by_map = summary(chosen)
+    chance = by_map.pop(RANDOM)
+    entry = {'band': band, 'lo': lo, 'hi': None if hi == np.inf else hi,
+             'sentences': len(chosen), 'methods': by_map, 'aopc_random': chance.pop('aopc'),
+             'random': chance}
+    if band == 'all':
+      report.update(methods=entry['methods'], aopc_random=entry['aopc_random'],
+                    random=entry['random'])
+    report['bands'].append(entry)
+  return report
+
+
+def _to_pixels(m: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+  """A map [T, H', W'] over an encoder's grid -> [T, H, W]: each pixel holds its cell's value
+  divided by the cell's area (mass is kept); a pixel map [T, H, W] is returned as is."""
+  h, w = size
+  if m.shape[-2:] == (h, w):
+    return m
+  rows, cols = np.arange(h) * m.shape[-2] // h, np.arange(w) * m.shape[-1] // w
+  return m[:, rows][:, :, cols] * (m.shape[-2] * m.shape[-1] / (h * w))
+
+
+def _point(m: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+  """The argmax of each row of a map [T, H', W'] (grid) or [T, H, W] (pixels) as pixel
+  coordinates [T, 2] (y, x): a grid cell's centre, or the pixel's."""
+  t, gh, gw = m.shape
+  flat = np.argmax(m.reshape(t, -1), -1)
+  i, j = flat // gw, flat % gw
+  return np.stack([(i + 0.5) * size[0] / gh, (j + 0.5) * size[1] / gw], -1)
+
+
+def pointing(magnitude: np.ndarray, boxes: np.ndarray, size: tuple[int, int],
+             tolerance: float, attended_only: bool = False) -> dict[str, float]:
+  """One image: magnitude [T, H', W'] or [T, H, W] (>= 0), boxes [T, 4] (y0, x0, y1, x1; -1
+  rows: none) -> summable sums: hits (the argmax within `tolerance` pixels of the box: the
+  pointing game, Zhang et al. 2016) and gold_mass (the map's share inside the box)."""
+  keep = boxes[:, 0] >= 0
+  if attended_only:
+    keep &= magnitude.reshape(len(magnitude), -1).sum(-1) > 0
+  steps = np.nonzero(keep)[0]
+  out = {'steps': len(steps), 'hits': 0.0, 'gold_mass': 0.0, 'tau': 0.0, 'tau_steps': 0,
+         'jsd': 0.0}
+  if not len(steps):
+    return out
+  m, b = np.asarray(magnitude, np.float64)[steps], boxes[steps]
+  y, x = _point(m, size).T
+  out['hits'] = float(np.sum((y >= b[:, 0] - tolerance) & (y <= b[:, 2] + tolerance)
+                             & (x >= b[:, 1] - tolerance) & (x <= b[:, 3] + tolerance)))
+  px = _to_pixels(m, size)
+  total = px.reshape(len(px), -1).sum(-1)
+  inside = np.array([p[y0:y1, x0:x1].sum() for p, (y0, x0, y1, x1) in zip(px, b)])
+  out['gold_mass'] = float(np.sum(np.where(total > 0, inside / np.where(total > 0, total, 1),
+                                           (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+                                           / (size[0] * size[1]))))
+  return out
+
+
+def attribute_images(graphdef, params, task, split: str, methods: Sequence[str],
+                     grid: tuple[int, int], *, num: int = 200, batch_size: int = 32,
+                     seed: int = 0, options: attribution.Options = attribution.Options(),
+                     tolerance: float | None = None, progress=None) -> dict:
+  """The pointing game on an image task whose digits' boxes were recorded (digit_strips),
+  teacher-forced on the references: per map (each method: pixels or, Grad-CAM, the grid;
+  'attention': the explicit weights over the grid; 'random') alignment_accuracy (% of output
+  steps whose argmax lies within `tolerance` pixels of the output digit's box; default half a
+  grid cell) and gold_mass (% of the map inside the box). -> the report of attribute_split,
+  with one band ('all') and no AOPC."""
+  if not task.has_boxes:
+    raise ValueError(f'task {task.name!r} has no gold boxes: the pointing game needs an image '
+                     'task that records them (digit_strips)')
+  for m in methods:
+    attribution.check(m, task.source)
+  size = task.image_shape
+  tolerance = 0.5 * size[0] / grid[0] if tolerance is None else tolerance
+  attributors = {m: attribution.make_attributor(graphdef, m, options) for m in methods}
+  rng = np.random.RandomState(seed)
+  sums = {}
+  seconds = {m: 0.0 for m in methods}
+  done = 0
+  for batch in task.eval_batches(split, batch_size):
+    rows = np.nonzero(batch['weight'] > 0)[0][:num - done]
+    if not len(rows):
+      break
+    boxes = task.batch_boxes(batch, split)
+    src, tin, tout = (np.asarray(batch[x]) for x in ('src', 'tgt_in', 'tgt_out'))
+    maps = {}
+    for m in methods:
+      start = time.perf_counter()
+      a = jax.device_get(attributors[m](params, src, tin, tout))
+      seconds[m] += time.perf_counter() - start
+      scores = np.asarray(attribution.ranking(m, np.asarray(a.scores, np.float64)))
+      maps[m] = scores if scores.ndim == 4 else scores.reshape(*scores.shape[:2], *grid)
+      explicit = np.asarray(a.weights, np.float64).reshape(*tout.shape, *grid)
+    maps[EXPLICIT] = explicit
+    maps[RANDOM] = rng.rand(*explicit.shape)
+    for name, mag in maps.items():
+      sums.setdefault(name, []).extend(
+          pointing(mag[r], boxes[r], size, tolerance, attended_only=name == EXPLICIT)
+          for r in rows)
     done += len(rows)
     if progress is not None:
       progress(done)
     if done >= num:
       break
-  report = {'sentences': done, 'k': k, 'methods': {}, 'seconds': seconds,
-            'steps': sum(x['steps'] for x in sums[methods[0]]) if methods else 0}
-  for name in sums:
-    if not any(x['steps'] for x in sums[name]):   # score 'none': no explicit attention
-      continue
-    report['methods'][name] = summarise(sums[name])
-    report['methods'][name]['aopc'] = float(np.concatenate(drops[name]).mean())
-  report['aopc_random'] = float(np.concatenate(drops['random']).mean())
-  return report
+  by_map = {name: summarise(x) for name, x in sums.items() if any(f['steps'] for f in x)}
+  chance = by_map.pop(RANDOM)
+  band = {'band': 'all', 'lo': 0, 'hi': None, 'sentences': done, 'methods': by_map,
+          'random': chance, 'aopc_random': None}
+  return {'sentences': done, 'steps': chance['steps'], 'k': None, 'seconds': seconds,
+          'tolerance': tolerance, 'methods': by_map, 'random': chance, 'aopc_random': None,
+          'bands': [band]}
+
+
+def train_max_len(data_cfg) -> int | None:
+  """The longest training source of a task with gold alignments (copy, reverse, sort: their
+  test sentences go beyond it), else None."""
+  return int(data_cfg.max_len) if data_cfg.name in builders.ALIGNMENTS else None
+
+
+def format_report(report: dict, split: str) -> str:
+  """An attribute_split report as markdown: a table per band (all; within and beyond the
+  training lengths), random positions last."""
+  cols = ['alignment_accuracy', 'gold_mass', 'kendall_tau', 'jsd', 'aopc']
+  lines = [f'{report["sentences"]} sentences of {split}, teacher-forced on the references '
+           f'({report["steps"]} steps with a gold position); '
+           + (f'aopc: top 1..{report["k"]} positions deleted' if report['k'] else
+              f'pointing game: the argmax within {report["tolerance"]:g} pixels of the box')
+           + ('' if EXPLICIT in report['methods'] else '; no explicit attention (score none)')]
+  for band in report['bands']:
+    span = f'{band["lo"] + 1}+' if band['hi'] is None else f'{band["lo"] + 1}-{band["hi"]}'
+    lines += ['', f'{band["band"]} (source lengths {span}, '
+              f'{band["sentences"]} sentences)', '',
+              '| map | ' + ' | '.join(cols) + ' | seconds |', '|---|' + '---|' * (len(cols) + 1)]
+    chance = {**band['random'], **({} if band['aopc_random'] is None
+                                   else {'aopc': band['aopc_random']})}
+    rows = [*band['methods'].items(), (RANDOM, chance)]
+    for name, fig in rows:
+      secs = report['seconds'].get(name) if band['band'] == 'all' else None
+      lines.append(f'| {name} | ' + ' | '.join(
+          f'{fig[c]:.4g}' if c in fig else '-' for c in cols) + ' | '
+          + (f'{secs:.1f}' if secs is not None else '-') + ' |')
+  return '\n'.join(lines)
+
+
+def config_methods(spec: str, source: str | None = None) -> list[str]:
+  """eval.attribution ('' | 'all' | 'gradient,integrated_gradients') -> method names (those
+  that apply to `source`, 'tokens' or 'images', where given); an unknown name, or one that
+  cannot apply, fails naming the valid ones."""
+  names = [m.strip() for m in str(spec or '').split(',') if m.strip()]
+  if names == ['all']:
+    return attribution.names(source) if source else sorted(attribution.METHODS)
+  for m in names:
+    if source:
+      attribution.check(m, source)
+    else:
+      attribution.lookup(m)
+  return names
+
+
+def check_task(task, spec: str) -> list[str]:
+  """eval.attribution's methods for this task; one line if the task has no gold alignment."""
+  methods = config_methods(spec, task.source)
+  if methods and not (task.has_alignment and task.source == 'tokens'
+                      or getattr(task, 'has_boxes', False)):
+    raise ValueError(f'eval.attribution={spec!r} measures attributions against gold '
+                     f'alignments, which task {task.name!r} does not have (copy, reverse, '
+                     "sort and digit_strips' boxes have them); set eval.attribution=''")
+  return methods
+
+
+def from_config(graphdef, params, task, cfg, split: str = 'test', grid: tuple[int, int] = (),
+                progress=None) -> dict | None:
+  """The attribute_split (token tasks) or attribute_images (digit_strips; `grid`: the
+  encoder's (H', W') on the task's images) report that a run's eval.attribution* fields ask
+  for; None when eval.attribution is empty; a task without gold fails with one line."""
+  methods = check_task(task, cfg.eval.get('attribution', ''))
+  if not methods:
+    return None
+  steps = int(cfg.eval.get('attribution_steps', 32))
+  if task.source != 'tokens':
+    return attribute_images(graphdef, params, task, split, methods, grid,
+                            num=int(cfg.eval.get('attribution_num', 200)),
+                            batch_size=int(cfg.data.batch_size),
+                            options=attribution.Options(steps=steps, samples=steps),
+                            progress=progress)
+  return attribute_split(graphdef, params, task, split, methods,
+                         num=int(cfg.eval.get('attribution_num', 200)),
+                         batch_size=int(cfg.data.batch_size),
+                         options=attribution.Options(steps=steps, samples=steps),
+                         train_max_len=train_max_len(cfg.data), progress=progress)

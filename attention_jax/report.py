@@ -11,6 +11,9 @@ p-values over seeds and over sentences, Holm-adjusted (attention_jax.compare). W
   runs.csv          one row per run (each seed): its metrics, wall time, attempts, where it ran
   bars.png          the primary metric's means with their intervals as error bars
   <metric>_by_length.png   the primary metric by source length, intervals as bands
+  implicit_attention.md, implicit_attention.csv, implicit_tests.csv   where the runs measured
+                    attributions against gold alignments (eval.attribution): the
+                    implicit-attention study (attention_jax/implicit_study.py)
 
 Tasks with several references per source (G2P) lead with word error rate (WER), others with
 BLEU.
@@ -22,6 +25,7 @@ import csv
 import os
 
 from attention_jax import compare as compare_lib
+from attention_jax import implicit_study
 from attention_jax import plots
 from attention_jax import workdir as workdir_lib
 
@@ -90,6 +94,8 @@ def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
         curves, os.path.join(sweep_dir, f'{metric}_by_length.png'), metric=metric,
         title=f'{name}: {label} by source length (mean over seeds, 95% band)',
         train_max_len=_train_max_len(groups[0].runs[0].workdir))
+  if implicit_study.has_attribution(groups, split):   # runs with eval.attribution
+    paths.update(implicit_study.write(sweep_dir, groups, split))
   if verbose:
     print(text)
     print('wrote ' + ', '.join(paths.values()))

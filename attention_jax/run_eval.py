@@ -16,6 +16,7 @@ from typing import Sequence
 import ml_collections
 import numpy as np
 
+from attention_jax import alignment
 from attention_jax import data as data_lib
 from attention_jax import encoders
 from attention_jax import evaluate as eval_lib
@@ -43,7 +44,8 @@ def _read_pairs(src: str, ref: str) -> tuple[list[tuple[str, str]], list[list[st
 def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = None,
                  ref: str | None = None, beam: int | None = None, alpha: float | None = None,
                  step: int | None = None, length_edges: Sequence[int] | None = None,
-                 num_heatmaps: int = 6, verbose: bool = True) -> dict:
+                 num_heatmaps: int = 6, attribution: str | None = None,
+                 verbose: bool = True) -> dict:
   """Evaluates a run's checkpoint (best, or `step`) on one of its splits, or on any parallel
   text files `src` / `ref` (one sentence per line; see _read_pairs for several references),
   with beam size `beam` and length penalty `alpha` (default: the run's eval.beam_size and
@@ -53,7 +55,10 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
   split, or the source file's name) and returns the report: loss, token accuracy, exact
   match, BLEU and chrF (sacrebleu, with its signature), WER / PER where there are several
   references, the same by source length (edges: `length_edges`, else the run's
-  eval.length_edges), alignment accuracy where the task has a gold alignment.
+  eval.length_edges), alignment accuracy where the task has a gold alignment, and with
+  `attribution` (methods, comma-separated, or 'all'; default: the run's eval.attribution,
+  on a split) the figures of implicit attention against the gold alignments
+  (alignment.attribute_split) under 'attribution'.
   """
   if (src is None) != (ref is None):
     raise ValueError('give both src and ref files (or neither, to evaluate a split)')
@@ -88,6 +93,13 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
     raise FloatingPointError(f'the loss of {workdir!r} step {translator.step} on '
                              f'{split if src is None else src} is {report["loss"]}: the model gives some reference token '
                              'probability 0 (or NaN); its metrics would mean nothing')
+  if attribution is None and src is None:
+    attribution = cfg.eval.get('attribution', '')
+  if attribution:
+    cfg.eval.attribution = attribution
+    grid = encoders.grid_shape(translator.config, task.image_shape) \
+        if task.source != 'tokens' else ()
+    report['attribution'] = alignment.from_config(graphdef, params, task, cfg, split, grid)
   report.update({'split': split if src is None else None, 'src': src, 'ref': ref,
                  'beam': beam, 'alpha': alpha, 'step': translator.step,
                  'workdir': os.path.abspath(workdir)})
@@ -107,6 +119,8 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
   run.write_eval(name, report)
   if verbose:
     print(format_report(report, workdir, name))
+    if 'attribution' in report:
+      print('\nimplicit attention: ' + alignment.format_report(report['attribution'], split))
   return report
 
 

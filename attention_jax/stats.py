@@ -84,6 +84,21 @@ def welch(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE
   return SeedTest(diff, float(ci.low), float(ci.high), float(res.pvalue))
 
 
+def paired(a: Sequence[float], b: Sequence[float], confidence: float = CONFIDENCE) -> SeedTest:
+  """The paired t-test of mean(a - b) (a[i], b[i] from the same seed's run: two maps of one
+  model, or one map within and beyond the training lengths); nan with fewer than 2 pairs, and
+  as welch() when the differences do not vary."""
+  d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+  diff = float(d.mean()) if len(d) else float('nan')
+  if len(d) < 2:
+    return SeedTest(diff, float('nan'), float('nan'), float('nan'))
+  if d.std() == 0.0:
+    return SeedTest(diff, diff, diff, 1.0 if diff == 0.0 else 0.0)
+  res = scipy.stats.ttest_1samp(d, 0.0)
+  ci = res.confidence_interval(confidence)
+  return SeedTest(diff, float(ci.low), float(ci.high), float(res.pvalue))
+
+
 def _scores(stats: np.ndarray, idx: np.ndarray, metric: str, tokenize: str) -> np.ndarray:
   """stats [N, k], idx [..., n] sentence rows -> the corpus score of each index row [...]."""
   summed = stats[idx].sum(-2)                                          # [..., k]

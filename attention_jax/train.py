@@ -16,6 +16,7 @@ import jax
 import ml_collections
 import sacrebleu
 
+from attention_jax import alignment
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import encoders
 from attention_jax import data as data_lib
@@ -82,6 +83,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   if not isinstance(shown, int) or isinstance(shown, bool) or shown < 0:
     raise ValueError(f'eval.heatmaps must be an integer >= 0 (test sentences drawn), got '
                      f'{shown!r}')
+  alignment.config_methods(e.get('attribution', ''))   # names, before any training
+  if not isinstance(e.get('attribution_num', 1), int) or e.get('attribution_num', 1) < 1:
+    raise ValueError(f'eval.attribution_num must be a positive integer, got '
+                     f'{e.attribution_num!r}')
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
@@ -324,6 +329,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
     _barrier('data prepared')
   mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
   check_source(task, mcfg)
+  alignment.check_task(task, cfg.eval.get('attribution', ''))   # before training, not after
 
   use_ema = t.ema_decay > 0
   graphdef, state = init_state(mcfg, OptimizerConfig.of(t).build(), cfg.seed, ema=use_ema)
@@ -442,6 +448,11 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   for split in ('validation', 'test'):
     results[split], kept, sentences[split] = evaluate_(
         params, task, split, keep_outputs=cfg.eval.heatmaps if split == 'test' else 0)
+  if lead() and cfg.eval.get('attribution'):   # implicit attention against gold alignments
+    log(f'attributing {cfg.eval.get("attribution_num", 200)} test sentences '
+        f'({cfg.eval.attribution})')
+    grid = encoders.grid_shape(mcfg, task.image_shape) if task.source != 'tokens' else ()
+    results['test']['attribution'] = alignment.from_config(graphdef, params, task, cfg, grid=grid)
   heads = functools.partial(inference.layer_weights, graphdef, params) \
       if mcfg.arch == 'transformer' else None
   paths = eval_lib.heatmaps(task, kept, run.heatmaps_dir, 'test', heads,

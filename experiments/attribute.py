@@ -11,8 +11,10 @@ and the first --figures lines are drawn side by side (explicit weights | each me
 (copy, reverse, sort): the first --num examples of --split, teacher-forced on their
 references, give per method the alignment accuracy, the mass on the gold position, Kendall
 tau and JSD against the explicit weights, and faithfulness (AOPC: the drop of log p(y_t)
-when the top 1..--k positions are zeroed, against random positions), written to
-OUT_DIR/alignment_<split>.json and printed as a table (attention_jax/alignment.py).
+when the top 1..--k positions are zeroed, against random positions), within and beyond the
+training lengths; on digit_strips, whose digits' boxes are recorded, the pointing game (the
+argmax in the output digit's box) and the mass in the box; written to
+OUT_DIR/alignment_<split>.json and printed as tables (attention_jax/alignment.py).
 
 Methods: attention_jax/attribution.py (default: every method the run's source allows).
 Expected failures (bad flags, an unknown method, a run without gold alignments) print one
@@ -27,7 +29,7 @@ import ml_collections
 import numpy as np
 from absl import app, flags
 
-from attention_jax import alignment, api, attribution, plots
+from attention_jax import alignment, api, attribution, encoders, plots
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from experiments import cli
@@ -109,32 +111,25 @@ def on_lines(t: api.Translator, methods, opts, out_dir: str) -> None:
 def on_split(t: api.Translator, methods, opts, out_dir: str) -> None:
   cfg = ml_collections.ConfigDict(t.run_config)
   task = data_lib.load_task(cfg.data, seed=cfg.seed, tokenizers=(t.src_tok, t.tgt_tok))
-  report = alignment.attribute_split(
-      t, task, FLAGS.split, methods, num=FLAGS.num, k=FLAGS.k,
-      options=attribution.Options(**opts),
-      progress=lambda n: print(f'\r{n}/{FLAGS.num} sentences', end='', file=sys.stderr))
+  def progress(n):
+    print(f'\r{n}/{FLAGS.num} sentences', end='', file=sys.stderr)
+  if t.config.source == 'tokens':
+    report = alignment.attribute_split(
+        t.graphdef, t.params, task, FLAGS.split, methods, num=FLAGS.num, k=FLAGS.k,
+        options=attribution.Options(**opts), train_max_len=alignment.train_max_len(cfg.data),
+        progress=progress)
+  else:   # digit_strips: the pointing game in each digit's recorded box
+    report = alignment.attribute_images(
+        t.graphdef, t.params, task, FLAGS.split, methods,
+        encoders.grid_shape(t.config, task.image_shape), num=FLAGS.num,
+        options=attribution.Options(**opts), progress=progress)
   print(file=sys.stderr)
   report.update({'workdir': os.path.abspath(FLAGS.workdir), 'step': t.step,
                  'split': FLAGS.split, 'options': opts})
   path = os.path.join(out_dir, f'alignment_{FLAGS.split}.json')
   workdir_lib.write_atomic(path, json.dumps(report, indent=1) + '\n')
-  print(format_report(report))
+  print(alignment.format_report(report, FLAGS.split))
   print(f'wrote {path}')
-
-
-def format_report(report: dict) -> str:
-  cols = ['alignment_accuracy', 'gold_mass', 'kendall_tau', 'jsd', 'aopc']
-  lines = [f'{report["sentences"]} sentences of {report["split"]}, teacher-forced on the '
-           f'references ({report["steps"]} steps with a gold position); aopc: top 1..'
-           f'{report["k"]} positions deleted, random positions: {report["aopc_random"]:.4g}'
-           + ('' if 'attention' in report['methods'] else '; no explicit attention (score none)'),
-           '| map | ' + ' | '.join(cols) + ' | seconds |', '|---|' + '---|' * (len(cols) + 1)]
-  for name, fig in report['methods'].items():
-    secs = report['seconds'].get(name)
-    lines.append(f'| {name} | ' + ' | '.join(
-        f'{fig[c]:.4g}' if c in fig else '-' for c in cols) + ' | '
-        + (f'{secs:.1f}' if secs is not None else '-') + ' |')
-  return '\n'.join(lines)
 
 
 def main(argv):

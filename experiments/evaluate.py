@@ -30,6 +30,9 @@ flags.DEFINE_integer('step', None, 'Checkpoint step (default: the best).')
 flags.DEFINE_list('length_edges', None, 'Source-length bucket edges, e.g. 0,10,20 (default: '
                   'the run\'s eval.length_edges).')
 flags.DEFINE_integer('heatmaps', 6, 'How many sentences to draw.', lower_bound=0)
+flags.DEFINE_string('attribution', None, "Attribution methods measured against gold "
+                    "alignments (copy/reverse/sort), comma-separated or 'all'; '' = none "
+                    "(default: the run's eval.attribution).")
 FLAGS = flags.FLAGS
 
 
@@ -46,6 +49,7 @@ def main(argv):
       raise app.UsageError(f'--length_edges must be integers, got {FLAGS.length_edges}')
   logging.set_verbosity(logging.WARNING)
   run_eval.evaluate_run(FLAGS.workdir, split=FLAGS.split, src=FLAGS.src, ref=FLAGS.ref,
+                        attribution=FLAGS.attribution,
                    beam=FLAGS.beam, alpha=FLAGS.alpha, step=FLAGS.step, length_edges=edges,
                    num_heatmaps=FLAGS.heatmaps)
 

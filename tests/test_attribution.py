@@ -21,7 +21,8 @@ from scipy.spatial import distance
 import attention_jax as aj
 from attention_jax import alignment, attribution, encoders, train
 from attention_jax.model import ModelConfig, build
-from experiments.configs import reverse
+from attention_jax.data import image_builders
+from experiments.configs import dates, digit_strips, reverse
 from helpers import ROOT, smoke
 
 METHODS = sorted(attribution.METHODS)
@@ -320,12 +321,20 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
   training's evaluation reported; per method the figures and a faithfulness against random;
   --input lines drawn and written; a method the run cannot use is one line, exit 2."""
   workdir = str(tmp_path / 'run')
-  summary = train.train_and_evaluate(smoke(reverse, str(tmp_path / 'tfds')), workdir)
+  cfg = smoke(reverse, str(tmp_path / 'tfds'))
+  cfg.eval.attribution = 'gradient,gradient_x_input'   # the figures in results.json as well
+  summary = train.train_and_evaluate(cfg, workdir)
+  at_end = summary['results']['test']['attribution']
+  assert [b['band'] for b in at_end['bands']] == ['all', 'within', 'beyond']
+  within, beyond = at_end['bands'][1:]
+  assert (within['hi'], beyond['lo']) == (cfg.data.max_len, cfg.data.max_len)
+  assert within['sentences'] + beyond['sentences'] == at_end['sentences'] == 32
+  assert within['random']['steps'] + beyond['random']['steps'] == at_end['random']['steps'] > 0
 
   def command(*flags):
     return subprocess.run([sys.executable, '-m', 'experiments.attribute', f'--workdir={workdir}',
                            *flags], cwd=ROOT, capture_output=True, text=True, timeout=600)
-  proc = command('--num=32', '--methods=gradient,gradient_x_input', '--k=2')
+  proc = command('--num=32', '--methods=gradient,gradient_x_input')
   assert proc.returncode == 0, proc.stderr[-2000:]
   with open(os.path.join(workdir, 'attributions', 'alignment_test.json')) as f:
     report = json.load(f)
@@ -338,6 +347,9 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
     assert 0 <= fig['alignment_accuracy'] <= 100 and -1 <= fig['kendall_tau'] <= 1
     assert 0 <= fig['jsd'] <= 1 and np.isfinite(fig['aopc'])
   assert '| gradient |' in proc.stdout and np.isfinite(report['aopc_random'])
+  for name, fig in report['methods'].items():   # the command measures what training did
+    for key in ('alignment_accuracy', 'gold_mass', 'aopc'):
+      assert fig[key] == pytest.approx(at_end['methods'][name][key], rel=1e-4, abs=1e-4)
   lines = tmp_path / 'lines.txt'
   lines.write_text('abc\n\ncba\n')
   proc = command(f'--input={lines}', '--methods=gradient', '--figures=1',
@@ -351,3 +363,85 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
   proc = command('--methods=gradcam')
   assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
       "error: attribution method 'gradcam' needs images sources")
+
+
+def test_attribute_split_reports_a_transformers_layers_and_heads_and_chance(tmp_path):
+  """A Transformer's report holds every layer's and head's map, its last layer's mean is the
+  explicit map, and the random ranking's accuracy is near chance (1 / source length)."""
+  cfg = smoke(reverse, str(tmp_path / 'tfds'))
+  cfg.model.update(arch='transformer', d_model=16, heads=2, ff_dim=16, transformer_layers=2)
+  task = aj.data.load_task(cfg.data, seed=0)
+  model = build(train.model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size),
+                rngs=nnx.Rngs(0))
+  g, params = nnx.split(model, nnx.Param)
+  report = alignment.attribute_split(g, params, task, 'test', ['gradient'], num=16,
+                                     train_max_len=cfg.data.max_len)
+  maps = report['methods']
+  assert {'attention_L1', 'attention_L2', 'attention_L1H1', 'attention_L2H2'} <= set(maps)
+  for key in ('alignment_accuracy', 'gold_mass', 'aopc'):
+    assert maps['attention_L2'][key] == pytest.approx(maps['attention'][key])
+  assert maps['attention_L1']['alignment_accuracy'] != maps['attention_L2']['alignment_accuracy'] \
+      or maps['attention_L1']['gold_mass'] != maps['attention_L2']['gold_mass']
+  lengths = [len(s) + 1 for s, _ in task.texts('test')[:16]]
+  chance = 100 * np.mean([1 / n for n in lengths])
+  assert abs(report['random']['alignment_accuracy'] - chance) < 15
+
+
+def test_eval_attribution_is_checked_before_training(tmp_path):
+  """An unknown method, or a task without gold alignments, fails in one line before a step."""
+  cfg = smoke(reverse, str(tmp_path / 'tfds'))
+  cfg.eval.attribution = 'gradient,saliency'
+  with pytest.raises(ValueError, match="unknown attribution method 'saliency'.*gradient"):
+    train.validate(cfg)
+  cfg = smoke(dates, str(tmp_path / 'tfds'))
+  cfg.eval.attribution = 'all'
+  workdir = tmp_path / 'dates'
+  with pytest.raises(ValueError, match="task 'dates' does not have"):
+    train.train_and_evaluate(cfg, str(workdir))
+  assert not any(p.name.isdigit() for p in workdir.rglob('*'))   # no checkpoint step saved
+
+
+def test_pointing_game_against_hand_counts():
+  """The argmax (a grid cell's centre, or a pixel) within the tolerance of the box is a hit;
+  the mass in the box is the map's share there (a grid cell's mass spread over its pixels)."""
+  boxes = np.array([[0, 8, 8, 16], [0, 0, 4, 4], [-1, -1, -1, -1]])           # [T, 4]
+  grid = np.zeros((3, 2, 4))                                                  # cells of 4 x 4 px
+  grid[0, 0, 2] = 1.0        # centre (2, 10): inside box 0
+  grid[1, 1, 3] = 3.0        # centre (6, 14): outside box 1 ...
+  grid[1, 0, 0] = 1.0        # ... which holds a quarter of the mass
+  f = alignment.pointing(grid, boxes, (8, 16), tolerance=0.0)
+  assert (f['steps'], f['hits']) == (2, 1.0)
+  assert f['gold_mass'] == pytest.approx(1.0 + 0.25)
+  assert alignment.pointing(grid, boxes, (8, 16), tolerance=10.0)['hits'] == 2.0
+  pixels = np.zeros((3, 8, 16))
+  pixels[0, 3, 9] = pixels[1, 7, 15] = 1.0
+  f = alignment.pointing(pixels, boxes, (8, 16), tolerance=0.0)
+  assert (f['hits'], f['gold_mass']) == (1.0, 1.0)
+  assert alignment.pointing(np.zeros((3, 2, 4)), boxes, (8, 16), 0.0, attended_only=True)[
+      'steps'] == 0
+
+
+def test_attribute_images_plays_the_pointing_game_on_digit_strips(tmp_path):
+  """digit_strips' recorded boxes: every pixel method, Grad-CAM and the explicit weights are
+  scored on every output digit; a random ranking lands near the boxes' share of the image."""
+  cfg = digit_strips.get_config('smoke')
+  cfg.data.update(num_train=16, num_valid=4, num_test=12, data_dir=str(tmp_path / 'tfds'))
+  task = aj.data.load_task(cfg.data, seed=0)
+  mcfg = train.model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
+  g, params = nnx.split(build(mcfg, rngs=nnx.Rngs(0)), nnx.Param)
+  grid = encoders.grid_shape(mcfg, task.image_shape)
+  report = alignment.attribute_images(g, params, task, 'test', ['gradient', 'gradcam'], grid,
+                                      num=12, batch_size=8)
+  digits = sum(len(tgt) for _, tgt in task.texts('test'))
+  assert report['sentences'] == 12 and report['steps'] == digits
+  assert set(report['methods']) == {'attention', 'gradient', 'gradcam'}
+  for fig in report['methods'].values():
+    assert fig['steps'] == digits and 0 <= fig['alignment_accuracy'] <= 100
+  share = np.mean([(b[2] - b[0]) * (b[3] - b[1]) / np.prod(task.image_shape)
+                   for x in task.features('test')['boxes']
+                   for b in image_builders.parse_boxes(x)])
+  assert abs(report['random']['gold_mass'] - 100 * share) < 5
+  assert '| gradcam |' in alignment.format_report(report, 'test')
+  reverse_task = aj.data.load_task(smoke(reverse, str(tmp_path / 'tfds')).data, seed=0)
+  with pytest.raises(ValueError, match="task 'reverse' has no gold boxes"):
+    alignment.attribute_images(g, params, reverse_task, 'test', ['gradient'], grid)
