@@ -59,9 +59,10 @@ def get_sweep(arg=None):
           ('general', {'model.score': 'general', 'model.decoder': 'luong'})]
 """
 
-# long enough to be killed between checkpoints (tests/test_ray_sweep.py); the same for every
+# long enough to be held and killed after a checkpoint (step 50 of 25-step checkpoints:
+# tests/test_sweep.py, tests/test_ray_sweep.py) and resume for one more; the same for every
 # executor
-SWEEP_STEPS = 150
+SWEEP_STEPS = 75
 SWEEP_TRAIN = [f'--config.train.steps={SWEEP_STEPS}', '--config.train.checkpoint_every=25',
                f'--config.train.eval_every={SWEEP_STEPS}', '--config.train.log_every=25',
                '--config.eval.heatmaps=0']
