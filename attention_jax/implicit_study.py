@@ -141,12 +141,14 @@ def markdown(s: dict) -> str:
           if not m.startswith(EXPLICIT + '_')]
   main = [m for m in main if m != RANDOM] + [RANDOM]
   seeds = sorted(set(s['seeds'].values()))
-  out = [f'# Implicit attention: {len(variants)} variants, {"/".join(map(str, seeds))} seeds '
-         f'each, {s["split"]} split', '',
+  seeds_text = (f'{seeds[0]} seed{"" if seeds[0] == 1 else "s"} each' if len(seeds) == 1 else
+                'seeds: ' + ', '.join(f'{v} {n}' for v, n in s['seeds'].items()))
+  out = [f'# Implicit attention: {len(variants)} variants, {seeds_text}, {s["split"]} split', '',
          'Means over seeds with 95% t intervals. Maps: `attention` = the explicit weights (a '
          "Transformer's last layer, mean over heads), each attribution method, `random` = a "
          'random ranking (chance). Alignment accuracy: % of target steps whose argmax is the '
-         'gold source position (teacher-forced on the reference). AOPC: the mean drop of '
+         'gold source position (teacher-forced on the reference; on images the pointing game: '
+         "the argmax within half a grid cell of the output digit's box). AOPC: the mean drop of '
          'log p(y_t) when the top 1..k positions by the map are deleted (zero embedding).']
   for band in BANDS:
     out += ['', f'## Alignment accuracy (%), {band} source lengths', '',
