@@ -1,10 +1,14 @@
 """Shared by the end-to-end tests: an experiment's `smoke` config on a test TFDS dir, a
 training in a subprocess at XLA's full optimisation, a tiny sweep file and its command line."""
 
+import atexit
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,3 +100,108 @@ def wait_held(file, proc, patience: float = 1800) -> dict:
     time.sleep(0.05)
   with open(file) as f:
     return json.load(f)
+
+
+
+# Command lines that are the behaviour under test (`python -m experiments.X ...`: its exit
+# status, its output, its files) but not its interpreter's start: run in a fork of one server
+# per test process and environment, which imported what the entry points import
+# (attention_jax.train, .api: jax, flax, orbax, tfds; about 4 s of CPU per process otherwise)
+# and nothing more: no JAX backend, no thread (a fork is safe). The child runs its module as
+# `python -m` does (runpy, as __main__, its flags defined afresh) with its stdin, stdout and
+# stderr on files, then the interpreter's exit handlers. Not for processes a test signals,
+# holds or times.
+PRELOAD = ('attention_jax.train', 'attention_jax.api', 'experiments.cli')
+_SERVER = r"""
+import atexit, json, os, runpy, sys, traceback
+for name in json.loads(sys.argv[1]):
+  __import__(name)
+requests, replies = os.fdopen(os.dup(0), 'r'), os.fdopen(os.dup(1), 'w')
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+os.dup2(2, 1)
+
+def child(module, args, stdin, out, err, cwd):
+  requests.close()
+  replies.close()
+  os.dup2(os.open(stdin or os.devnull, os.O_RDONLY), 0)
+  os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+  os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+  os.chdir(cwd)
+  code = 0
+  try:
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name='__main__', alter_sys=True)
+  except SystemExit as e:                        # as the interpreter ends on it
+    code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    if not isinstance(e.code, (int, type(None))):
+      print(e.code, file=sys.stderr)
+  except BaseException:                          # pylint: disable=broad-except
+    traceback.print_exc()
+    code = 1
+  try:
+    atexit._run_exitfuncs()
+  finally:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+for line in requests:
+  pids = []
+  for run in json.loads(line):
+    pid = os.fork()
+    if not pid:
+      child(**run)
+    pids.append(pid)
+  replies.write(json.dumps([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]) + '\n')
+  replies.flush()
+"""
+_servers: dict = {}
+
+
+def _server(env: dict) -> subprocess.Popen:
+  key = tuple(sorted(env.items()))
+  server = _servers.get(key)
+  if server is None or server.poll() is not None:
+    server = _servers[key] = subprocess.Popen(
+        [sys.executable, '-c', _SERVER, json.dumps(PRELOAD)], cwd=ROOT, env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    atexit.register(server.stdin.close)          # the server ends at its input's end
+  return server
+
+
+def run_modules(module: str, argvs, stdin: bytes | None = None, text: bool = True,
+                timeout: float = 300) -> list[subprocess.CompletedProcess]:
+  """`python -m module *argv` for each argv of `argvs`, all at once (forks of a server of
+  this process's environment: above), each with `stdin` -> their CompletedProcess (returncode,
+  stdout, stderr: text, or bytes with text=False)."""
+  with tempfile.TemporaryDirectory(prefix='aj_cli_') as tmp:
+    stdin_path = None
+    if stdin is not None:
+      stdin_path = os.path.join(tmp, 'stdin')
+      with open(stdin_path, 'wb') as f:
+        f.write(stdin.encode() if isinstance(stdin, str) else stdin)
+    runs = [dict(module=module, args=[str(a) for a in argv], stdin=stdin_path,
+                 out=os.path.join(tmp, f'{i}.out'), err=os.path.join(tmp, f'{i}.err'),
+                 cwd=ROOT) for i, argv in enumerate(argvs)]
+    server = _server(dict(os.environ))
+    server.stdin.write(json.dumps(runs) + '\n')
+    server.stdin.flush()
+    if not select.select([server.stdout], [], [], timeout)[0]:
+      os.killpg(server.pid, signal.SIGKILL)      # the server and its children
+      raise subprocess.TimeoutExpired([module], timeout)
+    reply = server.stdout.readline()
+    assert reply, f'the fork server of {module} ended (exit {server.wait()})'
+    done = []
+    for run, code in zip(runs, json.loads(reply)):
+      with open(run['out'], 'rb') as f_out, open(run['err'], 'rb') as f_err:
+        out, err = f_out.read(), f_err.read()
+      if text:
+        out, err = out.decode(), err.decode()
+      done.append(subprocess.CompletedProcess([module, *run['args']], code, out, err))
+    return done
+
+
+def run_module(module: str, *args, stdin: bytes | None = None, text: bool = True,
+               timeout: float = 300) -> subprocess.CompletedProcess:
+  """`python -m module *args` (run_modules) -> its CompletedProcess."""
+  return run_modules(module, [args], stdin=stdin, text=text, timeout=timeout)[0]

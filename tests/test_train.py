@@ -21,7 +21,7 @@ from attention_jax import data, records, steps, train
 from attention_jax import workdir as workdir_lib
 from experiments.configs import addition, dates, reverse, textfiles
 
-from helpers import smoke
+from helpers import run_modules, smoke
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -303,19 +303,17 @@ BAD_FLAGS = [
 
 
 def test_bad_flags_are_one_line_naming_them_and_change_nothing(tmp_path):
-  """Every bad flag (all run at once: each is a fresh process) exits 2 with one `error:` line
+  """Every bad flag (all run at once: each is `python -m experiments.main`, forked from a
+  process that imported the package: helpers.run_modules) exits 2 with one `error:` line
   naming it, before any work: the workdir is not even created."""
-  procs = []
-  for i, (flag, _) in enumerate(BAD_FLAGS):
-    args = [sys.executable, '-m', 'experiments.main',
-            '--config=experiments/configs/dates.py:smoke', f'--workdir={tmp_path / str(i)}', flag]
-    procs.append(subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True))
+  procs = run_modules('experiments.main', [
+      ['--config=experiments/configs/dates.py:smoke', f'--workdir={tmp_path / str(i)}', flag]
+      for i, (flag, _) in enumerate(BAD_FLAGS)])
   for (flag, needle), proc in zip(BAD_FLAGS, procs):
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 2, (flag, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith('error: ') and needle in lines[0], (flag, err)
+    assert proc.returncode == 2, (flag, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: ') and needle in lines[0], (
+        flag, proc.stderr)
   assert os.listdir(tmp_path) == []
 
 
