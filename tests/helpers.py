@@ -120,9 +120,11 @@ requests, replies = os.fdopen(os.dup(0), 'r'), os.fdopen(os.dup(1), 'w')
 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
 os.dup2(2, 1)
 
-def child(module, args, stdin, out, err, cwd):
+def child(module, args, stdin, out, err, cwd, env):
   requests.close()
   replies.close()
+  os.environ.clear()
+  os.environ.update(env)
   os.dup2(os.open(stdin or os.devnull, os.O_RDONLY), 0)
   os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
   os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
@@ -159,7 +161,8 @@ _servers: dict = {}
 
 
 def _server(env: dict) -> subprocess.Popen:
-  key = tuple(sorted(env.items()))
+  """The server of `env` (pytest's PYTEST_CURRENT_TEST aside: the child gets it as it is)."""
+  key = tuple(sorted((k, v) for k, v in env.items() if k != 'PYTEST_CURRENT_TEST'))
   server = _servers.get(key)
   if server is None or server.poll() is not None:
     server = _servers[key] = subprocess.Popen(
@@ -182,7 +185,7 @@ def run_modules(module: str, argvs, stdin: bytes | None = None, text: bool = Tru
         f.write(stdin.encode() if isinstance(stdin, str) else stdin)
     runs = [dict(module=module, args=[str(a) for a in argv], stdin=stdin_path,
                  out=os.path.join(tmp, f'{i}.out'), err=os.path.join(tmp, f'{i}.err'),
-                 cwd=ROOT) for i, argv in enumerate(argvs)]
+                 cwd=ROOT, env=dict(os.environ)) for i, argv in enumerate(argvs)]
     server = _server(dict(os.environ))
     server.stdin.write(json.dumps(runs) + '\n')
     server.stdin.flush()

@@ -12,6 +12,8 @@ import pytest
 from attention_jax import sweep, workdir
 from experiments import cli
 
+import helpers
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOLD = ('import sys, time; from attention_jax import workdir; '
         'workdir.WorkdirLock(sys.argv[1]).acquire(); print("held", flush=True); time.sleep(600)')
@@ -42,9 +44,8 @@ def test_a_second_training_on_a_busy_workdir_stops_at_once_and_changes_nothing(t
     (w / 'config.json').write_text('{"marker": 1}')
     before = {p: p.stat().st_mtime_ns for p in w.iterdir()}
     start = time.time()
-    proc = subprocess.run([sys.executable, '-m', 'experiments.main',
-                           '--config=experiments/configs/dates.py:smoke', f'--workdir={w}'],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = helpers.run_module('experiments.main', '--config=experiments/configs/dates.py:smoke',
+                              f'--workdir={w}')
     took = time.time() - start
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
@@ -153,9 +154,8 @@ def test_evaluation_skips_and_counts_examples_beyond_its_limits(tmp_path):
 def test_an_unusable_workdir_fails_before_any_work(tmp_path):
   a_file = tmp_path / 'file'
   a_file.write_text('x')
-  proc = subprocess.run([sys.executable, '-m', 'experiments.main',
-                         '--config=experiments/configs/dates.py:smoke', f'--workdir={a_file}'],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  proc = helpers.run_module('experiments.main', '--config=experiments/configs/dates.py:smoke',
+                            f'--workdir={a_file}')
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines()[-1] == (
       f'error: cannot use {a_file} as a workdir: File exists')
@@ -163,8 +163,7 @@ def test_an_unusable_workdir_fails_before_any_work(tmp_path):
 
 
 def test_conflicting_flags_are_one_line_with_status_2(tmp_path):
-  proc = subprocess.run([sys.executable, '-m', 'experiments.translate', f'--workdir={tmp_path}',
-                         '--beam=2', '--nbest=3'], cwd=ROOT, capture_output=True, text=True,
-                        input='', timeout=300)
+  proc = helpers.run_module('experiments.translate', f'--workdir={tmp_path}', '--beam=2',
+                            '--nbest=3', stdin='')
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines() == ['error: --nbest=3 needs --beam >= 3, got --beam=2']
