@@ -42,8 +42,10 @@ def translator(run):
 
 
 def command(workdir, *flags, stdin=b''):
-  return subprocess.run([sys.executable, '-m', 'experiments.translate', f'--workdir={workdir}',
-                         *flags], cwd=ROOT, input=stdin, capture_output=True, timeout=300)
+  """`python -m experiments.translate --workdir=workdir *flags` (forked: helpers.run_module)
+  -> its CompletedProcess, output in bytes."""
+  return helpers.run_module('experiments.translate', f'--workdir={workdir}', *flags,
+                            stdin=stdin, text=False)
 
 
 def test_command_on_a_file_and_on_stdin_equals_translate(run, translator, tmp_path):
@@ -142,12 +144,10 @@ def test_an_output_over_the_input_or_on_a_directory_is_refused_before_any_work(r
            ([f'--output={tmp_path}'], f'{tmp_path}: is a directory, not an output file'),
            ([f'--output={tmp_path}/a.jsonl', f'--attention={tmp_path}/a.jsonl'],
             '--output and --attention name the same file')]
-  procs = [subprocess.Popen([sys.executable, '-m', 'experiments.translate', f'--workdir={run}',
-                             *flags], cwd=ROOT, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-           for flags, _ in cases]
+  procs = helpers.run_modules('experiments.translate',
+                              [[f'--workdir={run}', *flags] for flags, _ in cases])
   for (flags, needle), proc in zip(cases, procs):
-    err = proc.communicate(timeout=300)[1]
+    err = proc.stderr
     lines = err.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith('error: ') and (
         needle in lines[0]), (flags, err)
@@ -162,15 +162,13 @@ def test_two_writers_of_one_output_never_mix(run, translator, tmp_path):
   """Two commands writing one --output both finish, and the file is one of them whole
   (it used to hold NUL bytes and a fraction of the lines)."""
   out, inputs = tmp_path / 'out.txt', (MANY, MANY[::-1])   # other inputs, one output
-  procs = []
   for k, lines in enumerate(inputs):
-    src = tmp_path / f'in{k}.txt'
-    src.write_text('\n'.join(lines) + '\n', encoding='utf-8')
-    procs.append(subprocess.Popen(
-        [sys.executable, '-m', 'experiments.translate', f'--workdir={run}', f'--input={src}',
-         f'--output={out}', '--batch=64'], cwd=ROOT, stderr=subprocess.PIPE))
+    (tmp_path / f'in{k}.txt').write_text('\n'.join(lines) + '\n', encoding='utf-8')
+  procs = helpers.run_modules('experiments.translate', [   # two processes at once
+      [f'--workdir={run}', f'--input={tmp_path / f"in{k}.txt"}', f'--output={out}', '--batch=64']
+      for k in range(len(inputs))])
   for p in procs:
-    assert p.wait(timeout=300) == 0, p.stderr.read().decode()
+    assert p.returncode == 0, p.stderr
   written = out.read_text(encoding='utf-8').split('\n')[:-1]
   assert written in [translator.translate(lines) for lines in inputs]
   assert sorted(os.listdir(tmp_path)) == ['in0.txt', 'in1.txt', 'out.txt']
@@ -212,10 +210,9 @@ def test_evaluate_files_equals_evaluating_the_split(run, tmp_path):
   assert by_files['by_length'] == by_split['by_length']
   assert os.path.exists(by_files['bleu_by_length_plot'])
   assert os.path.exists(os.path.join(run, 'eval_test_src_beam3_a0.6.json'))
-  proc = subprocess.run(
-      [sys.executable, '-m', 'experiments.evaluate', f'--workdir={run}',
-       f'--src={tmp_path / "test.src"}', f'--ref={tmp_path / "test.ref"}', '--beam=3',
-       '--length_edges=0,5,10'], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  proc = helpers.run_module('experiments.evaluate', f'--workdir={run}',
+                            f'--src={tmp_path / "test.src"}', f'--ref={tmp_path / "test.ref"}',
+                            '--beam=3', '--length_edges=0,5,10')
   assert proc.returncode == 0, proc.stderr
   labels = re.findall(r'^\| (\d+)-(\d+) \|', proc.stdout, re.M)   # buckets of 5 tokens
   assert labels and all(int(hi) - int(lo) == 4 for lo, hi in labels), proc.stdout
