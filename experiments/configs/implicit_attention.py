@@ -43,8 +43,8 @@ def digits_config(arg: str | None = None):
   c.eval.heatmaps = 0
   if arg == 'digits':
     c.data.num_train, c.data.num_valid, c.data.num_test = 10_000, 200, 200
-    c.train.steps = 1200
-    c.train.eval_every = c.train.checkpoint_every = 400
+    c.train.steps = 1000
+    c.train.eval_every = c.train.checkpoint_every = 500
   else:
     c.eval.attribution_num, c.eval.attribution_steps = 4, 2
   return c
