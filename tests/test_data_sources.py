@@ -2,8 +2,6 @@
 by name under tfds.testing.mock_data (no download), and the data_info entry point."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,8 @@ from attention_jax import data
 from attention_jax.data import tasks, textfiles, tfds_translation
 from experiments import data_info
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import helpers
+
 PAIRS = {'train': [('ein Haus', 'a house'), ('das Haus ist groß', 'the house is big'),
                    ('Grüße', 'greetings'), ('zwei  Leerzeichen', 'two  spaces')] * 6,
          'valid': [('ein Baum', 'a tree'), ('ß?', 'ss?')],
@@ -163,12 +162,9 @@ def test_data_info_command_on_a_textfiles_corpus(tmp_path, tfds_dir):
                     '  c = common.base_config()\n'
                     "  c.data.name = 'textfiles'\n"
                     '  return c\n')
-  env = {**os.environ, 'PYTHONPATH': ROOT + os.pathsep + os.environ.get('PYTHONPATH', '')}
-  out = subprocess.run(
-      [sys.executable, '-m', 'experiments.data_info', f'--config={config}',
-       f'--config.data.textfiles_dir={corpus}', '--config.data.batch_size=8',
-       f'--config.data.data_dir={tfds_dir}'],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  out = helpers.run_module(   # (the server runs in the project's root: its imports resolve)
+      'experiments.data_info', f'--config={config}', f'--config.data.textfiles_dir={corpus}',
+      '--config.data.batch_size=8', f'--config.data.data_dir={tfds_dir}', timeout=120)
   assert out.returncode == 0, out.stderr[-3000:]
   assert 'train: 24 examples' in out.stdout and 'test: 2 examples' in out.stdout
   examples = [line for line in out.stdout.splitlines() if line.startswith('  [')]
