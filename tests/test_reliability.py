@@ -164,11 +164,10 @@ def test_load_reads_the_newest_step_again_when_the_one_it_reads_is_deleted(strai
 def test_out_of_memory_is_one_error_naming_the_sizes(data_dir, tmp_path):
   """`--config.model.enc_hidden=1000000` (it used to be an 86-line traceback, exit 1): one
   `error:` line naming the sizes, exit 2, before anything is compiled or allocated."""
-  proc = subprocess.run(
-      [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
-       f'--config.data.data_dir={data_dir}', '--config.model.enc_hidden=1000000',
-       f'--workdir={tmp_path / "run"}'],
-      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  proc = helpers.run_module(
+      'experiments.main', '--config=experiments/configs/dates.py:smoke',
+      f'--config.data.data_dir={data_dir}', '--config.model.enc_hidden=1000000',
+      f'--workdir={tmp_path / "run"}')
   assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr[-3000:]
   errors = [line for line in proc.stderr.splitlines() if line.startswith('error')]
   assert len(errors) == 1 and errors[0] == proc.stderr.strip().splitlines()[-1]
