@@ -347,9 +347,14 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
     assert 0 <= fig['alignment_accuracy'] <= 100 and -1 <= fig['kendall_tau'] <= 1
     assert 0 <= fig['jsd'] <= 1 and np.isfinite(fig['aopc'])
   assert '| gradient |' in proc.stdout and np.isfinite(report['aopc_random'])
-  for name, fig in report['methods'].items():   # the command measures what training did
+  evaluated = aj.evaluate_run(workdir, attribution='gradient', beam=1, num_heatmaps=0,
+                              verbose=False)['attribution']
+  for name, fig in report['methods'].items():   # the command and evaluate measure as training
     for key in ('alignment_accuracy', 'gold_mass', 'aopc'):
       assert fig[key] == pytest.approx(at_end['methods'][name][key], rel=1e-4, abs=1e-4)
+      if name != 'gradient_x_input':
+        assert evaluated['methods'][name][key] == pytest.approx(fig[key], rel=1e-4, abs=1e-4)
+  assert 'gradient_x_input' not in evaluated['methods']
   lines = tmp_path / 'lines.txt'
   lines.write_text('abc\n\ncba\n')
   proc = command(f'--input={lines}', '--methods=gradient', '--figures=1',
