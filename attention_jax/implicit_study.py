@@ -148,7 +148,7 @@ def markdown(s: dict) -> str:
          "Transformer's last layer, mean over heads), each attribution method, `random` = a "
          'random ranking (chance). Alignment accuracy: % of target steps whose argmax is the '
          'gold source position (teacher-forced on the reference; on images the pointing game: '
-         "the argmax within half a grid cell of the output digit's box). AOPC: the mean drop of '
+         "the argmax within half a grid cell of the output digit's box). AOPC: the mean drop of "
          'log p(y_t) when the top 1..k positions by the map are deleted (zero embedding).']
   for band in BANDS:
     out += ['', f'## Alignment accuracy (%), {band} source lengths', '',
