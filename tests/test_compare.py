@@ -4,14 +4,14 @@ report's files (summary, comparisons, runs, figures with intervals)."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from attention_jax import compare, metrics, records, report
 from attention_jax import workdir as workdir_lib
+
+import helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = 'the a cat dog sat on mat red blue green house tree'.split()
@@ -130,14 +130,12 @@ def test_sweep_report_files(sweep_dir):
 
 def test_compare_command(sweep_dir, tmp_path):
   out = tmp_path / 'cmp.md'
-  r = subprocess.run([sys.executable, '-m', 'experiments.compare', f'{sweep_dir}/good',
-                      f'{sweep_dir}/bad/seed_1', '--trials=500', f'--out={out}'],
-                     cwd=ROOT, capture_output=True, text=True, timeout=300)
+  r = helpers.run_module('experiments.compare', f'{sweep_dir}/good', f'{sweep_dir}/bad/seed_1',
+                         '--trials=500', f'--out={out}')
   assert r.returncode == 0, r.stderr
   assert 'good is better than bad/seed_1' in r.stdout and out.exists()
   assert 'with one seed on a side, seed-to-seed variation is untested' in r.stdout
-  r = subprocess.run([sys.executable, '-m', 'experiments.compare', f'{sweep_dir}/good',
-                      '--metric=wer'], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  r = helpers.run_module('experiments.compare', f'{sweep_dir}/good', '--metric=wer')
   assert r.returncode == 2 and "error: metric 'wer' is not in the test results" in r.stderr
 
 
@@ -147,9 +145,8 @@ def test_compare_out_that_cannot_be_written_is_refused_before_any_work(sweep_dir
   """--out on a directory (or in a missing folder) used to print the whole report and only
   then fail: now one line, exit 2, nothing printed before it."""
   out = tmp_path if where == 'dir' else tmp_path / 'missing' / 'cmp.md'
-  r = subprocess.run([sys.executable, '-m', 'experiments.compare', f'{sweep_dir}/good',
-                      f'{sweep_dir}/bad', '--trials=100', f'--out={out}'],
-                     cwd=ROOT, capture_output=True, text=True, timeout=300)
+  r = helpers.run_module('experiments.compare', f'{sweep_dir}/good', f'{sweep_dir}/bad',
+                         '--trials=100', f'--out={out}')
   assert r.returncode == 2 and r.stdout == '', r.stdout[:500]
   assert r.stderr.strip().splitlines() == [
       f'error: {tmp_path}: is a directory, not an output file' if where == 'dir' else
