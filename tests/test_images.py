@@ -6,8 +6,6 @@ import dataclasses
 import functools
 import os
 import re
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +22,7 @@ from attention_jax.data import image_builders
 from attention_jax.model import ModelConfig, build
 from experiments import data_info
 from experiments.configs import digit_strips, image_dates
-from helpers import ROOT, smoke
+from helpers import run_module, smoke
 
 IMAGE_ENCODERS = encoders.names('images')
 # every image encoder, and the CNN with its row encoder (model.cnn_row_rnn), its per-pixel
@@ -278,8 +276,8 @@ def dict_cfg(cfg, data_dir):
   return c
 
 
-def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tmp_path):
-  cfg = smoke(image_dates, str(tmp_path / 'tfds'), **{'eval.heatmaps': 2})
+def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(data_dir, tmp_path):
+  cfg = smoke(image_dates, data_dir, **{'eval.heatmaps': 2})
   workdir = str(tmp_path / 'run')
   summary = train.train_and_evaluate(cfg, workdir)
   assert summary['model_config']['encoder'] == 'cnn'
@@ -290,7 +288,7 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
   assert report['sentences'] == 32 and len(report['heatmaps']) == 2
   # reloaded in Python: images as arrays or files, weights over each image's own grid
   t = api.load(workdir)
-  task = data.load_task(dict_cfg(cfg.data, str(tmp_path / 'tfds')))
+  task = data.load_task(dict_cfg(cfg.data, data_dir))
   image = task.image('test', 0)                                   # float32 [32, 256]
   u8 = np.round(image * 255).astype(np.uint8)
   path = str(tmp_path / 'scan.png')
@@ -312,7 +310,7 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(tm
   with pytest.raises(TypeError, match='this model reads images: pass a list of images'):
     t.translate(image)
   bad_image_files_are_one_line_and_big_ones_are_refused(t, path, u8, workdir, tmp_path)
-  wrong = smoke(image_dates, str(tmp_path / 'tfds'), **{'model.encoder': ''})
+  wrong = smoke(image_dates, data_dir, **{'model.encoder': ''})
   with pytest.raises(ValueError, match=r"data.name='image_dates' gives images as sources, but "
                                        r"model.encoder='' reads tokens; valid encoders for "
                                        r"images: cnn, vit"):
@@ -346,9 +344,7 @@ def bad_image_files_are_one_line_and_big_ones_are_refused(t, good, u8, workdir, 
     t.translate([np.zeros((129, 8), np.uint8)])
   # the CLI: every line checked before any is decoded; one `error:` line, exit 2
   for f, needle in cases[1:2]:                      # the broken PNG (Pillow's SyntaxError)
-    proc = subprocess.run([sys.executable, '-m', 'experiments.translate', f'--workdir={workdir}'],
-                          cwd=ROOT, input=f'{good}\n{f}\n', capture_output=True, text=True,
-                          timeout=600)
+    proc = run_module('experiments.translate', f'--workdir={workdir}', stdin=f'{good}\n{f}\n')
     assert proc.returncode == 2 and proc.stdout == '', proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and re.match(f'error: stdin line 2: {re.escape(f)}: {needle}',
@@ -372,11 +368,11 @@ def test_image_heatmaps_draw_the_encoder_s_own_grid(tmp_path, monkeypatch):
   assert drawn == [(3, 1, 32)]
 
 
-def test_transformer_decoder_over_an_image_draws_each_layer_and_head(tmp_path):
+def test_transformer_decoder_over_an_image_draws_each_layer_and_head(data_dir, tmp_path):
   """A Transformer decoder's cross-attention per layer and head over an image: the run's
   heatmaps include them (test_heads.png, a column per head), and attend_heads gives them over
   the grid, the last layer's mean being what attend returns."""
-  cfg = smoke(image_dates, str(tmp_path / 'tfds'), **{
+  cfg = smoke(image_dates, data_dir, **{
       'eval.heatmaps': 1, 'model.arch': 'transformer', 'model.encoder': 'vit',
       'model.patch_size': 8, 'model.d_model': 16, 'model.heads': 2, 'model.ff_dim': 24,
       'model.transformer_layers': 2, 'model.context_gate': False})
@@ -385,7 +381,7 @@ def test_transformer_decoder_over_an_image_draws_each_layer_and_head(tmp_path):
   assert [os.path.basename(p) for p in summary['heatmaps']] == ['test_0.png', 'test_grid.png',
                                                                  'test_heads.png']
   t = api.load(workdir)
-  image = data.load_task(dict_cfg(cfg.data, str(tmp_path / 'tfds'))).image('test', 0)
+  image = data.load_task(dict_cfg(cfg.data, data_dir)).image('test', 0)
   out, heads, _, tokens = t.attend_heads(image)
   assert out == t.translate([image])[0] and tokens
   assert heads.shape == (2, 2, len(tokens), 4, 32)
