@@ -1,5 +1,7 @@
 """Shared by the end-to-end tests: an experiment's `smoke` config on a test TFDS dir, a
-training in a subprocess at XLA's full optimisation, a tiny sweep file and its command line."""
+training in a subprocess at XLA's full optimisation, a tiny sweep file and its command line,
+holding a process at a point, and command lines run as forks of a server that imported the
+package once (run_module, run_modules)."""
 
 import atexit
 import json
