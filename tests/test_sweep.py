@@ -15,9 +15,16 @@ import pytest
 
 from attention_jax import api, multihead, records, stats, sweep
 from attention_jax import workdir as workdir_lib
-from helpers import TINY_SWEEP, hold_env, sweep_cmd, wait_held
+from helpers import TINY_SWEEP, hold_env, run_module, sweep_cmd, wait_held
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_sweep(cmd: list[str]) -> subprocess.CompletedProcess:
+  """A sweep's command line (helpers.sweep_cmd: python -m experiments.sweep ...) with the sweep
+  forked from the tests' fork server (helpers.run_module); its runs are processes of their own."""
+  assert cmd[1:3] == ['-m', 'experiments.sweep'], cmd
+  return run_module('experiments.sweep', *cmd[3:], timeout=900)
 
 
 def test_sweep_runs_every_seed_and_reports_and_a_failure_stops_nothing(local_sweep):
@@ -69,7 +76,7 @@ def test_a_killed_sweep_takes_its_runs_with_it_and_a_rerun_resumes_them(local_sw
     time.sleep(0.1)
   assert not os.path.exists(f'/proc/{child}'), 'the run outlived its sweep'
 
-  again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+  again = run_sweep(cmd)
   out = again.stdout + again.stderr
   assert again.returncode == 0, out
   assert '[additive/seed_1] resuming: model.score=additive seed=1' in out
@@ -129,9 +136,8 @@ def test_seeds_give_other_parameters_on_the_same_test_set_and_more_seeds_run_onl
 
   copy = tmp_path / 'runs'        # (the shared sweep stays as it is for the Ray test)
   shutil.copytree(root, copy)
-  again = subprocess.run(sweep_cmd(path, copy, data_dir, '--only=additive,broken',
-                                   '--parallel=2', seeds=3) + ['--config.train.steps=20'],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+  again = run_sweep(sweep_cmd(path, copy, data_dir, '--only=additive,broken', '--parallel=2',
+                              seeds=3) + ['--config.train.steps=20'])
   out = again.stdout + again.stderr
   assert again.returncode == 1, out
   assert '[additive/seed_1] finished earlier' in out and '[additive/seed_2] finished earlier' in out
@@ -181,8 +187,7 @@ def test_a_changed_variant_is_named_not_skipped_nor_reported_and_reruns_on_reque
   edited = tmp_path / 'tiny_sweep.py'          # the same sweep (its name is the file's)
   edited.write_text(TINY_SWEEP.replace("('additive', {'model.score': 'additive'})",
                                        "('additive', {'model.score': 'dot'})"))
-  again = subprocess.run(sweep_cmd(edited, copy, data_dir, '--only=additive,general', seeds=1),
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+  again = run_sweep(sweep_cmd(edited, copy, data_dir, '--only=additive,general', seeds=1))
   out = again.stdout + again.stderr
   assert again.returncode == 1, out
   diff = "model.score: saved 'additive', now 'dot'"
@@ -194,9 +199,8 @@ def test_a_changed_variant_is_named_not_skipped_nor_reported_and_reruns_on_reque
   summary = (copy / 'tiny_sweep_smoke' / 'summary.md').read_text()
   assert '| general | 2 |' in summary and '| additive |' not in summary
 
-  rerun = subprocess.run(sweep_cmd(edited, copy, data_dir, '--only=additive', '--rerun_changed',
-                                   seeds=1) + ['--config.train.steps=10'],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+  rerun = run_sweep(sweep_cmd(edited, copy, data_dir, '--only=additive', '--rerun_changed',
+                              seeds=1) + ['--config.train.steps=10'])
   out = rerun.stdout + rerun.stderr
   assert rerun.returncode == 1, out          # seed_2 still changed (not run: --seeds=1)
   aside = list((copy / 'tiny_sweep_smoke' / sweep.REPLACED).glob('*/additive/seed_1'))
