@@ -44,6 +44,96 @@ def setup(local_sweep):
   return path, data_dir, {run: metrics(local, run) for run in RUNS}
 
 
+def descendants(pid: int) -> dict[int, str]:
+  """The processes below `pid` now ({pid: command line}), from /proc."""
+  children: dict[int, list[int]] = {}
+  for d in os.listdir('/proc'):
+    try:
+      with open(f'/proc/{d}/stat') as f:
+        ppid = int(f.read().rsplit(')', 1)[1].split()[1])
+      children.setdefault(ppid, []).append(int(d))
+    except (OSError, ValueError, IndexError):
+      continue
+  out, todo = {}, list(children.get(pid, []))
+  while todo:
+    p = todo.pop()
+    try:
+      with open(f'/proc/{p}/cmdline', 'rb') as f:
+        out[p] = f.read().replace(b'\0', b' ').decode(errors='replace').strip()
+    except OSError:
+      continue
+    todo += children.get(p, [])
+  return out
+
+
+def alive(pid: int) -> bool:
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'   # a zombie is gone but unreaped
+  except OSError:
+    return False
+
+
+def wait_gone(pids: dict[int, str], patience: float = 300) -> dict[int, str]:
+  """Waits until every process of `pids` has exited; returns those still alive after
+  `patience` seconds (a bound against a hang only: each exits on its own)."""
+  deadline = time.time() + patience
+  while (left := {p: c for p, c in pids.items() if alive(p)}) and time.time() < deadline:
+    time.sleep(0.2)
+  return left
+
+
+@pytest.fixture(scope='module')
+def killed_driver(setup, tmp_path_factory):
+  """The sweep's driver (with its own local Ray cluster) SIGKILLed while its run trains (held
+  at step 50: hold.py), then the same command at once -> what the tests below check: the
+  processes it had started, those of them left behind (Ray's agents aside), the rerun. Ray's
+  agents of the killed cluster exit by themselves about 60 s later (a GCS call's timeout):
+  their test comes last in this module, so the wait overlaps the other tests."""
+  path, data_dir, _ = setup
+  tmp_path = tmp_path_factory.mktemp('killed_driver')
+  cmd = sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=1', '--only=additive',
+                  seeds=1)
+  victim = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
+  held_file = tmp_path / 'held'
+  driver = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=hold_env(held_file, step=50, workdir=victim))
+  try:
+    run_pid = wait_held(held_file, driver)['pid']
+    started = descendants(driver.pid)
+  finally:
+    driver.kill()
+  driver.communicate(timeout=300)
+  agents = {p: c for p, c in started.items() if 'Agent' in c}
+  left = wait_gone({p: c for p, c in started.items() if p not in agents})
+  again = None
+  if not left:                                  # (else the test below says what stayed)
+    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+  return dict(run_pid=run_pid, started=started, agents=agents, left=left, again=again,
+              victim=victim, sweep_dir=tmp_path / 'tiny_sweep_smoke')
+
+
+def test_a_sigkilled_driver_leaves_nothing_behind_and_a_rerun_resumes_its_runs(setup,
+                                                                              killed_driver):
+  """The sweep's driver SIGKILLed while a run trains (killed_driver): the run gets SIGTERM,
+  saves and exits, and the Ray workers go; the same command at once resumes the run from its
+  checkpoint, and the report has it once."""
+  _, _, local = setup
+  k = killed_driver
+  assert k['run_pid'] in k['started'], k['started']
+  assert not k['left'], f'left behind by the killed driver: {k["left"]}'
+  out = k['again'].stdout + k['again'].stderr
+  assert k['again'].returncode == 0, out
+  assert '1 finished, 0 skipped, 0 failed' in out, out
+  victim, sweep_dir = k['victim'], k['sweep_dir']
+  log = (victim / 'train.log').read_text()
+  assert f'resumed from {victim}/checkpoints/latest step 50' in log, log[-3000:]
+  assert metrics(sweep_dir, 'additive/seed_1') == local['additive/seed_1']   # as if unbroken
+  runs_csv = (sweep_dir / 'runs.csv').read_text().splitlines()
+  assert [line.split(',')[1] for line in runs_csv[1:]] == ['additive/seed_1'], runs_csv
+  assert '| additive | 1 |' in (sweep_dir / 'summary.md').read_text()
+
+
 def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
   """On a simulated two-node cluster (1 CPU each), one seed of each variant: the runs land on
   both nodes and the sweep says where; a run's process SIGKILLed mid-training is retried and
@@ -119,77 +209,7 @@ def test_a_trial_no_node_can_run_and_storage_a_node_cannot_see_are_refused(tmp_p
     ray.shutdown()
 
 
-def descendants(pid: int) -> dict[int, str]:
-  """The processes below `pid` now ({pid: command line}), from /proc."""
-  children: dict[int, list[int]] = {}
-  for d in os.listdir('/proc'):
-    try:
-      with open(f'/proc/{d}/stat') as f:
-        ppid = int(f.read().rsplit(')', 1)[1].split()[1])
-      children.setdefault(ppid, []).append(int(d))
-    except (OSError, ValueError, IndexError):
-      continue
-  out, todo = {}, list(children.get(pid, []))
-  while todo:
-    p = todo.pop()
-    try:
-      with open(f'/proc/{p}/cmdline', 'rb') as f:
-        out[p] = f.read().replace(b'\0', b' ').decode(errors='replace').strip()
-    except OSError:
-      continue
-    todo += children.get(p, [])
-  return out
-
-
-def alive(pid: int) -> bool:
-  try:
-    with open(f'/proc/{pid}/stat') as f:
-      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'   # a zombie is gone but unreaped
-  except OSError:
-    return False
-
-
-def wait_gone(pids: dict[int, str], patience: float = 300) -> dict[int, str]:
-  """Waits until every process of `pids` has exited; returns those still alive after
-  `patience` seconds (a bound against a hang only: each exits on its own)."""
-  deadline = time.time() + patience
-  while (left := {p: c for p, c in pids.items() if alive(p)}) and time.time() < deadline:
-    time.sleep(0.2)
-  return left
-
-
-def test_a_sigkilled_driver_leaves_nothing_behind_and_a_rerun_resumes_its_runs(setup, tmp_path):
-  """The sweep's driver (with its own local Ray cluster) SIGKILLed while a run trains (held at
-  step 50: hold.py): the run gets SIGTERM, saves and exits, and the Ray workers go; the same
-  command at once resumes the run from its checkpoint, and the report has it once. Ray's own
-  agents of the killed cluster exit by themselves (about 60 s later here): checked last."""
-  path, data_dir, local = setup
-  cmd = sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=1', '--only=additive',
-                  seeds=1)
-  victim = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
-  held_file = tmp_path / 'held'
-  driver = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=hold_env(held_file, step=50, workdir=victim))
-  try:
-    run_pid = wait_held(held_file, driver)['pid']
-    started = descendants(driver.pid)
-    assert run_pid in started, started
-  finally:
-    driver.kill()
-  driver.communicate(timeout=300)
-  agents = {p: c for p, c in started.items() if 'Agent' in c}
-  left = wait_gone({p: c for p, c in started.items() if p not in agents})
-  assert not left, f'left behind by the killed driver: {left}'
-
-  again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-  out = again.stdout + again.stderr
-  assert again.returncode == 0, out
-  assert '1 finished, 0 skipped, 0 failed' in out, out
-  log = (victim / 'train.log').read_text()
-  assert f'resumed from {victim}/checkpoints/latest step 50' in log, log[-3000:]
-  sweep_dir = tmp_path / 'tiny_sweep_smoke'
-  assert metrics(sweep_dir, 'additive/seed_1') == local['additive/seed_1']   # as if unbroken
-  runs_csv = (sweep_dir / 'runs.csv').read_text().splitlines()
-  assert [line.split(',')[1] for line in runs_csv[1:]] == ['additive/seed_1'], runs_csv
-  assert '| additive | 1 |' in (sweep_dir / 'summary.md').read_text()
-  assert not (left := wait_gone(agents)), f'Ray agents of the killed cluster stayed: {left}'
+def test_the_ray_agents_of_a_sigkilled_driver_s_cluster_exit_by_themselves(killed_driver):
+  """(Last in the module: the agents take about 60 s, see killed_driver.)"""
+  assert not (left := wait_gone(killed_driver['agents'])), (
+      f'Ray agents of the killed cluster stayed: {left}')
