@@ -53,9 +53,12 @@ def test_study_figures_tests_and_tables():
   assert (row['mean'], row['ci_lo'], row['ci_hi']) == (iv.mean, iv.lo, iv.hi)
   assert ('none', 'all', 'attention', 'alignment_accuracy') not in table
   tests = {(t['question'], t['variant'], t['band'], t['a'], t['b']): t for t in s['tests']}
-  aligner = tests[('aligner', 'additive', 'all', 'attention', 'gradient')]
-  assert aligner['p'] == pytest.approx(scipy.stats.ttest_rel(explicit, gradient).pvalue)
-  assert aligner['diff'] == pytest.approx(np.mean(np.subtract(explicit, gradient)))
+  within = np.add(explicit, 5)
+  aligner = tests[('aligner', 'additive', 'within', 'attention', 'gradient')]
+  assert aligner['p'] == pytest.approx(scipy.stats.ttest_rel(within, gradient).pvalue)
+  assert aligner['diff'] == pytest.approx(np.mean(np.subtract(within, gradient)))
+  assert aligner['ci_excludes_0'] == (aligner['ci_lo'] > 0)
+  assert ('aligner', 'additive', 'all', 'attention', 'gradient') not in tests   # not a cell
   beyond = tests[('beyond', 'additive', 'beyond', 'attention', 'attention')]
   assert beyond['diff'] == pytest.approx(-25.0)                     # beyond - within
   implicit = tests[('implicit', 'none', 'all', 'gradient', 'random')]
