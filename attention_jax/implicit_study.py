@@ -36,7 +36,8 @@ def _bands(run, split: str) -> dict[str, dict]:
   out = {}
   for b in report.get('bands', []):
     maps = dict(b['methods'])
-    maps[RANDOM] = {**b['random'], 'aopc': b['aopc_random']}
+    maps[RANDOM] = {**b['random'], **({} if b['aopc_random'] is None      # images: no AOPC
+                                      else {'aopc': b['aopc_random']})}
     out[b['band']] = maps
   return out
 

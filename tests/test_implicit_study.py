@@ -25,8 +25,9 @@ def _run(bands: dict) -> compare.Run:
   aopc)}}, 'random' among the maps."""
   out = []
   for band, maps in bands.items():
-    methods = {m: {'alignment_accuracy': acc, 'gold_mass': acc / 2, 'aopc': aopc,
-                   'steps': 100} for m, (acc, aopc) in maps.items() if m != 'random'}
+    methods = {m: {'alignment_accuracy': acc, 'gold_mass': acc / 2, 'steps': 100,
+                   **({} if aopc is None else {'aopc': aopc})}   # images: no AOPC
+               for m, (acc, aopc) in maps.items() if m != 'random'}
     acc, aopc = maps['random']
     out.append({'band': band, 'lo': 0, 'hi': None, 'sentences': 10, 'methods': methods,
                 'random': {'alignment_accuracy': acc, 'gold_mass': acc, 'steps': 100},
@@ -67,6 +68,11 @@ def test_study_figures_tests_and_tables():
   family = [t for t in s['tests'] if t['question'] == 'aligner']
   assert [t['p_holm'] for t in family] == pytest.approx(stats.holm([t['p'] for t in family]))
   assert aligner['significant'] == (aligner['p_holm'] < 0.05)
+  pointing = _run({'all': {'attention': (40.0, None), 'random': (8.0, 1.0)}})   # an image run
+  pointing.results['results']['test']['attribution']['bands'][0]['aopc_random'] = None
+  s_images = implicit_study.study([compare.Group('soft', [pointing, pointing])])
+  assert {r['figure'] for r in s_images['table']} >= {'alignment_accuracy'} and not any(
+      r['figure'] == 'aopc' for r in s_images['table'])
   text = implicit_study.markdown(s)
   assert '## Alignment accuracy (%), beyond source lengths' in text
   assert f'| additive | {iv.mean:.1f} [{iv.lo:.1f}, {iv.hi:.1f}] |' in text
