@@ -155,15 +155,18 @@ def markdown(s: dict) -> str:
          'gold source position (teacher-forced on the reference; on images the pointing game: '
          "the argmax within half a grid cell of the output digit's box). AOPC: the mean drop of "
          'log p(y_t) when the top 1..k positions by the map are deleted (zero embedding).']
-  for band in BANDS:
+  def shown(band, figure):   # a table only where some run has the figure
+    return any((v, band, m, figure) in table for v in variants for m in main)
+  for band in (b for b in BANDS if shown(b, 'alignment_accuracy')):
     out += ['', f'## Alignment accuracy (%), {band} source lengths', '',
             '| variant | ' + ' | '.join(main) + ' |', '|---|' + '---|' * len(main)]
     out += [f'| {v} | ' + ' | '.join(_cell(table, v, band, m, 'alignment_accuracy', '.1f')
                                      for m in main) + ' |' for v in variants]
-  out += ['', '## Faithfulness: AOPC (nats), all source lengths', '',
-          '| variant | ' + ' | '.join(main) + ' |', '|---|' + '---|' * len(main)]
-  out += [f'| {v} | ' + ' | '.join(_cell(table, v, 'all', m, 'aopc', '.2f') for m in main)
-          + ' |' for v in variants]
+  if shown('all', 'aopc'):
+    out += ['', '## Faithfulness: AOPC (nats), all source lengths', '',
+            '| variant | ' + ' | '.join(main) + ' |', '|---|' + '---|' * len(main)]
+    out += [f'| {v} | ' + ' | '.join(_cell(table, v, 'all', m, 'aopc', '.2f') for m in main)
+            + ' |' for v in variants]
   layered = {v: [m for m in ms if m.startswith(EXPLICIT + '_')] for v, ms in by_variant.items()}
   for v, maps in layered.items():
     if maps:

@@ -73,6 +73,8 @@ def test_study_figures_tests_and_tables():
   s_images = implicit_study.study([compare.Group('soft', [pointing, pointing])])
   assert {r['figure'] for r in s_images['table']} >= {'alignment_accuracy'} and not any(
       r['figure'] == 'aopc' for r in s_images['table'])
+  text_images = implicit_study.markdown(s_images)
+  assert 'within source lengths' not in text_images and 'AOPC (nats)' not in text_images
   text = implicit_study.markdown(s)
   assert '## Alignment accuracy (%), beyond source lengths' in text
   assert f'| additive | {iv.mean:.1f} [{iv.lo:.1f}, {iv.hi:.1f}] |' in text
