@@ -92,9 +92,10 @@ def study(groups: Sequence, split: str = 'test') -> dict:
                     'figure': figure, 'diff': t.diff, 'ci_lo': t.lo, 'ci_hi': t.hi, 'p': t.p})
 
     explicit = EXPLICIT in maps
+    banded = any(_bands(r, split).keys() - {'all'} for r in g.runs)   # within / beyond
     for band in BANDS:   # the families the tables show: each test is one cell
       for m in methods:
-        if explicit and band != 'all':
+        if explicit and (band != 'all' or not banded):
           test('aligner', band, EXPLICIT, m, 'alignment_accuracy')
         elif not explicit:
           test('implicit', band, m, RANDOM, 'alignment_accuracy')
@@ -187,8 +188,10 @@ def markdown(s: dict) -> str:
     rows = [t for t in tests if t['question'] == q]
     if not rows:
       continue
+    only_all = all(t['band'] == 'all' for t in rows)   # image runs: one band
     pairs = list(dict.fromkeys((t['a'], t['b'], t['band']) for t in rows
-                               if t['band'] != 'all' or q in ('implicit', 'faithful')))
+                               if t['band'] != 'all' or only_all
+                               or q in ('implicit', 'faithful')))
     pairs = [p for p in pairs if q != 'faithful' or p[2] == 'all']
     head = [f'{a} − {b}' + ('' if q in ('beyond', 'faithful') else f' ({band})')
             if q != 'beyond' else a for a, b, band in pairs]

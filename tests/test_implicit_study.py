@@ -68,11 +68,13 @@ def test_study_figures_tests_and_tables():
   family = [t for t in s['tests'] if t['question'] == 'aligner']
   assert [t['p_holm'] for t in family] == pytest.approx(stats.holm([t['p'] for t in family]))
   assert aligner['significant'] == (aligner['p_holm'] < 0.05)
-  pointing = _run({'all': {'attention': (40.0, None), 'random': (8.0, 1.0)}})   # an image run
+  pointing = _run({'all': {'attention': (40.0, None), 'gradient': (30.0, None),
+                           'random': (8.0, 1.0)}})   # an image run: one band, no AOPC
   pointing.results['results']['test']['attribution']['bands'][0]['aopc_random'] = None
   s_images = implicit_study.study([compare.Group('soft', [pointing, pointing])])
   assert {r['figure'] for r in s_images['table']} >= {'alignment_accuracy'} and not any(
       r['figure'] == 'aopc' for r in s_images['table'])
+  assert [t['band'] for t in s_images['tests'] if t['question'] == 'aligner'] == ['all']
   text_images = implicit_study.markdown(s_images)
   assert 'within source lengths' not in text_images and 'AOPC (nats)' not in text_images
   text = implicit_study.markdown(s)
