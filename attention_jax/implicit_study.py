@@ -16,8 +16,6 @@ the same run), Holm-adjusted within each question:
 
 from __future__ import annotations
 
-import csv
-import os
 from typing import Sequence
 
 import numpy as np
@@ -209,26 +207,3 @@ def markdown(s: dict) -> str:
           'that is the same for every seed gets p = 0. Differences are means of the per-seed '
           'differences.']
   return '\n'.join(out) + '\n'
-
-
-def _write_csv(path: str, rows: list[dict]) -> str:
-  with open(path, 'w', newline='') as f:
-    w = csv.DictWriter(f, fieldnames=list(rows[0]))
-    w.writeheader()
-    w.writerows(rows)
-  return path
-
-
-def write(sweep_dir: str, groups: Sequence, split: str = 'test') -> dict[str, str]:
-  """implicit_attention.md, implicit_attention.csv (the table) and implicit_tests.csv."""
-  s = study(groups, split)
-  path = os.path.join(sweep_dir, 'implicit_attention.md')
-  with open(path, 'w') as f:
-    f.write(markdown(s))
-  paths = {'implicit_markdown': path,
-           'implicit_csv': _write_csv(os.path.join(sweep_dir, 'implicit_attention.csv'),
-                                      s['table'])}
-  if s['tests']:
-    paths['implicit_tests'] = _write_csv(os.path.join(sweep_dir, 'implicit_tests.csv'),
-                                         s['tests'])
-  return paths

@@ -95,7 +95,15 @@ def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
         title=f'{name}: {label} by source length (mean over seeds, 95% band)',
         train_max_len=_train_max_len(groups[0].runs[0].workdir))
   if implicit_study.has_attribution(groups, split):   # runs with eval.attribution
-    paths.update(implicit_study.write(sweep_dir, groups, split))
+    study = implicit_study.study(groups, split)
+    paths['implicit_markdown'] = os.path.join(sweep_dir, 'implicit_attention.md')
+    with open(paths['implicit_markdown'], 'w') as f:
+      f.write(implicit_study.markdown(study))
+    paths['implicit_csv'] = _write_csv(os.path.join(sweep_dir, 'implicit_attention.csv'),
+                                       study['table'])
+    if study['tests']:
+      paths['implicit_tests'] = _write_csv(os.path.join(sweep_dir, 'implicit_tests.csv'),
+                                           study['tests'])
   if verbose:
     print(text)
     print('wrote ' + ', '.join(paths.values()))
