@@ -35,6 +35,7 @@ from scipy import stats
 from scipy.spatial import distance
 
 from attention_jax import attribution
+from attention_jax import encoders
 from attention_jax.data import builders
 
 EXPLICIT = 'attention'   # the explicit weights' row in a report
@@ -131,6 +132,20 @@ def _order(magnitude: np.ndarray, real: np.ndarray, k: int) -> np.ndarray:
   return np.argsort(-m, axis=-1, kind='stable')[..., :k].astype(np.int32)
 
 
+def _magnitudes(attributors: dict, params, src, tin, tout, seconds: dict):
+  """One batch through every method's attributor -> ({method: magnitudes (ranking) [B, T,
+  *positions]}, the explicit weights [B, T, S'] float64); each method's seconds added to
+  `seconds`."""
+  maps, explicit = {}, None
+  for m, fn in attributors.items():
+    start = time.perf_counter()
+    a = jax.device_get(fn(params, src, tin, tout))
+    seconds[m] += time.perf_counter() - start
+    maps[m] = np.asarray(attribution.ranking(m, np.asarray(a.scores, np.float64)))
+    explicit = np.asarray(a.weights, np.float64)
+  return maps, explicit
+
+
 def bands(train_max_len: int | None) -> list[tuple[str, int, float]]:
   """Source-length bands (name, lo, hi], lengths without EOS: all, and for a task with
   training lengths up to train_max_len, within and beyond them."""
@@ -178,13 +193,7 @@ def attribute_split(graphdef, params, task, split: str, methods: Sequence[str], 
     gold = task.batch_alignment(batch)
     src, tin, tout = (np.asarray(batch[x]) for x in ('src', 'tgt_in', 'tgt_out'))
     real = src != 0
-    maps = {}
-    for m in methods:
-      start = time.perf_counter()
-      a = jax.device_get(attributors[m](params, src, tin, tout))
-      seconds[m] += time.perf_counter() - start
-      maps[m] = attribution.ranking(m, np.asarray(a.scores, np.float64))
-      explicit = np.asarray(a.weights, np.float64)
+    maps, explicit = _magnitudes(attributors, params, src, tin, tout, seconds)
     maps[EXPLICIT] = explicit
     layers = layer_maps(params, src, tin)
     if layers is not None:
@@ -311,14 +320,10 @@ def attribute_images(graphdef, params, task, split: str, methods: Sequence[str],
       break
     boxes = task.batch_boxes(batch, split)
     src, tin, tout = (np.asarray(batch[x]) for x in ('src', 'tgt_in', 'tgt_out'))
-    maps = {}
-    for m in methods:
-      start = time.perf_counter()
-      a = jax.device_get(attributors[m](params, src, tin, tout))
-      seconds[m] += time.perf_counter() - start
-      scores = np.asarray(attribution.ranking(m, np.asarray(a.scores, np.float64)))
-      maps[m] = scores if scores.ndim == 4 else scores.reshape(*scores.shape[:2], *grid)
-      explicit = np.asarray(a.weights, np.float64).reshape(*tout.shape, *grid)
+    maps, explicit = _magnitudes(attributors, params, src, tin, tout, seconds)
+    maps = {m: x if x.ndim == 4 else x.reshape(*x.shape[:2], *grid)   # pixels, or the grid
+            for m, x in maps.items()}
+    explicit = explicit.reshape(*tout.shape, *grid)
     maps[EXPLICIT] = explicit
     maps[RANDOM] = rng.rand(*explicit.shape)
     for name, mag in maps.items():
@@ -396,23 +401,21 @@ def check_task(task, spec: str) -> list[str]:
   return methods
 
 
-def from_config(graphdef, params, task, cfg, split: str = 'test', grid: tuple[int, int] = (),
+def from_config(graphdef, params, task, cfg, model_config, split: str = 'test',
                 progress=None) -> dict | None:
-  """The attribute_split (token tasks) or attribute_images (digit_strips; `grid`: the
-  encoder's (H', W') on the task's images) report that a run's eval.attribution* fields ask
-  for; None when eval.attribution is empty; a task without gold fails with one line."""
+  """The attribute_split (token tasks) or attribute_images (digit_strips, over the grid that
+  model_config's encoder makes of the task's images) report that a run's eval.attribution*
+  fields ask for; None when eval.attribution is empty; a task without gold fails with one
+  line."""
   methods = check_task(task, cfg.eval.get('attribution', ''))
   if not methods:
     return None
   steps = int(cfg.eval.get('attribution_steps', 32))
+  common = dict(num=int(cfg.eval.get('attribution_num', 200)),
+                batch_size=int(cfg.data.batch_size),
+                options=attribution.Options(steps=steps, samples=steps), progress=progress)
   if task.source != 'tokens':
-    return attribute_images(graphdef, params, task, split, methods, grid,
-                            num=int(cfg.eval.get('attribution_num', 200)),
-                            batch_size=int(cfg.data.batch_size),
-                            options=attribution.Options(steps=steps, samples=steps),
-                            progress=progress)
+    grid = encoders.grid_shape(model_config, task.image_shape)
+    return attribute_images(graphdef, params, task, split, methods, grid, **common)
   return attribute_split(graphdef, params, task, split, methods,
-                         num=int(cfg.eval.get('attribution_num', 200)),
-                         batch_size=int(cfg.data.batch_size),
-                         options=attribution.Options(steps=steps, samples=steps),
-                         train_max_len=train_max_len(cfg.data), progress=progress)
+                         train_max_len=train_max_len(cfg.data), **common)

@@ -97,9 +97,8 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
     attribution = cfg.eval.get('attribution', '')
   if attribution:
     cfg.eval.attribution = attribution
-    grid = encoders.grid_shape(translator.config, task.image_shape) \
-        if task.source != 'tokens' else ()
-    report['attribution'] = alignment.from_config(graphdef, params, task, cfg, split, grid)
+    report['attribution'] = alignment.from_config(graphdef, params, task, cfg,
+                                                  translator.config, split)
   report.update({'split': split if src is None else None, 'src': src, 'ref': ref,
                  'beam': beam, 'alpha': alpha, 'step': translator.step,
                  'workdir': os.path.abspath(workdir)})

@@ -451,8 +451,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   if lead() and cfg.eval.get('attribution'):   # implicit attention against gold alignments
     log(f'attributing {cfg.eval.get("attribution_num", 200)} test sentences '
         f'({cfg.eval.attribution})')
-    grid = encoders.grid_shape(mcfg, task.image_shape) if task.source != 'tokens' else ()
-    results['test']['attribution'] = alignment.from_config(graphdef, params, task, cfg, grid=grid)
+    results['test']['attribution'] = alignment.from_config(graphdef, params, task, cfg, mcfg)
   heads = functools.partial(inference.layer_weights, graphdef, params) \
       if mcfg.arch == 'transformer' else None
   paths = eval_lib.heatmaps(task, kept, run.heatmaps_dir, 'test', heads,
