@@ -18,7 +18,10 @@ Inputs longer than `t.max_input_len` tokens (4x the training maximum, at least 5
 ValueError before anything is allocated. Non-strings raise TypeError naming the argument.
 Large batches are decoded in chunks of at most `chunk_size` sentences (sorted by length, so
 each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays bounded.
-Each (beam, alpha, nbest) and padded source length compiles once per Translator.
+Sources are padded to geometric length buckets and chunks to power-of-two rows (shapes.py:
+growth `t.bucket_growth`), so a file compiles a bounded set of shapes, each once per
+(beam, alpha, nbest); `t.shapes_used` lists them. `load` turns on JAX's persistent
+compilation cache (compile_cache.py): the next process reads those programs from disk.
 
 Image models (model.encoder 'cnn' / 'vit') take images where text models take strings: file
 paths or arrays ([H, W], uint8 0-255 or float 0-1), padded together; `attend(image)` gives
@@ -49,11 +52,13 @@ import numpy as np
 
 from attention_jax import attribution
 from attention_jax import checkpoint as ckpt_lib
+from attention_jax import compile_cache
 from attention_jax import data as data_lib
 from attention_jax import decode as decode_lib
 from attention_jax import encoders
 from attention_jax import images as images_lib
 from attention_jax import inference
+from attention_jax import shapes
 from attention_jax import steps as steps_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.model import ModelConfig
@@ -100,6 +105,10 @@ class Translator:
     self.graphdef, self.params, self._factor = graphdef, params, factor
     self._decoders: dict[tuple, object] = {}
     self._attributors: dict[tuple, object] = {}
+    # sources padded to geometric length buckets and chunks to power-of-two rows (shapes.py):
+    # a file compiles a bounded set of shapes; None: multiples of 8, chunks as they come
+    self.bucket_growth: float | None = shapes.GROWTH
+    self.shapes_used: set[tuple] = set()   # (beam, alpha, nbest, rows, length) decoded
 
   def decoder(self, beam: int = 1, alpha: float = 0.6, nbest: int = 1):
     """The jit-compiled n-best decode function (inference.make_decoder), one per setting."""
@@ -111,9 +120,23 @@ class Translator:
     return self._decoders[key]
 
   def _encode(self, texts: Sequence[str]) -> np.ndarray:
-    ids = [self.src_tok.encode(t) + [data_lib.EOS] for t in texts]
-    s = max(8, -(-max(len(x) for x in ids) // 8) * 8)        # bucket: a multiple of 8
-    src = np.zeros((len(ids), s), np.int32)
+    """texts -> source ids [len(texts), S] (EOS last), S their padded length (_length)."""
+    return self._batch([self.src_tok.encode(t) + [data_lib.EOS] for t in texts])
+
+  def _length(self, n: int) -> int:
+    """The padded length of a batch whose longest source has n tokens: a length bucket
+    (shapes.py: few compiled shapes), or with bucket_growth None a multiple of 8."""
+    if self.bucket_growth is None:
+      return max(8, -(-n // 8) * 8)
+    return shapes.length_bucket(n, self.bucket_growth)
+
+  def _batch(self, ids: Sequence[list[int]], rows: int | None = None,
+             length: int | None = None) -> np.ndarray:
+    """Token id lists -> [rows, length] int32 PAD-padded (default: len(ids) rows, _length
+    of the longest); extra rows are a lone EOS (decoded, then dropped)."""
+    rows = len(ids) if rows is None else rows
+    src = np.zeros((rows, length or self._length(max(map(len, ids)))), np.int32)
+    src[len(ids):, 0] = data_lib.EOS
     for i, x in enumerate(ids):
       src[i, :len(x)] = x
     return src
@@ -169,7 +192,9 @@ class Translator:
     outs, ws, tgts, id_rows = [], [], [], []
     for row, w in zip(tokens, weights):
       ids = row.tolist()
-      n = ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids else len(ids)
+      # up to EOS, or (stopped at its limit) up to the batch's padding: no decoder emits PAD
+      n = (ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids
+           else ids.index(data_lib.PAD) if data_lib.PAD in ids else len(ids))
       outs.append(self.tgt_tok.decode(ids))
       tgts.append([self.tgt_tok.id_to_piece(i) for i in ids[:n]])
       ws.append(source_weights(np.asarray(w[:n], np.float32)))
@@ -191,9 +216,11 @@ class Translator:
       out[i] = Hypotheses([''] * nbest, [0.0] * nbest, [np.zeros((0, 0), np.float32)] * nbest,
                           [], [[] for _ in range(nbest)], [np.zeros(0, np.int32)] * nbest)
     self._check_lengths(texts, todo)
-    todo.sort(key=lambda i: len(texts[i]))          # similar lengths share a chunk
-    for rows in self._chunks(todo, [len(texts[i]) for i in todo], beam * nbest):
-      src = self._encode([texts[i] for i in rows])
+    ids = {i: self.src_tok.encode(texts[i]) + [data_lib.EOS] for i in todo}
+    todo.sort(key=lambda i: len(ids[i]))            # similar lengths share a chunk
+    for rows, (n, length) in self._chunks(todo, [len(ids[i]) for i in todo], beam * nbest):
+      src = self._batch([ids[i] for i in rows], n, length)
+      self.shapes_used.add((beam, float(alpha), nbest) + src.shape)
       tokens, scores, weights = jax.device_get(fn(
           self.params, src, decode_lib.max_output_len(src.shape[1], self._factor),
           self._factor))
@@ -256,21 +283,41 @@ class Translator:
                                           -(-image.shape[1] // cell) * cell))
     return lambda w: w.reshape(len(w), *grid)[:, :gh, :gw]
 
+  def _fits(self, rows: int, length: int, hyps: int) -> bool:
+    """Whether the attention weights [rows x hyps, L, S] and decoder caches [rows x hyps, L,
+    cache_width] of a chunk of sources padded to `length` fit MEMORY_BUDGET."""
+    return (rows * hyps * (length + self.config.cache_width)
+            * decode_lib.max_output_len(length, self._factor) * 4 <= self.MEMORY_BUDGET)
+
   def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
-    """Consecutive slices of `todo` (sorted by length) of at most chunk_size rows whose
-    attention weights [rows x hyps, L, S] and decoder caches [rows x hyps, L, cache_width]
-    fit MEMORY_BUDGET (at least one row each)."""
+    """Consecutive slices of `todo` (sorted by length; lengths in tokens, EOS included), each
+    with its padded (rows, length): at most chunk_size rows whose weights and caches fit
+    MEMORY_BUDGET (_fits; at least one row). With length buckets, a slice never spans two
+    buckets, its rows are a power of two (the bucket's full chunks: the most that fit; its
+    last: the next power of two of what is left)."""
     start = 0
+    if self.bucket_growth is None:
+      while start < len(todo):
+        end = start + 1
+        while (end < min(len(todo), start + self.chunk_size)
+               and self._fits(end + 1 - start, self._length(lengths[end]), hyps)):
+          end += 1
+        yield todo[start:end], (end - start, self._length(lengths[end - 1]))
+        start = end
+      return
     while start < len(todo):
-      end = start + 1
-      while end < min(len(todo), start + self.chunk_size):
-        s = lengths[end] + 1
-        if (end + 1 - start) * hyps * (s + self.config.cache_width) * \
-            decode_lib.max_output_len(s, self._factor) * 4 > self.MEMORY_BUDGET:
-          break
-        end += 1
-      yield todo[start:end]
-      start = end
+      length = self._length(lengths[start])
+      stop = start
+      while stop < len(todo) and lengths[stop] <= length:
+        stop += 1
+      most = 1
+      while most < self.chunk_size and self._fits(2 * most, length, hyps):
+        most *= 2
+      most = shapes.rows_cap(min(most, self.chunk_size))
+      for a in range(start, stop, most):
+        rows = todo[a:min(a + most, stop)]
+        yield rows, (shapes.row_bucket(len(rows), most), length)
+      start = stop
 
   def translate(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
                 nbest: int = 1) -> list:
@@ -380,12 +427,17 @@ class Translator:
                     [self.tgt_tok.id_to_piece(int(i)) for i in ids])
 
 
-def load(workdir: str, step: int | None = None) -> Translator:
+def load(workdir: str, step: int | None = None,
+         compilation_cache: str | None = None) -> Translator:
   """Rebuilds the model of a run from its saved config and tokenizers, and restores the best
   checkpoint (or `step`, from the latest/best checkpoints). Fails with CheckpointError
   naming the problem when the workdir, config or checkpoint is missing or corrupt. While
   the run trains, a step deleted as it is read (checkpoints rotate) is retried with the
-  newest complete one."""
+  newest complete one. JAX's persistent compilation cache is turned on
+  (compile_cache.enable(compilation_cache): by default $ATTENTION_JAX_CACHE or
+  ~/.cache/attention_jax/jax; 'off': none), so that the next process does not compile the
+  same decoding loops again."""
+  compile_cache.enable(compilation_cache)
   if not os.path.isdir(workdir):
     raise ckpt_lib.CheckpointError(f'no such workdir: {workdir!r}')
   asked = step is not None

@@ -48,6 +48,7 @@ flags.DEFINE_integer('steps', 32, 'Integrated gradients: interpolation steps.', 
 flags.DEFINE_integer('samples', 16, 'SmoothGrad: noisy samples.', lower_bound=1)
 flags.DEFINE_enum('baseline', 'zero', attribution.BASELINES, 'Integrated gradients: baseline.')
 flags.DEFINE_string('out_dir', None, 'Where the figures and files go (default WORKDIR/attributions).')
+CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
 
 
@@ -134,6 +135,7 @@ def on_split(t: api.Translator, methods, opts, out_dir: str) -> None:
 
 def main(argv):
   del argv
+  cli.use_compilation_cache(CACHE)
   t = api.load(FLAGS.workdir, step=FLAGS.step)
   methods = FLAGS.methods or attribution.names(t.config.source)
   for m in methods:

@@ -62,7 +62,6 @@ import dataclasses
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -75,13 +74,13 @@ from absl import app, flags
 from flax import nnx
 
 from attention_jax import attribution, beam, decode, parallel, train
-from attention_jax.symbols import EOS
 from attention_jax.scores import SCORES
 from experiments import cli
 from experiments.bench import attribution as bench_attribution
-from experiments.bench.measure import (compiled_bytes, count_flops,
-                                       loop_matmul_flops_per_s, matmul_flops_per_s, maxrss_mb,
-                                       median_window, pinned, xla_cost_flops)
+from experiments.bench import end_to_end
+from experiments.bench.measure import (compiled_bytes, count_flops, loop_matmul_flops_per_s,
+                                       machine_info, matmul_flops_per_s, maxrss_mb,
+                                       median_window, pinned, suppress_eos, xla_cost_flops)
 from experiments.bench.peer import (ONMT_ATTENTION, ONMT_TRANSFORMER_SCORES,
                                     peer_beam_sentences_per_s, peer_tokens_per_s)
 from experiments.bench.report import (COLUMNS, format_loop_matmuls, format_row, format_table,
@@ -91,7 +90,8 @@ from experiments.bench.workload import (ARCHITECTURES, CONFIGS, PAIRS, QUICK, Se
 
 __all__ = ['ARCHITECTURES', 'CONFIGS', 'ONMT_ATTENTION', 'QUICK', 'SCORES', 'Settings', 'Shape',
            'bench_variant', 'experiment_config', 'format_table', 'make_batch',
-           'peer_beam_sentences_per_s', 'peer_tokens_per_s', 'run']
+           'machine_info', 'peer_beam_sentences_per_s', 'peer_tokens_per_s', 'run',
+           'suppress_eos']
 
 
 def loop_matmuls(shape: Shape) -> dict[str, Any]:
@@ -104,15 +104,6 @@ def loop_matmuls(shape: Shape) -> dict[str, Any]:
 
 
 # ---- one variant ----------------------------------------------------------------------
-def suppress_eos(params: dict) -> dict:
-  """The params with the output layer's EOS bias at -1e9 (the model never ends a sentence)."""
-  if 'decoder' not in params:   # the Transformer's output layer is at the top
-    return {**params, 'out': {**params['out'], 'bias': params['out']['bias'].at[EOS].set(-1e9)}}
-  out = params['decoder']['out']
-  out = {**out, 'bias': out['bias'].at[EOS].set(-1e9)}
-  return {**params, 'decoder': {**params['decoder'], 'out': out}}
-
-
 def decoders(graphdef, max_len: int) -> dict[str, Callable]:
   """The decodings timed: name -> fn(params, src [B, S]) -> tokens [B, max_len]; with several
   devices each decodes its rows of the batch (parallel.rows_apart), as inference does."""
@@ -283,19 +274,6 @@ def equal_resource_ratios(ours: list[dict], peers: list[dict]) -> list[dict[str,
 
 
 # ---- the run ------------------------------------------------------------------------------
-def machine_info() -> dict[str, Any]:
-  cpu = platform.processor()
-  try:
-    with open('/proc/cpuinfo') as f:
-      cpu = next((l.split(':', 1)[1].strip() for l in f if l.startswith('model name')), cpu)
-  except OSError:
-    pass
-  return {'cpu': cpu, 'cpu_count': os.cpu_count(), 'platform': platform.platform(),
-          'python': platform.python_version(), 'jax': jax.__version__,
-          'devices': [str(d) for d in jax.devices()],
-          'xla_flags': os.environ.get('XLA_FLAGS', '')}
-
-
 def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
         settings: Settings = Settings(), peer_venv: str | None = None, peer_steps: int = 40,
         log: Callable[[str], None] = print,
@@ -425,6 +403,14 @@ def define_flags():
   flags.DEFINE_list('attribution', None, 'Instead of the train and decode rows: the speed of '
                     'these attribution methods (e.g. gradient,integrated_gradients; "all") on '
                     'reverse-sized sentences (experiments/bench/attribution.py).')
+  flags.DEFINE_bool('end_to_end', False, 'Instead of the train and decode rows: fresh '
+                    'processes translating a file, start to exit, cold and warm compilation '
+                    'cache, with --peer against onmt_translate (experiments/bench/end_to_end.py).')
+  flags.DEFINE_integer('e2e_sentences', 2000, '--end_to_end: lines in the file.', lower_bound=1)
+  flags.DEFINE_list('e2e_archs', sorted(end_to_end.ARCHS), '--end_to_end: our models.')
+  flags.DEFINE_list('e2e_beams', ['1', '5'], '--end_to_end: beam sizes (1 = greedy).')
+  flags.DEFINE_list('e2e_cores', ['1', '2'], '--end_to_end: 1 (pinned to CPU 0) and/or all '
+                    'cores.')
   flags.DEFINE_bool('input_feeding', True, 'Luong decoders with input feeding (ours and '
                     'OpenNMT-py\'s); --noinput_feeding: the attention runs after the RNN, '
                     'batched over time.')
@@ -454,6 +440,13 @@ def main(argv):
       json.dump(out, f, indent=2)
     os.replace(tmp, FLAGS.out)
 
+  if FLAGS.end_to_end:
+    rows = end_to_end.compare(FLAGS.e2e_archs, [int(b) for b in FLAGS.e2e_beams],
+                              [int(c) for c in FLAGS.e2e_cores], FLAGS.e2e_sentences,
+                              FLAGS.peer_venv if FLAGS.peer else None)
+    save({'machine': machine_info(), 'end_to_end': rows})
+    print(f'results: {FLAGS.out}')
+    return
   if FLAGS.attribution:
     methods = (attribution.names('tokens') if FLAGS.attribution == ['all']
                else FLAGS.attribution)

@@ -16,7 +16,7 @@ import sys
 
 from absl import app, flags
 
-from attention_jax import checkpoint, workdir
+from attention_jax import checkpoint, compile_cache, workdir
 from attention_jax.data import textfiles
 
 EXPECTED = (ValueError, OSError, checkpoint.CheckpointError, workdir.WorkdirInUse,
@@ -75,6 +75,21 @@ def _config_override_error(argv) -> str | None:
         return f'unknown config field {".".join(path[:i + 1])!r} in {arg}; fields of {where}: {valid}'
       node = node[key]
   return None
+
+
+def define_compilation_cache_flag() -> flags.FlagHolder:
+  """--compilation_cache, for the commands that load a saved run (translate, evaluate,
+  attribute): compile_cache.py. use_compilation_cache(flag) before loading the run."""
+  return flags.DEFINE_string(
+      'compilation_cache', None,
+      'Folder of JAX\'s persistent compilation cache ("off": none); default '
+      f'${compile_cache.ENV}, else {compile_cache.default_dir()}')
+
+
+def use_compilation_cache(flag: flags.FlagHolder) -> None:
+  """The flag, when given, is this process's $ATTENTION_JAX_CACHE (api.load reads it)."""
+  if flag.value is not None:
+    os.environ[compile_cache.ENV] = flag.value
 
 
 def _parse_flags(argv):

@@ -33,6 +33,7 @@ flags.DEFINE_integer('heatmaps', 6, 'How many sentences to draw.', lower_bound=0
 flags.DEFINE_string('attribution', None, "Attribution methods measured against gold "
                     "alignments (copy/reverse/sort), comma-separated or 'all'; '' = none "
                     "(default: the run's eval.attribution).")
+CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
 
 
@@ -48,6 +49,7 @@ def main(argv):
     except ValueError:
       raise app.UsageError(f'--length_edges must be integers, got {FLAGS.length_edges}')
   logging.set_verbosity(logging.WARNING)
+  cli.use_compilation_cache(CACHE)
   run_eval.evaluate_run(FLAGS.workdir, split=FLAGS.split, src=FLAGS.src, ref=FLAGS.ref,
                         attribution=FLAGS.attribution,
                    beam=FLAGS.beam, alpha=FLAGS.alpha, step=FLAGS.step, length_edges=edges,

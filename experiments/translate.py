@@ -35,7 +35,7 @@ import numpy as np
 import tqdm
 from absl import app, flags, logging
 
-from attention_jax import api, hold
+from attention_jax import api, compile_cache, hold
 from experiments import cli
 
 flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
@@ -47,6 +47,9 @@ flags.DEFINE_float('alpha', 0.6, 'Length penalty exponent ((5+|Y|)/6)^alpha.', l
 flags.DEFINE_integer('nbest', 1, 'Hypotheses per input line (<= --beam).', lower_bound=1)
 flags.DEFINE_string('attention', None, 'Write attention matrices to this .npz or .jsonl file.')
 flags.DEFINE_integer('batch', 256, 'Sentences decoded per chunk.', lower_bound=1)
+flags.DEFINE_bool('verbose', False, 'Also print the decoding shapes used, the programs '
+                  'compiled (or read from the compilation cache) and their seconds.')
+CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
 
 
@@ -186,6 +189,7 @@ def run():
       if path == same:
         raise app.UsageError(f'{other} and {flag} name the same file {path}')
   lines = read_lines(data, name)
+  cli.use_compilation_cache(CACHE)
   translator = api.load(FLAGS.workdir, step=FLAGS.step)
   translator.chunk_size = FLAGS.batch
   try:   # every line, before anything is written
@@ -212,6 +216,22 @@ def run():
   print(f'translated {n} lines in {elapsed:.1f} s ({n / max(elapsed, 1e-9):.1f} sentences/s, '
         f'{"greedy" if FLAGS.beam == 1 else f"beam {FLAGS.beam}"}, step {translator.step})',
         file=sys.stderr)
+  if FLAGS.verbose:
+    print(compile_report(translator), file=sys.stderr)
+
+
+def compile_report(translator: api.Translator) -> str:
+  """The --verbose lines: shapes decoded, programs compiled or read from the cache, where."""
+  c, folder = compile_cache.counts, compile_cache.active_dir()
+  shapes = sorted({s[3:] for s in translator.shapes_used})
+  cache = 'off'
+  if folder is not None:
+    entries, size = compile_cache.size(folder)
+    cache = f'{folder} ({entries} entries, {size / 2 ** 20:.1f} MB)'
+  return (f'decoding shapes (rows x source length): {len(shapes)}: '
+          + ' '.join(f'{r}x{s}' for r, s in shapes)
+          + f'\nprograms compiled or read from the cache: {c["programs"]} in '
+          f'{c["compile_s"]:.1f} s ({c["cache_hits"]} cache hits); compilation cache: {cache}')
 
 
 if __name__ == '__main__':

@@ -12,6 +12,9 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -50,6 +53,38 @@ def train_optimised(config: str, workdir, **overrides) -> dict:
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(os.path.join(workdir, 'results.json')) as f:
     return json.load(f)
+
+
+def assert_buckets_change_no_output(t, texts, chunk_size: int = 4, beam: int = 3):
+  """t.decode(texts) with its length buckets and power-of-two rows (api.Translator's
+  default, shapes.py) gives what decoding each chunk at its own length gives (bucket_growth
+  None): the same tokens, scores and weights (to float rounding), greedy and beam n-best.
+  chunk_size is lowered so that chunks get padding rows; the texts must include one whose
+  bucket is longer than its multiple of 8 (checked: else this compares nothing)."""
+  bucketed, size = t.bucket_growth, t.chunk_size
+  t.chunk_size = chunk_size
+  try:
+    with warnings.catch_warnings():   # sources beyond the training lengths (RuntimeWarning)
+      warnings.simplefilter('ignore', RuntimeWarning)
+      for kw in ({}, {'beam': beam, 'nbest': 2}):
+        t.bucket_growth, t.shapes_used = None, set()
+        plain = t.decode(texts, **kw)
+        plain_shapes = {s[3:] for s in t.shapes_used}
+        t.bucket_growth, t.shapes_used = bucketed, set()
+        padded = t.decode(texts, **kw)
+        padded_shapes = {s[3:] for s in t.shapes_used}
+        assert max(s for _, s in padded_shapes) > max(s for _, s in plain_shapes), (
+            plain_shapes, padded_shapes)
+        assert all(r & (r - 1) == 0 for r, _ in padded_shapes), padded_shapes
+        for a, b in zip(plain, padded):
+          assert a.outputs == b.outputs and len(a.ids) == len(b.ids)
+          for x, y in zip(a.ids, b.ids):
+            np.testing.assert_array_equal(x, y)
+          np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-6)
+          for x, y in zip(a.weights, b.weights):
+            np.testing.assert_allclose(x, y, atol=1e-5)
+  finally:
+    t.bucket_growth, t.chunk_size = bucketed, size
 
 
 # a sweep file of two variants and one whose config is invalid (model.attn_dim < 1)

@@ -17,6 +17,7 @@ from attention_jax import attribution
 from attention_jax.symbols import EOS
 from experiments import benchmark
 from experiments.bench import attribution as bench_attribution
+from experiments.bench import end_to_end
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -240,3 +241,37 @@ def test_attribution_rows_cover_every_sentence_in_chunks_within_the_memory_budge
          'compile_and_first_pass_s': 9.0, 'target_s': 60.0, 'met': True}
   table = bench_attribution.format_rows([row])
   assert '| gradient | 1000 | 50.0 | 20.0 | 9.0 | < 60 s: met |' in table
+
+
+def test_end_to_end_rows_time_fresh_processes_cold_then_warm(monkeypatch):
+  """bench --end_to_end: each row times our fresh translate process with an empty cache, then
+  again with the cache it filled (the second reads its programs: cache hits), and OpenNMT-py's
+  (faked here: it is not a dependency) on the same file; the fields, not the speed."""
+  calls = []
+
+  def fake_model(venv, arch, work, shape='char'):
+    calls.append(('model', arch, shape))
+    return f'{work}/{arch}.pt'
+
+  def fake_peer(venv, checkpoint, source, beam, cores, work):
+    with open(source, encoding='utf-8') as f:
+      calls.append(('translate', beam, cores, [len(line.split()) for line in f]))
+    return {'wall_s': 2.0, 'output_tokens': 10}
+
+  monkeypatch.setattr(end_to_end, 'peer_model', fake_model)
+  monkeypatch.setattr(end_to_end, 'peer', fake_peer)
+  rows = end_to_end.compare(['rnn'], [1], [2], 6, '/fake', log=lambda s: None,
+                            lengths=(3, 12), shape='tiny')
+  (row,) = rows
+  assert (row['arch'], row['beam'], row['cores'], row['sentences']) == ('rnn', 1, 2, 6)
+  for k in ('cold', 'warm'):
+    r = row[k]
+    assert r['exit_s'] > r['wall_s'] > r['translate_s'] > 0 and r['programs'] >= 1 and r['shapes']
+    assert row[f'{k}_ratio'] == pytest.approx(2.0 / r['wall_s'])
+  assert row['cold']['cache_hits'] == 0 < row['warm']['cache_hits']
+  assert row['cold']['output_tokens'] == row['warm']['output_tokens'] > 0
+  assert row['warm']['second_translate_s'] > 0 and 'second_translate_s' not in row['cold']
+  assert calls[0] == ('model', 'rnn', 'tiny')
+  assert calls[1][:3] == ('translate', 1, 2)
+  assert calls[1][3] == [len(s) for s in end_to_end.source_lines(6, (3, 12))]
+  assert end_to_end.format_row(row).startswith('rnn         beam 1 2 core(s): ours cold')

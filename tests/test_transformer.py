@@ -16,7 +16,7 @@ from attention_jax import multihead, transformer
 from attention_jax.data.tokenizers import BOS, EOS, PAD
 from attention_jax.transformer import sinusoids
 
-from helpers import train_optimised
+from helpers import assert_buckets_change_no_output, train_optimised
 from test_scores import NUMPY_REFERENCES, randomise
 
 CONTENT = multihead.content_scores()
@@ -210,6 +210,8 @@ def test_transformer_learns_smoke_reverse_and_reloads(data_dir, tmp_path):
   np.testing.assert_allclose(heads[-1].mean(0), weights, atol=1e-5)
   assert (run / 'heatmaps' / 'test_heads.png').exists()
   _beam_scores_are_teacher_forced_and_never_below_greedy(t)
+  assert_buckets_change_no_output(t, ['a b c', 'c a b b a', 'b', 'a c b a c c b', 'c c c a',
+                                      ' '.join('abc' * 14)])   # 43 tokens: bucket 56
 
 
 def _teacher_forced(t, pairs):

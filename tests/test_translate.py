@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import attention_jax as aj
-from attention_jax import data, inference, train
+from attention_jax import data, inference, shapes, train
 from attention_jax import decode as decode_lib
 from experiments import translate as translate_cmd
 from experiments.configs import dates
@@ -273,3 +273,73 @@ def test_saliency_explains_the_output_attend_gives(translator):
     t.saliency(text, step=8)
   with pytest.raises(ValueError, match=r'saliency\(text\) has 5,000 tokens; the limit is 512'):
     t.saliency('1' * 5000)
+
+
+# ---- a bounded set of compiled shapes, and the persistent compilation cache ---------------
+LONG = 'Sunday, 1 March 1987, or Nov 3, 1999, or 22. November 2026'   # 58 chars: bucket 72
+
+
+def test_length_buckets_and_padded_rows_change_no_output(translator):
+  helpers.assert_buckets_change_no_output(translator, TEXTS + [LONG, LONG[:41], 'x' * 33])
+
+
+def test_chunks_stay_in_one_bucket_with_power_of_two_rows_within_the_budget(translator):
+  """Translator._chunks on sorted lengths: every slice in one length bucket, padded to a power
+  of two rows (its bucket's full chunks: the most that fit MEMORY_BUDGET and chunk_size),
+  every sentence once, in order; so a file compiles at most 2 shapes per bucket."""
+  t = translator
+  lengths = sorted([3, 5, 8, 9, 9, 12, 16, 17, 30, 33, 40, 41, 41, 41, 41, 41, 90] * 7)
+  for hyps, size, budget in ((1, 256, t.MEMORY_BUDGET), (5, 6, t.MEMORY_BUDGET), (1, 256, 10 ** 6)):
+    t.chunk_size, t.MEMORY_BUDGET = size, budget
+    try:
+      chunks = list(t._chunks(list(range(len(lengths))), lengths, hyps))
+    finally:
+      t.chunk_size = 256
+      del t.MEMORY_BUDGET   # the class's again
+    assert [i for rows, _ in chunks for i in rows] == list(range(len(lengths)))
+    per_bucket = {}
+    for rows, (n, length) in chunks:
+      assert length == shapes.length_bucket(lengths[rows[-1]])
+      assert shapes.length_bucket(lengths[rows[0]]) == length          # one bucket
+      assert n & (n - 1) == 0 and len(rows) <= n < 2 * len(rows)
+      assert n <= size and (n == 1 or t._fits(n, length, hyps))
+      per_bucket.setdefault(length, set()).add(n)
+    assert all(len(ns) <= 2 for ns in per_bucket.values()), per_bucket
+  assert shapes.buckets(256) == [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
+  assert shapes.length_bucket(41) == 56 and shapes.row_bucket(21, 256) == 32
+
+
+def test_compilation_cache_is_reused_and_a_bad_one_is_skipped_with_one_warning(run, translator,
+                                                                              tmp_path):
+  """translate --compilation_cache: the second process reads the decoding programs the first
+  wrote (cache hits, --verbose); a corrupt cache and an unwritable folder each give one warning
+  line and the same output, never an error."""
+  lines = ['Nov 3, 1999', '22. November 2026', 'Sunday, 1 March 1987']
+  want = '\n'.join(translator.translate(lines)) + '\n'
+  cache = tmp_path / 'cache'
+
+  def translate(folder):
+    p = command(run, f'--compilation_cache={folder}', '--verbose',
+                stdin='\n'.join(lines).encode() + b'\n')
+    err = p.stderr.decode()
+    assert p.returncode == 0 and p.stdout.decode() == want, err
+    hits = re.search(r'\((\d+) cache hits\)', err)
+    return err, int(hits.group(1))
+
+  err, hits = translate(cache)
+  assert 'warning' not in err and hits == 0 and re.search(r'decoding shapes .*: 2: ', err), err
+  entries = [p for p in cache.iterdir() if p.name.endswith('-cache')]
+  assert entries
+  err, hits = translate(cache)
+  assert 'warning' not in err and hits >= 1, err
+  for p in entries:                      # truncated: zstd cannot read them
+    p.write_bytes(p.read_bytes()[:100])
+  err, hits = translate(cache)
+  assert err.count('warning') == 1 and hits == 0, err
+  assert re.search(r'warning: the compilation cache at .* failed.*truncated', err), err
+  assert 'compilation cache: off' in err
+  blocked = tmp_path / 'a_file'
+  blocked.write_text('')
+  err, hits = translate(blocked / 'cache')
+  assert err.count('warning') == 1, err
+  assert f'the compilation cache folder {blocked / "cache"} cannot be written' in err

@@ -3,6 +3,8 @@ timed windows, and the machine's matmul ceiling (large, and small in a loop)."""
 
 from __future__ import annotations
 
+import os
+import platform
 import resource
 import statistics
 import time
@@ -11,6 +13,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from attention_jax.symbols import EOS
 
 
 MATMUL_N = 2048
@@ -121,3 +125,25 @@ def loop_matmul_flops_per_s(m: int, k: int, n: int, reps: int = 100, windows: in
 def pinned(cmd: list[str], cpus: str | None) -> list[str]:
   """cmd, run on the CPUs `cpus` only (taskset's list, e.g. '0'), or anywhere for None."""
   return cmd if cpus is None else ['taskset', '-c', cpus] + cmd
+
+
+def suppress_eos(params: dict) -> dict:
+  """The params with the output layer's EOS bias at -1e9 (the model never ends a sentence)."""
+  if 'decoder' not in params:   # the Transformer's output layer is at the top
+    return {**params, 'out': {**params['out'], 'bias': params['out']['bias'].at[EOS].set(-1e9)}}
+  out = params['decoder']['out']
+  out = {**out, 'bias': out['bias'].at[EOS].set(-1e9)}
+  return {**params, 'decoder': {**params['decoder'], 'out': out}}
+
+
+def machine_info() -> dict[str, Any]:
+  cpu = platform.processor()
+  try:
+    with open('/proc/cpuinfo') as f:
+      cpu = next((l.split(':', 1)[1].strip() for l in f if l.startswith('model name')), cpu)
+  except OSError:
+    pass
+  return {'cpu': cpu, 'cpu_count': os.cpu_count(), 'platform': platform.platform(),
+          'python': platform.python_version(), 'jax': jax.__version__,
+          'devices': [str(d) for d in jax.devices()],
+          'xla_flags': os.environ.get('XLA_FLAGS', '')}
