@@ -23,11 +23,12 @@ STARTED = 'ATTENTION_JAX_BENCH_STARTED'   # time.time() when the parent started 
 
 
 def translate_file(run: str, source: str, output: str, beam: int, again: bool = False,
-                   batch: int = 256) -> dict:
+                   batch: int = 1024) -> dict:
   """What a user's `translate` does (experiments/translate.py: aj.load, chunks of `batch`
   lines, each written whole), with EOS suppressed -> the compiling and decoding figures."""
   t = api.load(run)
   t.params = suppress_eos(t.params)
+  t.chunk_size = batch   # as translate's --batch
   with open(source, encoding='utf-8') as f:
     lines = f.read().splitlines()
   start = time.perf_counter()
