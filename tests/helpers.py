@@ -55,10 +55,12 @@ def train_optimised(config: str, workdir, **overrides) -> dict:
     return json.load(f)
 
 
-def assert_buckets_change_no_output(t, texts, chunk_size: int = 4, beam: int = 3):
+def assert_buckets_change_no_output(t, texts, chunk_size: int = 4,
+                                    settings=({}, {'beam': 3, 'nbest': 2})):
   """t.decode(texts) with its length buckets and power-of-two rows (api.Translator's
   default, shapes.py) gives what decoding each chunk at its own length gives (bucket_growth
-  None): the same tokens, scores and weights (to float rounding), greedy and beam n-best.
+  None): the same tokens, scores and weights (to float rounding), for each decoding setting
+  (default: greedy and beam-3 2-best).
   chunk_size is lowered so that chunks get padding rows; the texts must include one whose
   bucket is longer than its multiple of 8 (checked: else this compares nothing)."""
   bucketed, size = t.bucket_growth, t.chunk_size
@@ -66,7 +68,7 @@ def assert_buckets_change_no_output(t, texts, chunk_size: int = 4, beam: int = 3
   try:
     with warnings.catch_warnings():   # sources beyond the training lengths (RuntimeWarning)
       warnings.simplefilter('ignore', RuntimeWarning)
-      for kw in ({}, {'beam': beam, 'nbest': 2}):
+      for kw in settings:
         t.bucket_growth, t.shapes_used = None, set()
         plain = t.decode(texts, **kw)
         plain_shapes = {s[3:] for s in t.shapes_used}

@@ -6,8 +6,6 @@ SciPy and the `attribute` command on a reverse run."""
 
 import json
 import os
-import subprocess
-import sys
 from typing import NamedTuple
 
 import jax
@@ -23,7 +21,9 @@ from attention_jax import alignment, attribution, encoders, train
 from attention_jax.model import ModelConfig, build
 from attention_jax.data import image_builders
 from experiments.configs import dates, digit_strips, reverse
-from helpers import ROOT, smoke
+
+import helpers
+from helpers import smoke
 
 METHODS = sorted(attribution.METHODS)
 TOKEN_METHODS = attribution.names('tokens')
@@ -331,9 +331,9 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
   assert within['sentences'] + beyond['sentences'] == at_end['sentences'] == 32
   assert within['random']['steps'] + beyond['random']['steps'] == at_end['random']['steps'] > 0
 
-  def command(*flags):
-    return subprocess.run([sys.executable, '-m', 'experiments.attribute', f'--workdir={workdir}',
-                           *flags], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  def command(*flags):   # forked from a server that imported the package (helpers.py)
+    return helpers.run_module('experiments.attribute', f'--workdir={workdir}', *flags,
+                              timeout=600)
   proc = command('--num=32', '--methods=gradient,gradient_x_input')
   assert proc.returncode == 0, proc.stderr[-2000:]
   with open(os.path.join(workdir, 'attributions', 'alignment_test.json')) as f:

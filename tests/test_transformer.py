@@ -210,8 +210,9 @@ def test_transformer_learns_smoke_reverse_and_reloads(data_dir, tmp_path):
   np.testing.assert_allclose(heads[-1].mean(0), weights, atol=1e-5)
   assert (run / 'heatmaps' / 'test_heads.png').exists()
   _beam_scores_are_teacher_forced_and_never_below_greedy(t)
-  assert_buckets_change_no_output(t, ['a b c', 'c a b b a', 'b', 'a c b a c c b', 'c c c a',
-                                      ' '.join('abc' * 14)])   # 43 tokens: bucket 56
+  # greedy only (each shape compiles a Transformer decoder); tests/test_translate.py: beam too
+  assert_buckets_change_no_output(t, ['a b c', 'b', 'c c c a', ' '.join('abc' * 14)],
+                                  chunk_size=2, settings=({},))   # the last: a longer bucket
 
 
 def _teacher_forced(t, pairs):
