@@ -441,10 +441,11 @@ def main(argv):
     os.replace(tmp, FLAGS.out)
 
   if FLAGS.end_to_end:
-    rows = end_to_end.compare(FLAGS.e2e_archs, [int(b) for b in FLAGS.e2e_beams],
-                              [int(c) for c in FLAGS.e2e_cores], FLAGS.e2e_sentences,
-                              FLAGS.peer_venv if FLAGS.peer else None)
-    save({'machine': machine_info(), 'end_to_end': rows})
+    machine = machine_info()
+    end_to_end.compare(FLAGS.e2e_archs, [int(b) for b in FLAGS.e2e_beams],
+                       [int(c) for c in FLAGS.e2e_cores], FLAGS.e2e_sentences,
+                       FLAGS.peer_venv if FLAGS.peer else None,
+                       saved=lambda rows: save({'machine': machine, 'end_to_end': rows}))
     print(f'results: {FLAGS.out}')
     return
   if FLAGS.attribution:

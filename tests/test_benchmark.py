@@ -260,8 +260,10 @@ def test_end_to_end_rows_time_fresh_processes_cold_then_warm(monkeypatch):
 
   monkeypatch.setattr(end_to_end, 'peer_model', fake_model)
   monkeypatch.setattr(end_to_end, 'peer', fake_peer)
+  saved = []
   rows = end_to_end.compare(['rnn'], [1], [2], 6, '/fake', log=lambda s: None,
-                            lengths=(3, 12), shape='tiny')
+                            lengths=(3, 12), shape='tiny', saved=lambda r: saved.append(list(r)))
+  assert saved == [rows]   # each row saved as it finishes
   (row,) = rows
   assert (row['arch'], row['beam'], row['cores'], row['sentences']) == ('rnn', 1, 2, 6)
   for k in ('cold', 'warm'):

@@ -157,9 +157,10 @@ def peer(venv: str, checkpoint: str, source: str, beam: int, cores: int, work: s
 # ---- the comparison -------------------------------------------------------------------------
 def compare(archs: Sequence[str], beams: Sequence[int], cores: Sequence[int], sentences: int,
             peer_venv: str | None, log=print, lengths: tuple[int, int] = LENGTHS,
-            shape: str = 'char') -> list[dict[str, Any]]:
+            shape: str = 'char', saved=lambda rows: None) -> list[dict[str, Any]]:
   """Every (arch, beam, cores): ours cold and warm, OpenNMT-py's -> rows with the ratios
-  (OpenNMT-py's wall time over ours: > 1 where ours is faster)."""
+  (OpenNMT-py's wall time over ours: > 1 where ours is faster). saved(rows) after each row:
+  a stopped comparison keeps the rows it finished."""
   rows = []
   with tempfile.TemporaryDirectory(prefix='e2e_') as work:
     source = os.path.join(work, 'file.src')
@@ -183,6 +184,7 @@ def compare(archs: Sequence[str], beams: Sequence[int], cores: Sequence[int], se
             for k in ('cold', 'warm'):
               row[f'{k}_ratio'] = row['onmt']['wall_s'] / row[k]['wall_s']
           rows.append(row)
+          saved(rows)
           log(format_row(row))
   return rows
 
