@@ -61,6 +61,7 @@ from attention_jax import inference
 from attention_jax import shapes
 from attention_jax import steps as steps_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data.batching import round_up
 from attention_jax.model import ModelConfig
 from attention_jax.symbols import BOS
 
@@ -127,7 +128,7 @@ class Translator:
     """The padded length of a batch whose longest source has n tokens: a length bucket
     (shapes.py: few compiled shapes), or with bucket_growth None a multiple of 8."""
     if self.bucket_growth is None:
-      return max(8, -(-n // 8) * 8)
+      return max(shapes.MULTIPLE, round_up(n, shapes.MULTIPLE))
     return shapes.length_bucket(n, self.bucket_growth)
 
   def _batch(self, ids: Sequence[list[int]], rows: int | None = None,
@@ -310,10 +311,9 @@ class Translator:
       stop = start
       while stop < len(todo) and lengths[stop] <= length:
         stop += 1
-      most = 1
-      while most < self.chunk_size and self._fits(2 * most, length, hyps):
+      most = 1   # the bucket's full chunks: the most rows, a power of two, that fit
+      while 2 * most <= self.chunk_size and self._fits(2 * most, length, hyps):
         most *= 2
-      most = shapes.rows_cap(min(most, self.chunk_size))
       for a in range(start, stop, most):
         rows = todo[a:min(a + most, stop)]
         yield rows, (shapes.row_bucket(len(rows), most), length)

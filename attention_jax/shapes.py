@@ -15,12 +15,10 @@ full chunks and one tail (tests/test_translate.py checks outputs do not depend o
 
 from __future__ import annotations
 
+from attention_jax.data.batching import round_up
+
 GROWTH = 1.25   # each length bucket at most this times the one below (then rounded up)
 MULTIPLE = 8    # bucket lengths are multiples of this (as training's: data.bucket_multiple)
-
-
-def _round_up(n: int, multiple: int) -> int:
-  return -(-n // multiple) * multiple
 
 
 def length_bucket(n: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> int:
@@ -31,7 +29,7 @@ def length_bucket(n: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> i
     raise ValueError(f'growth must be > 1, got {growth!r}')
   b = multiple
   while b < n:
-    b = max(b + multiple, _round_up(int(b * growth), multiple))
+    b = max(b + multiple, round_up(int(b * growth), multiple))
   return b
 
 
@@ -45,12 +43,8 @@ def buckets(limit: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> lis
 
 def row_bucket(n: int, most: int) -> int:
   """The rows a chunk of n sources is padded to: the next power of two, at most `most` (a
-  power of two itself: rows_cap)."""
+  power of two itself: a bucket's full chunks)."""
   if not 1 <= n <= most:
     raise ValueError(f'a chunk has 1..{most} rows, got {n}')
   return min(1 << (n - 1).bit_length(), most)
 
-
-def rows_cap(n: int) -> int:
-  """The largest power of two <= n (n >= 1): the rows of a bucket's full chunks."""
-  return 1 << (max(n, 1).bit_length() - 1)

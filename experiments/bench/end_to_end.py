@@ -21,8 +21,8 @@ for a source of n (train.max_decode_factor 2, each sentence its own limit), Open
 sentences by length, so m is about n): the same work within a few tokens a sentence.
 Timed, per (arch, beam 1 | 5, cores 1 | 2): ours cold, ours warm, OpenNMT-py (no compiling:
 one figure). The warm process then translates the file again (untimed by the wall clock):
-`second_translate_s` against its first call's `translate_s`. One core: `taskset -c 0`, OpenNMT-py with 1 thread; two cores: both unpinned,
-OpenNMT-py with 2 threads. Our process also reports the seconds it spent tracing and compiling
+`second_translate_s` against its first call's `translate_s`. One core: `taskset -c 0`,
+OpenNMT-py with 1 thread; two cores: both unpinned, OpenNMT-py with 2 threads. Our process also reports the seconds it spent tracing and compiling
 (or reading the cache: compile_cache.counts) and the shapes it decoded.
 """
 
