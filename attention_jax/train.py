@@ -445,17 +445,19 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   if best_step is not None and best_step != step:
     params = eval_params(ckpt_lib.restore(ckpts.best, best_step, state)[0])
   results, sentences = {}, {}
-  for split in ('validation', 'test'):
-    results[split], kept, sentences[split] = evaluate_(
-        params, task, split, keep_outputs=cfg.eval.heatmaps if split == 'test' else 0)
+  kept = {}
+  for split in ('validation', *task.test_splits):   # image_dates: also test_heldout_fonts
+    results[split], kept[split], sentences[split] = evaluate_(
+        params, task, split, keep_outputs=cfg.eval.heatmaps if split != 'validation' else 0)
   if lead() and cfg.eval.get('attribution'):   # implicit attention against gold alignments
     log(f'attributing {cfg.eval.get("attribution_num", 200)} test sentences '
         f'({cfg.eval.attribution})')
     results['test']['attribution'] = alignment.from_config(graphdef, params, task, cfg, mcfg)
   heads = functools.partial(inference.layer_weights, graphdef, params) \
       if mcfg.arch == 'transformer' else None
-  paths = eval_lib.heatmaps(task, kept, run.heatmaps_dir, 'test', heads,
-                            functools.partial(encoders.grid_shape, mcfg)) if lead() and kept else []
+  paths = [path for split in task.test_splits if lead() and kept[split]
+           for path in eval_lib.heatmaps(task, kept[split], run.heatmaps_dir, split, heads,
+                                         functools.partial(encoders.grid_shape, mcfg))]
   summary = {'step': step, 'best_step': best_step, 'results': results,
              'nonfinite_skipped': skips,
              'train_steps_per_s': step / train_time if train_time else None,

@@ -19,7 +19,8 @@ from attention_jax import records as records_lib
 from attention_jax import workdir as workdir_lib
 from experiments import cli
 
-flags.DEFINE_enum('split', 'test', ['validation', 'test'], 'Which split to compare.')
+flags.DEFINE_enum('split', 'test', ['validation', 'test', 'test_heldout_fonts'],
+                  'Which split to compare (test_heldout_fonts: image_dates).')
 flags.DEFINE_list('metric', [], 'Metrics, the first one leading (default: bleu,exact_match; '
                   f'wer,per for G2P). Valid: {", ".join(records_lib.KEYS)}.')
 flags.DEFINE_string('baseline', None, 'The run or group every other is compared with '

@@ -17,8 +17,9 @@ from attention_jax import run_eval
 from experiments import cli
 
 flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
-flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'],
-                  'Which split (ignored with --src/--ref).')
+flags.DEFINE_list('split', ['test'], 'Which splits, comma-separated: train, validation, test '
+                  'and a task\'s own (image_dates: test_heldout_fonts, the test dates drawn '
+                  'in typefaces never trained on); ignored with --src/--ref.')
 flags.DEFINE_string('src', None, 'Source text file, one sentence per line (with --ref).')
 flags.DEFINE_string('ref', None, 'Reference file, line-aligned with --src; tab-separated '
                     'alternatives on a line count as several references.')
@@ -50,10 +51,10 @@ def main(argv):
       raise app.UsageError(f'--length_edges must be integers, got {FLAGS.length_edges}')
   logging.set_verbosity(logging.WARNING)
   cli.use_compilation_cache(CACHE)
-  run_eval.evaluate_run(FLAGS.workdir, split=FLAGS.split, src=FLAGS.src, ref=FLAGS.ref,
-                        attribution=FLAGS.attribution,
-                   beam=FLAGS.beam, alpha=FLAGS.alpha, step=FLAGS.step, length_edges=edges,
-                   num_heatmaps=FLAGS.heatmaps)
+  for split in (FLAGS.split if FLAGS.src is None else [None]):
+    run_eval.evaluate_run(FLAGS.workdir, split=split, src=FLAGS.src, ref=FLAGS.ref,
+                          attribution=FLAGS.attribution, beam=FLAGS.beam, alpha=FLAGS.alpha,
+                          step=FLAGS.step, length_edges=edges, num_heatmaps=FLAGS.heatmaps)
 
 
 if __name__ == '__main__':

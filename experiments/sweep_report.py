@@ -9,7 +9,8 @@ from absl import app, flags
 from attention_jax import report
 from experiments import cli
 
-flags.DEFINE_enum('split', 'test', ['validation', 'test'], 'Which split to report.')
+flags.DEFINE_enum('split', 'test', ['validation', 'test', 'test_heldout_fonts'],
+                  'Which split to report (test_heldout_fonts: image_dates).')
 flags.DEFINE_string('baseline', None, 'The variant every other is compared with (default: '
                     'the best on the first metric).')
 flags.DEFINE_list('metric', [], 'Metrics, the first one leading (default: bleu,exact_match; '

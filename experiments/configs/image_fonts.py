@@ -1,0 +1,30 @@
+"""image_dates read in typefaces never trained on: what the training fonts and the drawing
+augmentations gain on the held-out split (test_heldout_fonts: the test dates in STIX General).
+
+  bash launch.sh sweep experiments/configs/image_fonts.py --seeds=2 --only=augmented
+  bash launch.sh sweep experiments/configs/image_fonts.py --only=plain,dejavu_plain
+  bash launch.sh compare runs/image_fonts --split=test_heldout_fonts
+
+Variants go to runs/image_fonts[_smoke]/<variant>: `augmented` is experiments/configs/
+image_dates.py as it is (17 typefaces, every data.image_* augmentation); `plain` the same
+typefaces drawn without augmentation; `dejavu_plain` also without the Computer Modern and
+DejaVu bold-italic faces (the six DejaVu faces of the data set's version 1).
+"""
+
+import dataclasses
+
+from attention_jax.data import image_builders
+from experiments.configs import image_dates
+
+NO_AUGMENT = {f'data.image_{f.name}': 0.0 for f in dataclasses.fields(image_builders.Augment)}
+VARIANTS = [('augmented', {}),
+            ('plain', dict(NO_AUGMENT)),
+            ('dejavu_plain', {**NO_AUGMENT, 'data.image_fonts': 'dejavu'})]
+
+
+def get_config(arg: str | None = None):
+  return image_dates.get_config(arg)
+
+
+def get_sweep(arg: str | None = None):
+  return list(VARIANTS)
