@@ -3,9 +3,9 @@
   import attention_jax as aj
   sorted(aj.SCORES)        # the alignment score functions, by name
   sorted(aj.MODES)         # attention modes: global, local_m, local_p, hard, hard_st
-  model = aj.Seq2Seq(aj.ModelConfig(src_vocab=40, tgt_vocab=40, score='general'),
-                     rngs=flax.nnx.Rngs(0))
-  logits, weights = model(src, tgt_in)   # [B, T, V], [B, T, S]
+  model = aj.build(aj.ModelConfig(src_vocab=40, tgt_vocab=40, score='general'),
+                   rngs=flax.nnx.Rngs(0))   # the model of model.arch: aj.Seq2Seq (rnn) or
+  logits, weights = model(src, tgt_in)     # aj.Transformer; [B, T, V], [B, T, S]
 
   t = aj.load('runs/dates_additive')     # a trained run, best checkpoint
   t.translate(['22. November 2026'])     # ['2026-11-22']

@@ -123,6 +123,14 @@ class ModelConfig:
     if self.self_attention_layers:
       self_attention.check(self.self_attention_score, self.self_attention_heads, self.key_dim)
 
+  def require_arch(self, arch: str, model: str) -> None:
+    """A model class (aj.Seq2Seq, aj.Transformer) given the config of another arch fails in
+    one line that names aj.build."""
+    if self.arch != arch:
+      raise ValueError(f"aj.{model} is the model of model.arch='{arch}', this config has "
+                       f"model.arch={self.arch!r}: aj.build(cfg, rngs=...) builds the model of "
+                       f"any arch ({', '.join(ARCHS)})")
+
   def _check_encoder(self) -> None:
     if self.encoder == '':
       return
@@ -229,6 +237,7 @@ class Seq2Seq(nnx.Module):
   """
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    cfg.require_arch('rnn', 'Seq2Seq')
     self.cfg = cfg
     self.encoder = encoders.lookup(cfg.source_encoder).build(cfg, dim=cfg.key_dim, rngs=rngs)
     self.decoder = DECODERS[cfg.decoder](cfg, cfg.key_dim, rngs=rngs)

@@ -176,6 +176,7 @@ class Transformer(nnx.Module):
   encoder (encoders.py), that encoder replaces the token encoder."""
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
+    cfg.require_arch('transformer', 'Transformer')
     self.cfg = cfg   # validated by ModelConfig (transformer.check)
     d, dtype = cfg.d_model, cfg.compute_dtype
     embed = lambda v: nnx.Embed(v, d, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)

@@ -178,3 +178,33 @@ def test_run_file_names_are_spelled_by_the_run_directory_owner_only():
     if hits := run_file_names(path):
       spelled[os.path.relpath(path, ROOT)] = hits
   assert not spelled, f'use attention_jax.workdir.Run for these: {spelled}'
+
+
+def test_docs_layout_names_every_module_and_its_layer_chains_hold():
+  """docs/layout.md's tree names every module of the package, and each arrow `a <- b` of its
+  `layers` block holds: b imports a, directly or through other modules."""
+  with open(os.path.join(ROOT, 'docs', 'layout.md'), encoding='utf-8') as f:
+    doc = f.read()
+  edges, _ = graph()
+  top = sorted(m.split('.')[1] for m in edges if m.count('.') == 1)
+  assert len(top) > 30
+  missing = [m for m in top if m != 'data' and f'{m}.py' not in doc]
+  assert not missing, f'docs/layout.md does not name {missing}'
+  assert 'data/' in doc
+
+  def reaches(b: str, a: str) -> bool:
+    seen, todo = set(), [f'{PACKAGE}.{b}']
+    while todo:
+      for v in edges.get(todo.pop(), ()):
+        if v not in seen:
+          seen.add(v)
+          todo.append(v)
+    return f'{PACKAGE}.{a}' in seen
+
+  chains = re.search(r'```layers\n(.*?)```', doc, re.S).group(1).strip().splitlines()
+  assert len(chains) >= 3
+  wrong = [f'{a} <- {b}' for chain in chains
+           for a, b in zip(chain.split(' <- '), chain.split(' <- ')[1:])
+           if not reaches(b.strip(), a.strip())]
+  assert not wrong, f'docs/layout.md claims imports that do not exist: {wrong}'
+  assert not reaches('model', 'train')           # the check can fail

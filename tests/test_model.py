@@ -187,6 +187,18 @@ def test_dot_with_unequal_sizes_fails_at_config_time():
   assert '10' in str(err.value) and '12' in str(err.value)
 
 
+def test_a_model_class_given_another_archs_config_names_build():
+  """aj.Seq2Seq is the RNN and aj.Transformer the Transformer: given the other's config,
+  each fails in one line that points to aj.build (which picks the class by model.arch)."""
+  for cls, arch in ((aj.Seq2Seq, 'transformer'), (aj.Transformer, 'rnn')):
+    cfg = aj.ModelConfig(src_vocab=7, tgt_vocab=7, arch=arch)
+    with pytest.raises(ValueError, match=rf"aj.{cls.__name__} is the model of model.arch=.*"
+                                         rf"model.arch='{arch}': aj.build\(cfg"):
+      cls(cfg, rngs=nnx.Rngs(0))
+    assert type(aj.build(cfg, rngs=nnx.Rngs(0))).__name__ == (
+        'Transformer' if arch == 'transformer' else 'Seq2Seq')
+
+
 def test_from_dict_rejects_unknown_fields():
   with pytest.raises(ValueError, match='hiden'):
     aj.ModelConfig.from_dict({'src_vocab': 5, 'tgt_vocab': 5, 'hiden': 3})
