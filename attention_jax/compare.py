@@ -40,7 +40,8 @@ _NOT_THE_SPLIT = ('data_dir', 'batch_size', 'num_buckets', 'bucket_multiple', 'm
 
 
 @dataclasses.dataclass
-class Run:
+class Evaluated:
+  """A finished run as compare reads it: its results and its sentence records."""
   workdir: str
   results: dict            # workdir.Run.results()
   records: dict            # split -> (header, records), where the run wrote them
@@ -82,7 +83,7 @@ class Run:
 @dataclasses.dataclass
 class Group:
   name: str
-  runs: list[Run]
+  runs: list[Evaluated]
 
 
 def is_run(path: str) -> bool:
@@ -90,7 +91,7 @@ def is_run(path: str) -> bool:
   return workdir_lib.Run(path).finished
 
 
-def load_run(workdir: str, splits: Sequence[str] = ('test',)) -> Run:
+def load_run(workdir: str, splits: Sequence[str] = ('test',)) -> Evaluated:
   run = workdir_lib.Run(workdir)
   results = run.results()
   recs = {}
@@ -98,7 +99,7 @@ def load_run(workdir: str, splits: Sequence[str] = ('test',)) -> Run:
     path = run.sentences_path(split)
     if os.path.exists(path):
       recs[split] = records_lib.read(path)
-  return Run(workdir, results, recs)
+  return Evaluated(workdir, results, recs)
 
 
 def _runs_under(path: str) -> list[str]:
@@ -183,7 +184,7 @@ def check_same_split(groups: Sequence[Group], split: str) -> int:
   return int(first.split(split)['sentences'])
 
 
-def _data_diffs(a: Run, b: Run) -> list[str]:
+def _data_diffs(a: Evaluated, b: Evaluated) -> list[str]:
   da, db = a.data_config(), b.data_config()
   return [f'data.{k} {da.get(k)!r} vs {db.get(k)!r}' for k in sorted(set(da) | set(db))
           if k not in _NOT_THE_SPLIT and da.get(k) != db.get(k)]

@@ -58,7 +58,7 @@ def check(score: str, heads: int, dim: int, what: str = 'self-attention',
                      f'{size_name} {dim}, got {heads!r}')
 
 
-class Memory(NamedTuple):
+class HeadMemory(NamedTuple):
   """Keys and values read by a multi-head attention, per head: one contiguous array per
   head, so that a read takes a head's keys and values without copying them out of a wider
   array (beam search over a Transformer's cache spent a quarter of its time in such copies)."""
@@ -97,14 +97,14 @@ class MultiHeadAttention(nnx.Module):
                               dtype=dtype, rngs=rngs)
         for _ in range(heads)])
 
-  def memory(self, m: jax.Array) -> Memory:
-    """m [B, S, Dm] -> Memory (keys through each head's precompute, values)."""
+  def memory(self, m: jax.Array) -> HeadMemory:
+    """m [B, S, Dm] -> HeadMemory (keys through each head's precompute, values)."""
     b, s, _ = m.shape
     k, v = jnp.split(self.kv(m).reshape(b, s, 2, self.heads, self.d), 2, axis=2)
-    return Memory(tuple(sc.precompute(k[:, :, 0, i]) for i, sc in enumerate(self.scores)),
+    return HeadMemory(tuple(sc.precompute(k[:, :, 0, i]) for i, sc in enumerate(self.scores)),
                   tuple(v[:, :, 0, i] for i in range(self.heads)))
 
-  def read(self, x: jax.Array, mem: Memory | KVCache, mask: jax.Array,
+  def read(self, x: jax.Array, mem: HeadMemory | KVCache, mask: jax.Array,
            dropout_key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """x [N, T, D] queries, mask [B, T or 1, S] bool (True = may attend) ->
     (y [N, T, D], weights [N, H, T, S] float32); every head's score, normaliser and product.

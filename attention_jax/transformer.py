@@ -141,7 +141,7 @@ class DecoderLayer(_Sublayers):
     self.ff = FeedForward(cfg.d_model, cfg.ff_dim, dtype=cfg.compute_dtype, rngs=rngs)
     self._norms(3, cfg, rngs)
 
-  def __call__(self, y, self_mask, mem: multihead.Memory, cross_mask, keys: DropoutKeys):
+  def __call__(self, y, self_mask, mem: multihead.HeadMemory, cross_mask, keys: DropoutKeys):
     """y [B, T, D], self_mask [B, T, T], cross_mask [B, 1, S] ->
     (y [B, T, D], cross-attention weights [B, H, T, S])."""
     h = self._in(0, y)
@@ -151,7 +151,7 @@ class DecoderLayer(_Sublayers):
     y = self._out(1, y, c, keys())
     return self._out(2, y, self.ff(self._in(2, y)), keys()), w
 
-  def step(self, y, cache: multihead.KVCache, t, mem: multihead.Memory, cross_mask):
+  def step(self, y, cache: multihead.KVCache, t, mem: multihead.HeadMemory, cross_mask):
     """y [N, 1, D] at position t -> (y [N, 1, D], weights [N, H, 1, S], cache)."""
     a, _, cache = self.self_attn.step(self._in(0, y), cache, t)
     y = self._out(0, y, a, None)
@@ -160,7 +160,8 @@ class DecoderLayer(_Sublayers):
     return self._out(2, y, self.ff(self._in(2, y)), None), w, cache
 
 
-class Read(NamedTuple):
+class CrossWeights(NamedTuple):
+  """The decoder's cross-attention weights of a teacher-forced pass."""
   weights: jax.Array  # [B, T, S] float32, last layer's cross-attention, mean over heads
   layers: jax.Array   # [B, N, H, T, S] float32, every decoder layer's, per head
 
@@ -265,10 +266,11 @@ class Transformer(nnx.Module):
 
   def forward(self, src: jax.Array, tgt_in: jax.Array, *, dropout_key: jax.Array | None = None,
               sample_key: jax.Array | None = None, source_shift: jax.Array | None = None,
-              memory_shift: jax.Array | None = None) -> tuple[jax.Array, Read]:
-    """src [B, S], tgt_in [B, T] -> (logits [B, T, V] float32, Read): all target positions in
-    one pass; position t sees tgt_in[:, :t+1] only (causal mask). source_shift [B, S, D] /
-    memory_shift [B, S, D]: added to the embedded source / the encoder output (as Seq2Seq)."""
+              memory_shift: jax.Array | None = None) -> tuple[jax.Array, CrossWeights]:
+    """src [B, S], tgt_in [B, T] -> (logits [B, T, V] float32, CrossWeights): all target
+    positions in one pass; position t sees tgt_in[:, :t+1] only (causal mask).
+    source_shift [B, S, D] / memory_shift [B, S, D]: added to the embedded source / the
+    encoder output (as Seq2Seq)."""
     del sample_key   # no attention mode of the transformer samples
     keys = DropoutKeys(dropout_key)
     enc, mask = self.encode(src, keys, shift=source_shift)
@@ -285,7 +287,7 @@ class Transformer(nnx.Module):
     if self.dec_norm is not None:
       y = self.dec_norm(y)
     layers = jnp.stack(per_layer, axis=1)                                        # [B,N,H,T,S]
-    return self._logits(y), Read(jnp.mean(layers[:, -1], axis=1), layers)
+    return self._logits(y), CrossWeights(jnp.mean(layers[:, -1], axis=1), layers)
 
   # ---- step-by-step decoding (greedy / beam search) -----------------------------------------
   def start(self, src: jax.Array, max_len: int):

@@ -125,7 +125,7 @@ def test_compare_counts_a_run_without_data_split_as_hashed(tmp_path):
   for run, data in ((old, {'name': 'cmudict'}), (new, {'name': 'cmudict', 'split': 'hashed'})):
     run.mkdir()
     (run / 'config.json').write_text(json.dumps({'data': data}))
-  a, b = (compare.Run(str(r), results={}, records={}) for r in (old, new))
+  a, b = (compare.Evaluated(str(r), results={}, records={}) for r in (old, new))
   assert a.data_config() == b.data_config() and a.data_config()['split'] == 'hashed'
 
 

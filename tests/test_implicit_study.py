@@ -20,7 +20,7 @@ def test_paired_t_test_against_scipy():
   assert np.isnan(stats.paired([1.0], [0.0]).p)
 
 
-def _run(bands: dict) -> compare.Run:
+def _run(bands: dict) -> compare.Evaluated:
   """A run whose test results hold an attribution report: bands {band: {map: (accuracy,
   aopc)}}, 'random' among the maps."""
   out = []
@@ -32,7 +32,7 @@ def _run(bands: dict) -> compare.Run:
     out.append({'band': band, 'lo': 0, 'hi': None, 'sentences': 10, 'methods': methods,
                 'random': {'alignment_accuracy': acc, 'gold_mass': acc, 'steps': 100},
                 'aopc_random': aopc})
-  return compare.Run('w', {'results': {'test': {'attribution': {'bands': out}}}}, {})
+  return compare.Evaluated('w', {'results': {'test': {'attribution': {'bands': out}}}}, {})
 
 
 def test_study_figures_tests_and_tables():

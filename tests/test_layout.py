@@ -208,3 +208,15 @@ def test_docs_layout_names_every_module_and_its_layer_chains_hold():
            if not reaches(b.strip(), a.strip())]
   assert not wrong, f'docs/layout.md claims imports that do not exist: {wrong}'
   assert not reaches('model', 'train')           # the check can fail
+
+
+def test_no_two_public_classes_of_the_package_share_a_name():
+  """One name per idea: a class name (not starting with _) is defined in one module only."""
+  where: dict[str, list[str]] = {}
+  for name, path in modules().items():
+    for node in ast.parse(open(path, encoding='utf-8').read()).body:
+      if isinstance(node, ast.ClassDef) and not node.name.startswith('_'):
+        where.setdefault(node.name, []).append(name)
+  assert len(where) > 40
+  shared = {cls: mods for cls, mods in where.items() if len(mods) > 1}
+  assert not shared, f'classes of one name in several modules: {shared}'

@@ -50,7 +50,7 @@ class Ragged:
 
 
 @dataclasses.dataclass(frozen=True)
-class Encoded:
+class TokenizedSplit:
   """A tokenized split. src_len / tgt_len [N]: padded lengths needed (tokens + EOS)."""
   src: Ragged
   tgt: Ragged
@@ -154,7 +154,7 @@ def _grid(length: np.ndarray, multiple: int, cap: int) -> tuple[np.ndarray, np.n
   return sizes, np.searchsorted(sizes, rounded)
 
 
-def make_batch(enc: Encoded, rows: Sequence[int], shape: tuple[int, int],
+def make_batch(enc: TokenizedSplit, rows: Sequence[int], shape: tuple[int, int],
                batch_size: int) -> dict[str, np.ndarray]:
   """Example indices `rows` (at most batch_size) -> a padded batch of [batch_size, S|T]."""
   s, t = shape
@@ -195,7 +195,7 @@ class TrainIterator:
   makes the next batch the one that followed when the state was taken.
   """
 
-  def __init__(self, enc: Encoded, kept: np.ndarray, buckets: Buckets, batch_size: int,
+  def __init__(self, enc: TokenizedSplit, kept: np.ndarray, buckets: Buckets, batch_size: int,
                seed: int, source: Callable[[dict], dict] | None = None):
     self._enc = enc
     self._source = source   # batch -> batch with other sources (Task: images), or None
@@ -258,7 +258,7 @@ class TrainIterator:
     self._plan = self._epoch_plan(self._epoch)
 
 
-def eval_batches(enc: Encoded, buckets: Buckets, batch_size: int,
+def eval_batches(enc: TokenizedSplit, buckets: Buckets, batch_size: int,
                  rows: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
   """Every example (of `rows`, default all) once, in a fixed order (by bucket, then index); a
   longer example than the largest bucket gets one extra shape (see Buckets.with_overflow),
@@ -272,7 +272,7 @@ def eval_batches(enc: Encoded, buckets: Buckets, batch_size: int,
       yield make_batch(enc, members[i:i + batch_size], shape, batch_size)
 
 
-def padding_share(enc: Encoded, rows: np.ndarray, buckets: Buckets, batch_size: int) -> float:
+def padding_share(enc: TokenizedSplit, rows: np.ndarray, buckets: Buckets, batch_size: int) -> float:
   """The share of PAD positions (src + tgt, filler rows included) in one pass over `rows`."""
   buckets = buckets.with_overflow(enc.src_len[rows], enc.tgt_len[rows])
   assigned = buckets.assign(enc.src_len[rows], enc.tgt_len[rows])

@@ -129,7 +129,7 @@ class Task:
 
   def _tokenize(self) -> None:
     """(Re)encodes with the current tokenizers: drops too-long examples, sets the buckets."""
-    self._encoded: dict[str, batching.Encoded] = {}
+    self._encoded: dict[str, batching.TokenizedSplit] = {}
     train = self.encoded('train')
     max_src_len, max_tgt_len = self._limits['max_src_len'], self._limits['max_tgt_len']
     keep = (train.src_len <= max_src_len) & (train.tgt_len <= max_tgt_len)
@@ -197,12 +197,12 @@ class Task:
     refs = self.features(split).get('refs')
     return None if refs is None else [r.split(cmudict.REF_SEP) for r in refs]
 
-  def encoded(self, split: str) -> batching.Encoded:
+  def encoded(self, split: str) -> batching.TokenizedSplit:
     """The split's token ids (cached), without BOS/EOS."""
     self._check_split(split)
     if split not in self._encoded:
       pairs = self._texts[split]
-      self._encoded[split] = batching.Encoded(_encode(self.src_tok, [s for s, _ in pairs]),
+      self._encoded[split] = batching.TokenizedSplit(_encode(self.src_tok, [s for s, _ in pairs]),
                                               _encode(self.tgt_tok, [t for _, t in pairs]))
     return self._encoded[split]
 

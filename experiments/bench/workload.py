@@ -98,7 +98,7 @@ def sentences(shape: Shape, seed: int) -> tuple[list[list[int]], list[list[int]]
 def make_batch(shape: Shape, seed: int) -> dict[str, np.ndarray]:
   """The package's own batch format (batching.make_batch), padded to (padded, padded)."""
   src, tgt = sentences(shape, seed)
-  enc = batching.Encoded(batching.Ragged.from_lists(src), batching.Ragged.from_lists(tgt))
+  enc = batching.TokenizedSplit(batching.Ragged.from_lists(src), batching.Ragged.from_lists(tgt))
   return batching.make_batch(enc, range(shape.batch), (shape.padded, shape.padded),
                              shape.batch)
 
