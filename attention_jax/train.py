@@ -336,8 +336,8 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   steps = Steps.of(graphdef, cfg)
   ckpts = ckpt_lib.Checkpoints(run, keep=t.keep_checkpoints)
   it = task.train_iterator(d.batch_size, seed=cfg.seed)
-  # best_bleu: the best validation eval_lib.selection_score (BLEU; 100 - WER for G2P tasks)
-  best_bleu, train_time = -1.0, 0.0   # train_time: seconds in train steps, over all sessions
+  # best_score: the best validation eval_lib.selection_score (BLEU; 100 - WER for G2P tasks)
+  best_score, train_time = -1.0, 0.0   # train_time: seconds in train steps, over all sessions
   tok_fingerprint = ckpt_lib.fingerprint(tok_dir) if os.path.isdir(tok_dir) else None
   restored = ckpt_lib.restore_newest(ckpts.latest, state, log, model_config=mcfg.to_dict(),
                                      model_defaults=ModelConfig.defaults(),
@@ -346,7 +346,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   if restored is not None:
     state, meta, step0 = restored
     it.set_state(meta['data_state'])
-    best_bleu = meta.get('best_bleu', -1.0)
+    best_score = meta.get('best_score', meta.get('best_bleu', -1.0))   # (runs before 11-27)
     train_time = meta.get('train_seconds', 0.0)
     skips = meta.get('nonfinite_skipped', 0)
     log(f'resumed from {latest_dir} step {step0}')
@@ -374,7 +374,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
 
   def meta_now(step, extra=None):
     return {'step': step, 'data_state': it.get_state(), 'config': json.loads(cfg.to_json()),
-            'model_config': mcfg.to_dict(), 'best_bleu': best_bleu, 'train_seconds': train_time,
+            'model_config': mcfg.to_dict(), 'best_score': best_score, 'train_seconds': train_time,
             'nonfinite_skipped': skips, 'tokenizers': tok_fingerprint, **(extra or {})}
 
   def check_finite(pending) -> int:
@@ -431,8 +431,8 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
           if k in val:
             writer.add_scalar(f'validation/{k}', val[k], step)
         score = eval_lib.selection_score(val)
-        if score > best_bleu:
-          best_bleu = score
+        if score > best_score:
+          best_score = score
           ckpts.save_best(step, state, meta_now(step, {'validation': val}), score)
       if saving:
         ckpts.save_latest(step, state, meta_now(step))

@@ -77,10 +77,11 @@ def inputs(seed=0):
   return jax.random.normal(rq, (B, T, Q)), jax.random.normal(rk, (B, S, K))
 
 
-def test_registry_has_the_nine_scores():
-  assert sorted(scores_lib.SCORES) == sorted([
-      'dot', 'scaled_dot', 'general', 'scaled_general', 'additive', 'normed_additive',
-      'location', 'cosine', 'none'])
+def test_registry_has_the_nine_classic_scores():
+  """The nine of the literature are there; a score registered later joins them (its tests
+  come from the registry: no list here to edit)."""
+  assert {'dot', 'scaled_dot', 'general', 'scaled_general', 'additive', 'normed_additive',
+          'location', 'cosine', 'none'} <= set(scores_lib.SCORES)
 
 
 @pytest.mark.parametrize('name', ATTENDING)
