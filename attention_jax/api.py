@@ -58,6 +58,7 @@ from attention_jax import decode as decode_lib
 from attention_jax import encoders
 from attention_jax import images as images_lib
 from attention_jax import inference
+from attention_jax import scores as scores_lib
 from attention_jax import shapes
 from attention_jax import steps as steps_lib
 from attention_jax import workdir as workdir_lib
@@ -166,11 +167,9 @@ class Translator:
       raise ValueError(f'{name(i)} has {longest:,} tokens; the limit is {self.max_input_len} '
                        f'(t.max_input_len, 4x the training maximum, at least 512): split it or '
                        'raise t.max_input_len')
-    if (self.config.arch == 'rnn' and self.config.score == 'location'
-        and longest + 1 > self.config.max_src_len):
-      raise ValueError(f"score 'location' scores at most model.max_src_len="
-                       f'{self.config.max_src_len} source positions; an input has {longest} '
-                       f'tokens (+ EOS)')
+    if self.config.arch == 'rnn':      # (the Transformer's scores are all content scores)
+      score = scores_lib.SCORES[self.config.score]
+      score.check_source_length(longest + 1, self.config.max_src_len)     # + EOS
     if self.max_train_len is not None and longest > self.max_train_len:
       n = sum(x > self.max_train_len for x in lengths)
       warnings.warn(f'{n} input(s) longer than the training maximum of {self.max_train_len} '

@@ -54,6 +54,11 @@ class Score(nnx.Module):
   def check_sizes(cls, query_dim: int, key_dim: int) -> None:
     """Raises ValueError if this score cannot compare queries and keys of these sizes."""
 
+  @classmethod
+  def check_source_length(cls, length: int, max_src_len: int) -> None:
+    """Raises ValueError if this score cannot score `length` source positions (EOS and
+    padding included) when built with max_src_len; every content score can."""
+
   def precompute(self, keys: jax.Array) -> Any:
     """keys [B, S, K] -> whatever __call__ needs from the source side."""
     return keys
@@ -244,11 +249,14 @@ class Location(Score):
     self.max_src_len = max_src_len
     self.w_a = _linear(query_dim, max_src_len, bias=True, dtype=dtype, rngs=rngs)
 
+  @classmethod
+  def check_source_length(cls, length: int, max_src_len: int) -> None:
+    if length > max_src_len:
+      raise ValueError(f"score 'location' scores at most model.max_src_len={max_src_len} "
+                       f'source positions (its output layer), got {length}')
+
   def precompute(self, keys):
-    s = keys.shape[1]
-    if s > self.max_src_len:
-      raise ValueError(f"score 'location' was built for sources of at most max_src_len="
-                       f'{self.max_src_len} tokens, got a batch padded to {s}')
+    self.check_source_length(keys.shape[1], self.max_src_len)   # (at trace time)
     return keys[:, :, :0]  # [B, S, 0]: carries S as a static shape, also through jit
 
   def __call__(self, query, pre):

@@ -148,9 +148,14 @@ def test_dot_with_unequal_sizes_names_both(name):
 
 
 def test_location_refuses_sources_longer_than_its_layer():
+  """One check, asked by the score at trace time and by Translator before any decoding."""
   score = make('location')
-  with pytest.raises(ValueError, match='max_src_len=7'):
+  with pytest.raises(ValueError, match=f'max_src_len={S_MAX} source positions .*got {S_MAX + 1}'):
     score.precompute(jnp.zeros((1, S_MAX + 1, K)))
+  score.precompute(jnp.zeros((1, S_MAX, K)))
+  for name, cls in scores_lib.SCORES.items():     # content scores take any length
+    if name != 'location':
+      cls.check_source_length(10 ** 6, S_MAX)
 
 
 def test_register_a_new_score_in_ten_lines():
