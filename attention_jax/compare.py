@@ -24,16 +24,15 @@ from typing import Sequence
 import numpy as np
 
 from attention_jax import data as data_lib
+from attention_jax import metrics as metrics_lib
 from attention_jax import records as records_lib
 from attention_jax import stats
 from attention_jax import workdir as workdir_lib
 
 ALPHA = 0.05
-LABELS = {'bleu': 'BLEU', 'chrf': 'chrF', 'exact_match': 'exact match', 'wer': 'WER',
-          'per': 'PER', 'alignment_accuracy': 'alignment accuracy',
-          'token_accuracy': 'token accuracy'}
+LABELS = {name: m.label for name, m in metrics_lib.METRICS.items()}
 # every metric of a run's results that the summary reports where all runs have it
-REPORTED = ('bleu', 'chrf', 'exact_match', 'wer', 'per', 'token_accuracy', 'alignment_accuracy')
+REPORTED = tuple(metrics_lib.METRICS)
 # data fields that do not change which sentences a split holds
 _NOT_THE_SPLIT = ('data_dir', 'batch_size', 'num_buckets', 'bucket_multiple', 'max_src_len',
                   'max_tgt_len')

@@ -25,7 +25,15 @@ from attention_jax.symbols import EOS
 
 
 DEFAULT_LENGTH_EDGES = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
-EXTRA_METRICS = ('wer', 'per', 'alignment_accuracy')   # reported where the task has them
+# reported where the task has them (G2P's several references, gold alignments)
+EXTRA_METRICS = tuple(n for n, m in metrics_lib.METRICS.items() if not m.always)
+
+
+def report_keys(*reports: dict) -> list[str]:
+  """The figures every one of these reports holds, in table order: loss and perplexity,
+  then metrics.METRICS' (those a task may lack only where every report has them)."""
+  return ['loss', 'perplexity'] + [n for n, m in metrics_lib.METRICS.items()
+                                   if m.always or all(n in r for r in reports)]
 
 
 def teacher_forced(graphdef, params, batch):

@@ -1,8 +1,11 @@
-"""Metrics as sums and counts (so they add up across batches and devices), and the text
-metrics of decoded outputs (exact match, sacrebleu BLEU and chrF)."""
+"""Metrics as sums and counts (so they add up across batches and devices), the text metrics
+of decoded outputs (exact match, sacrebleu BLEU and chrF), and METRICS: the one list of the
+figures that evaluations report, with what records, comparisons, reports and plots need to
+know of each (its label, its direction, its per-sentence record)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Mapping, Sequence
 
@@ -11,6 +14,34 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import sacrebleu
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+  """A figure of an evaluation's report (a percentage or a score, per split)."""
+  name: str
+  label: str                      # in tables ("exact match") and, with unit, on axes
+  unit: str = ''                  # ' (%)' for percentages
+  lower_is_better: bool = False   # WER, PER
+  always: bool = True             # False: reported only where the task has it (G2P, gold)
+  record: str = ''                # its per-sentence value's key in records.py ('' = none)
+  stats: tuple[str, ...] = ()     # its per-sentence statistics (summed over sentences)
+
+
+# report order; registered here and nowhere else (records, compare, report, plots and the
+# training's tables read this)
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric('bleu', 'BLEU', record='bleu'),
+    Metric('chrf', 'chrF', record='chrf'),
+    Metric('exact_match', 'exact match', ' (%)', record='exact', stats=('exact', 'sentences')),
+    Metric('wer', 'WER', ' (%)', lower_is_better=True, always=False, record='wer',
+           stats=('wrong', 'words')),
+    Metric('per', 'PER', ' (%)', lower_is_better=True, always=False, record='per',
+           stats=('edits', 'ref_phones')),
+    Metric('token_accuracy', 'token accuracy', ' (%)'),
+    Metric('alignment_accuracy', 'alignment accuracy', ' (%)', always=False, record='align',
+           stats=('hits', 'steps')),
+)}
 
 
 def token_losses(logits: jax.Array, tgt_out: jax.Array, label_smoothing: float = 0.0):

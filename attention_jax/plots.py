@@ -7,6 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
+from attention_jax import metrics as metrics_lib
+
 
 def _pyplot():
   """matplotlib.pyplot on the Agg backend (no display), imported at the first plot: it adds
@@ -59,8 +61,7 @@ def plot_attention_grid(items, path: str, cols: int = 3) -> str:
   return _save(fig, path, dpi=100)
 
 
-YLABELS = {'bleu': 'BLEU', 'chrf': 'chrF', 'wer': 'WER (%)', 'per': 'PER (%)',
-           'exact_match': 'exact match (%)'}
+YLABELS = {name: m.label + m.unit for name, m in metrics_lib.METRICS.items()}
 
 
 def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu',

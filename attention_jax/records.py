@@ -32,13 +32,12 @@ from attention_jax import workdir as workdir_lib
 
 KIND = 'attention_jax.sentences'
 VERSION = 1
-LOWER_IS_BETTER = ('wer', 'per')
+_METRICS = metrics_lib.METRICS
+LOWER_IS_BETTER = tuple(n for n, m in _METRICS.items() if m.lower_is_better)
 # metric (as named in a report) -> its key in a record
-KEYS = {'bleu': 'bleu', 'chrf': 'chrf', 'exact_match': 'exact', 'wer': 'wer', 'per': 'per',
-        'alignment_accuracy': 'align'}
+KEYS = {n: m.record for n, m in _METRICS.items() if m.record}
 # metric -> the names of its per-sentence statistics (BLEU / chrF: sacrebleu's)
-STATS = {'exact_match': ('exact', 'sentences'), 'wer': ('wrong', 'words'),
-         'per': ('edits', 'ref_phones'), 'alignment_accuracy': ('hits', 'steps')}
+STATS = {n: m.stats for n, m in _METRICS.items() if m.stats}
 
 
 def primary_metrics(report) -> tuple[str, str]:

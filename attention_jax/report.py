@@ -26,11 +26,13 @@ import os
 
 from attention_jax import compare as compare_lib
 from attention_jax import implicit_study
+from attention_jax import metrics as metrics_lib
 from attention_jax import plots
 from attention_jax import workdir as workdir_lib
 
-RUN_COLUMNS = ('wer', 'per', 'bleu', 'chrf', 'exact_match', 'token_accuracy',
-               'alignment_accuracy')
+# the per-run table's metric columns: lower-is-better ones (G2P's WER, PER) first
+RUN_COLUMNS = tuple(sorted(metrics_lib.METRICS,
+                           key=lambda name: not metrics_lib.METRICS[name].lower_is_better))
 
 
 def _train_max_len(workdir: str) -> int | None:

@@ -127,8 +127,7 @@ def format_report(report: dict, workdir: str, name: str) -> str:
   """The metrics table, the by-length table and the files written, as printed by evaluate."""
   dec = 'greedy' if report['beam'] == 1 else f'beam {report["beam"]}, alpha {report["alpha"]}'
   what = report['split'] or f'{report["src"]} -> {report["ref"]}'
-  keys = ['loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf']
-  keys += [k for k in eval_lib.EXTRA_METRICS if k in report]
+  keys = eval_lib.report_keys(report)
   cols = ['sentences', 'exact_match', 'bleu', 'chrf'] + [
       k for k in eval_lib.EXTRA_METRICS if k in report]
   lines = [f'{workdir} step {report["step"]}, {what} ({report["sentences"]} sentences, {dec})',

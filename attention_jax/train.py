@@ -157,9 +157,7 @@ class Steps:
 
 # ---- evaluation -------------------------------------------------------------------
 def format_table(results: dict[str, dict]) -> str:
-  cols = ['loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf']
-  cols += [k for k in eval_lib.EXTRA_METRICS if all(k in m for m in results.values())]
-  cols.append('sentences')
+  cols = eval_lib.report_keys(*results.values()) + ['sentences']
   lines = ['| split | ' + ' | '.join(cols) + ' |', '|' + '---|' * (len(cols) + 1)]
   for split, m in results.items():
     lines.append(f'| {split} | ' + ' | '.join(
@@ -426,10 +424,8 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
         log(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
             f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}'
             + (f'  WER {val["wer"]:.2f}%  PER {val["per"]:.2f}%' if 'wer' in val else ''))
-        for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf',
-                  *eval_lib.EXTRA_METRICS):
-          if k in val:
-            writer.add_scalar(f'validation/{k}', val[k], step)
+        for k in eval_lib.report_keys(val):
+          writer.add_scalar(f'validation/{k}', val[k], step)
         score = eval_lib.selection_score(val)
         if score > best_score:
           best_score = score
