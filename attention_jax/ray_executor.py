@@ -250,6 +250,8 @@ def _schedule(ray, config_arg, queue, extra_flags, request, max_retries) -> dict
   env = _env()
   if not request['GPU']:
     env['CUDA_VISIBLE_DEVICES'] = ''     # a run that asked for no GPU gets none
+  elif request['GPU'] < 1:               # a share of one GPU: that share of its memory
+    env.update(sweep_lib.memory_env(request['GPU']))
   options = dict(num_cpus=request['CPU'], num_gpus=request['GPU'], max_retries=max_retries,
                  retry_exceptions=[TrialDied])
   if request['TPU']:

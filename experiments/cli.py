@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+import jax
 from absl import app, flags
 
 from attention_jax import checkpoint, compile_cache, workdir
@@ -31,6 +32,18 @@ def message(e: BaseException) -> str:
   if isinstance(e, OSError) and e.errno == 28 and 'disk full' not in text:   # ENOSPC
     text = f'disk full: {text}'
   return 'error: ' + ' '.join(text.split('\n'))
+
+
+def out_of_memory(e: BaseException) -> str:
+  """The one line for an accelerator out of memory (XLA's RESOURCE_EXHAUSTED): what failed,
+  the share of the device this process had, and what to lower."""
+  first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
+  share = os.environ.get('XLA_PYTHON_CLIENT_MEM_FRACTION')
+  had = (f'this process had {share} of the device (XLA_PYTHON_CLIENT_MEM_FRACTION: sweeps '
+         'with --runs_per_device or a fractional --trial_gpus split it)' if share else
+         "this process had JAX's default 75% of the device")
+  return (f'error: out of accelerator memory ({first[:200]}); {had}: run fewer per device, or '
+          'lower data.batch_size')
 
 
 def check_output(path: str) -> None:
@@ -142,6 +155,10 @@ def run(main) -> None:
       if os.environ.get('ATTENTION_JAX_TRACEBACK'):
         raise
       _exit(message(e))
+    except jax.errors.JaxRuntimeError as e:
+      if 'RESOURCE_EXHAUSTED' not in str(e) or os.environ.get('ATTENTION_JAX_TRACEBACK'):
+        raise
+      _exit(out_of_memory(e))
     except (AttributeError, KeyError):   # a config file loaded lazily, with a bad override
       line = _config_override_error(sys.argv)
       if line is None or os.environ.get('ATTENTION_JAX_TRACEBACK'):

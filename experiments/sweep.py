@@ -25,7 +25,11 @@ flags.DEFINE_string('root', 'runs', 'Variants go to <root>/<sweep>/<variant>.')
 flags.DEFINE_list('only', [], 'Run only the variants matching these shell patterns '
                   '(comma-separated, e.g. transformer_*); the report covers every finished one.')
 flags.DEFINE_integer('parallel', 1, 'Variants at once on a CPU-only machine (with GPUs: one '
-                     'per device).', lower_bound=1)
+                     'per device, or --runs_per_device).', lower_bound=1)
+flags.DEFINE_integer('runs_per_device', 1, 'Runs at once on each GPU (local executor): small '
+                     'models use a sliver of one; each run then preallocates 0.9 / K of its '
+                     'memory (XLA_PYTHON_CLIENT_MEM_FRACTION), and one that needs more fails '
+                     'in one line. (Ray: a fractional --trial_gpus.)', lower_bound=1)
 flags.DEFINE_integer('seeds', None, 'Run every variant under seeds 1..N (config.seed), each '
                      'into <variant>/seed_<k>; default: the sweep file\'s SEEDS, else one run '
                      'at the config\'s seed.', lower_bound=1)
@@ -51,11 +55,14 @@ RAY_FLAGS = {'ray_address': 'address', 'trial_cpus': 'trial_cpus', 'trial_gpus':
 
 def main(argv):
   options = {arg: FLAGS[f].value for f, arg in RAY_FLAGS.items() if FLAGS[f].value is not None}
+  if FLAGS.executor == 'ray' and FLAGS.runs_per_device > 1:
+    raise app.UsageError('--runs_per_device is the local executor\'s; with --executor=ray ask '
+                         'for a share of a GPU per run: --trial_gpus=0.25 (4 per GPU)')
   if FLAGS.executor == 'local' and options:
     raise app.UsageError(f'{", ".join("--" + f for f in RAY_FLAGS if FLAGS[f].value is not None)}'
                          ' only apply to --executor=ray')
   execute = (functools.partial(ray_executor.run, **options) if FLAGS.executor == 'ray'
-             else sweep.local(FLAGS.parallel))
+             else sweep.local(FLAGS.parallel, FLAGS.runs_per_device))
   try:
     sweep_dir, status = sweep.run(FLAGS.sweep, FLAGS.root, extra_flags=argv[1:],
                                   only=FLAGS.only, seeds=FLAGS.seeds, execute=execute,

@@ -212,3 +212,60 @@ def test_a_changed_variant_is_named_not_skipped_nor_reported_and_reruns_on_reque
   assert '[additive/seed_1] finished' in out
   summary = (copy / 'tiny_sweep_smoke' / 'summary.md').read_text()
   assert '| additive | 1 |' in summary and '| general | 2 |' in summary
+
+
+class _FakeRun:
+  """subprocess.Popen for _run_local: records the environment and the runs live on its device
+  when it starts, and ends (exit 0) at its third poll."""
+  live: dict = {}
+  started: list = []
+
+  def __init__(self, cmd, env, **kw):
+    del cmd, kw
+    self.device = env['CUDA_VISIBLE_DEVICES']
+    _FakeRun.live[self.device] = _FakeRun.live.get(self.device, 0) + 1
+    _FakeRun.started.append((self.device, env.get(sweep.MEMORY_ENV),
+                             dict(_FakeRun.live)))
+    self.polls, self.returncode = 0, None
+
+  def poll(self):
+    self.polls += 1
+    if self.polls >= 3 and self.returncode is None:
+      self.returncode = 0
+      _FakeRun.live[self.device] -= 1
+    return self.returncode
+
+
+def test_runs_per_device_share_each_accelerator_and_its_memory(monkeypatch, tmp_path):
+  """--runs_per_device=K on 2 accelerators: K runs at once on each (spread over both first),
+  each told to preallocate 0.9 / K of the device's memory (a fraction the user set wins);
+  refused on a machine without accelerators; a fractional Ray GPU gets its share too."""
+  monkeypatch.delenv(sweep.MEMORY_ENV, raising=False)
+  monkeypatch.setattr(sweep, 'accelerators', lambda: ['0', '1'])
+  monkeypatch.setattr(sweep.subprocess, 'Popen', _FakeRun)
+  monkeypatch.setattr(sweep, 'finished', lambda v: True)
+  _FakeRun.live, _FakeRun.started = {}, []
+  queue = [sweep.Variant(f'v{i}', {}, str(tmp_path / f'v{i}')) for i in range(7)]
+  status = sweep.local(runs_per_device=3)('cfg.py', 'toy', queue, str(tmp_path), [])
+  assert status == {f'v{i}': 'finished' for i in range(7)}
+  assert [d for d, _, _ in _FakeRun.started[:2]] == ['0', '1']          # both devices first
+  assert {share for _, share, _ in _FakeRun.started} == {'0.300'}
+  assert max(n for _, _, live in _FakeRun.started for n in live.values()) == 3
+  assert sweep.memory_env(1.0) == {} and sweep.memory_env(0.25) == {sweep.MEMORY_ENV: '0.225'}
+  monkeypatch.setenv(sweep.MEMORY_ENV, '0.5')
+  assert sweep.memory_env(0.25) == {}
+  monkeypatch.setattr(sweep, 'accelerators', lambda: [])
+  with pytest.raises(ValueError, match='--runs_per_device=2 shares accelerators, and this '
+                                       'machine has none'):
+    sweep.local(runs_per_device=2)('cfg.py', 'toy', queue, str(tmp_path), [])
+
+
+def test_out_of_accelerator_memory_is_one_line_naming_the_share(monkeypatch):
+  from experiments import cli   # pylint: disable=g-import-not-at-top
+  error = jax.errors.JaxRuntimeError(
+      'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes.\nBufferAssignment...')
+  monkeypatch.setenv(sweep.MEMORY_ENV, '0.300')
+  line = cli.out_of_memory(error)
+  assert line.startswith('error: out of accelerator memory (RESOURCE_EXHAUSTED: Out of memory '
+                         'while trying to allocate 1073741824 bytes.); this process had 0.300')
+  assert '\n' not in line and 'run fewer per device' in line
