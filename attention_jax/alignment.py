@@ -159,8 +159,8 @@ def _layer_maps(graphdef):
   [B, N, H, T, S] (a Transformer's, read.layers), or None for a model without layers."""
 
   def fn(params, src, tgt_in):
-    _, read = nnx.merge(graphdef, params).forward(src, tgt_in)
-    return getattr(read, 'layers', None)
+    model = nnx.merge(graphdef, params)
+    return model.layer_weights(model.forward(src, tgt_in)[1])
   return jax.jit(fn)
 
 

@@ -35,13 +35,12 @@ def emittable(logp: jax.Array) -> jax.Array:
 
 
 def segments(model, max_len: int) -> tuple[int, ...]:
-  """The output positions at which decoding's loop restarts with a longer carry: a model
-  whose carry grows with the output (the Transformer's KV cache) defines
-  `cache_lengths(max_len)` (increasing, the last = max_len) and `resize(carry, length)`, and
-  each segment is a loop of its own over a cache as long as its end, since every step reads
-  (and beam search reorders) the whole cache. Other models: one loop to max_len."""
-  lengths = getattr(model, 'cache_lengths', None)
-  return (max_len,) if lengths is None else tuple(lengths(max_len))
+  """The output positions at which decoding's loop restarts with a longer carry
+  (contract.EncoderDecoder.cache_lengths): a model whose carry grows with the output (the
+  Transformer's KV cache) gives increasing lengths, the last max_len, and `resize`s its carry
+  to each; each segment is a loop of its own over a cache as long as its end, since every
+  step reads (and beam search reorders) the whole cache. Other models: one loop to max_len."""
+  return tuple(model.cache_lengths(max_len))
 
 
 def run_segments(model, max_len: int, cond, body, loop):

@@ -75,7 +75,7 @@ def layer_weights(graphdef, params, src: np.ndarray, out_ids: np.ndarray) -> np.
   src = np.asarray(src)
   src = src.astype(np.int32 if np.issubdtype(src.dtype, np.integer) else np.float32)
   _, read = model.forward(jnp.asarray(src)[None], jnp.asarray(tgt_in))
-  layers = getattr(read, 'layers', None)
+  layers = model.layer_weights(read)
   if layers is None:
     layers = read.weights[:, None, None]                                        # [1, 1, 1, T, S]
   return np.asarray(layers[0], np.float32)

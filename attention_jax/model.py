@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import (attention, cells, encoder, encoders, images, scores, self_attention,
-                           transformer)
+from attention_jax import (attention, cells, contract, encoder, encoders, images, scores,
+                           self_attention, transformer)
 from attention_jax.decoder import DECODERS
 from attention_jax.layers import dropout
 
@@ -229,7 +229,7 @@ def build(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
   return ARCHS[cfg.arch](cfg, rngs=rngs)
 
 
-class Seq2Seq(nnx.Module):
+class Seq2Seq(nnx.Module, contract.EncoderDecoder):
   """Encoder-decoder with attention.
 
   model(src, tgt_in [B, T]) -> (logits [B, T, V] float32, weights [B, T, S] float32)
@@ -245,11 +245,6 @@ class Seq2Seq(nnx.Module):
   def source_mask(self, src: jax.Array) -> jax.Array:
     """src -> [B, S] bool: the memory positions that are real (not padding)."""
     return self.encoder.source_mask(src)
-
-  def __call__(self, src: jax.Array, tgt_in: jax.Array, *,
-               dropout_key: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-    logits, read = self.forward(src, tgt_in, dropout_key=dropout_key)
-    return logits, read.weights
 
   def encode(self, src: jax.Array) -> tuple[jax.Array, jax.Array]:
     """src -> (annotations [B, S, K] the decoder attends over, mask [B, S]) (as Transformer)."""

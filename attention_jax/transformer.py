@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import encoders, multihead
+from attention_jax import contract, encoders, multihead
 from attention_jax.layers import dropout
 
 POSITIONS = ('sinusoidal', 'learned', 'none')
@@ -171,7 +171,7 @@ class Carry(NamedTuple):
   caches: tuple        # one multihead.KVCache per decoder layer, leaves [N, L, ...]
 
 
-class Transformer(nnx.Module):
+class Transformer(nnx.Module, contract.EncoderDecoder):
   """Encoder-decoder Transformer with the interface of `model.Seq2Seq`: __call__, forward,
   start, step, source_mask. Token id 0 is padding. With model.encoder naming an image
   encoder (encoders.py), that encoder replaces the token encoder."""
@@ -260,10 +260,6 @@ class Transformer(nnx.Module):
     return x * mask[:, :, None].astype(x.dtype), mask
 
   # ---- teacher forcing ---------------------------------------------------------------------
-  def __call__(self, src, tgt_in, *, dropout_key=None):
-    logits, read = self.forward(src, tgt_in, dropout_key=dropout_key)
-    return logits, read.weights
-
   def forward(self, src: jax.Array, tgt_in: jax.Array, *, dropout_key: jax.Array | None = None,
               sample_key: jax.Array | None = None, source_shift: jax.Array | None = None,
               memory_shift: jax.Array | None = None) -> tuple[jax.Array, CrossWeights]:
@@ -315,6 +311,10 @@ class Transformer(nnx.Module):
       pad = [(0, 0), (0, max(length - c.shape[1], 0))] + [(0, 0)] * (c.ndim - 2)
       return jnp.pad(c[:, :length], pad)
     return carry._replace(caches=jax.tree.map(fit, carry.caches))
+
+  def layer_weights(self, read: CrossWeights) -> jax.Array:
+    """forward's read -> every decoder layer's cross-attention per head [B, N, H, T, S]."""
+    return read.layers
 
   def step(self, carry: Carry, y_prev: jax.Array, mem):
     """y_prev [N] int32 (N = B·G) -> (carry, log-probabilities [N, V] float32, weights [N, S]:

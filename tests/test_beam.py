@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 import attention_jax as aj
-from attention_jax import beam, decode
+from attention_jax import beam, contract, decode
 from attention_jax.data.tokenizers import BOS, EOS, PAD
 
 A, B = 3, 4          # the chain's two content tokens (V = 5: PAD, BOS, EOS, A, B)
@@ -64,7 +64,7 @@ def _tables():
 LOGP = _tables()                                      # [5, V, V, V] float64
 
 
-class Chain:
+class Chain(contract.EncoderDecoder):
   """start/step like `Seq2Seq`: carry = y_{t-2} [B]; memory = (mask [B, S], table [B], an
   empty [B, S, 0]); weights [B, S] ∝ exp(-(s - y_{t-1})² / 2) over the real source positions."""
 
@@ -205,7 +205,7 @@ def test_beam_one_is_greedy_on_the_chain_and_jit_equals_no_jit():
   np.testing.assert_allclose(np.asarray(w2), np.asarray(w3), atol=1e-6)
 
 
-class Smoothed:
+class Smoothed(contract.EncoderDecoder):
   """The optimum of label smoothing 0.1 for one target: at step t, TARGET[t] has probability
   0.9 + 0.1/V and every other symbol (PAD, BOS and EOS too) 0.1/V, whatever the prefix. A
   confident model with ties below its choice: the case where beam search once stopped on K

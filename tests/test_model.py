@@ -233,3 +233,19 @@ def test_memorises_16_random_pairs(decoder):
   logits, _ = forward(model, src, tgt_in)
   acc = float(np.mean(np.argmax(np.asarray(logits), -1) == tgt_out))
   assert acc == 1.0, f'{decoder}: token accuracy {acc:.3f} after 150 steps (loss {loss:.4f})'
+
+
+def test_every_model_implements_the_contract():
+  """aj.Seq2Seq and aj.Transformer are contract.EncoderDecoder's: each overrides the methods
+  the base leaves to it; only the Transformer's carry grows (its cache_lengths)."""
+  from attention_jax import contract   # pylint: disable=g-import-not-at-top
+  base = contract.EncoderDecoder
+  required = ('forward', 'source_mask', 'encode', 'start', 'step')   # the base raises
+  for name in required:
+    with pytest.raises(NotImplementedError):
+      getattr(base(), name)(*[None] * (getattr(base, name).__code__.co_argcount - 1))
+  for cls in (aj.Seq2Seq, aj.Transformer):
+    assert issubclass(cls, base)
+    assert all(getattr(cls, n) is not getattr(base, n) for n in required), cls
+  assert aj.Seq2Seq.cache_lengths is base.cache_lengths
+  assert aj.Transformer.cache_lengths is not base.cache_lengths
