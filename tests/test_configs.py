@@ -3,7 +3,14 @@ ModelConfig's fields and defaults, the loss's coefficients Objective's, and wher
 experiments choose otherwise it is said once, in common.py's overrides."""
 
 import dataclasses
+import glob
+import os
+import runpy
 
+import ml_collections
+import pytest
+
+from attention_jax import sweep, train
 from attention_jax.model import ModelConfig
 from attention_jax.objective import Objective
 from experiments.configs import common
@@ -30,3 +37,22 @@ def test_an_older_runs_train_section_without_a_coefficient_gets_its_default():
   train = common.base_config().train
   del train['baseline_decay']
   assert Objective.of(train).baseline_decay == Objective().baseline_decay
+
+
+CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(
+    os.path.dirname(common.__file__), '*.py')) if not p.endswith(('__init__.py', 'common.py')))
+
+
+@pytest.mark.parametrize('path', CONFIG_FILES, ids=os.path.basename)
+def test_every_config_file_and_sweep_variant_is_a_valid_experiment(path):
+  """Every file of experiments/configs (found, not listed: a new one is checked with no edit
+  here) gives a smoke config that train.validate accepts (its fields, its model's sizes and
+  names), and so does every variant of a sweep file, with its overrides applied as a run of
+  the sweep gets them (sweep.variant_config)."""
+  module = runpy.run_path(path)
+  train.validate(module['get_config']('smoke'))
+  if 'get_sweep' in module:
+    name, variants = sweep.load_sweep(f'{path}:smoke', root='/nonexistent')
+    assert variants, name
+    for v in variants:
+      train.validate(ml_collections.ConfigDict(sweep.variant_config(f'{path}:smoke', v)))
