@@ -224,6 +224,32 @@ class ModelConfig:
     return dataclasses.asdict(self)
 
 
+# fields that only one arch reads (the other ignores them): a command-line flag that sets one
+# for the other arch is refused (experiments/main.py). d_model, heads, ff_dim and
+# transformer_layers are read by both (the ViT encoder's), cell too (the CNN's row RNN).
+RNN_ONLY = ('emb_dim', 'enc_hidden', 'enc_layers', 'bidirectional', 'dec_hidden', 'dec_layers',
+            'decoder', 'score', 'attn_dim', 'input_feeding', 'attention_mode', 'window',
+            'coverage', 'hard_temperature', 'self_attention_layers', 'self_attention_heads',
+            'context_gate')
+TRANSFORMER_ONLY = ('positions', 'max_positions', 'norm_first', 'attention_dropout',
+                    'cross_attention_score', 'share_embeddings', 'tie_output')
+_INSTEAD = {('transformer', 'score'): 'cross_attention_score',
+            ('rnn', 'cross_attention_score'): 'score'}
+
+
+def unread_field_error(arch: str, names) -> str | None:
+  """The line refusing the first of the model fields `names` (set by a flag) that
+  model.arch=`arch` does not read, or None."""
+  other = TRANSFORMER_ONLY if arch == 'rnn' else RNN_ONLY
+  bad = [n for n in names if n in other]
+  if not bad:
+    return None
+  instead = _INSTEAD.get((arch, bad[0]))
+  return (f"model.{bad[0]} is not read by model.arch='{arch}'"
+          + (f' (its counterpart there: model.{instead})' if instead else '')
+          + f'; fields only the other arch reads: {", ".join(other)}')
+
+
 def build(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
   """The model of `cfg.arch`: Seq2Seq or transformer.Transformer (the same interface)."""
   return ARCHS[cfg.arch](cfg, rngs=rngs)

@@ -10,7 +10,7 @@ import runpy
 import ml_collections
 import pytest
 
-from attention_jax import sweep, train
+from attention_jax import model, sweep, train
 from attention_jax.model import ModelConfig
 from attention_jax.objective import Objective
 from experiments.configs import common
@@ -55,4 +55,7 @@ def test_every_config_file_and_sweep_variant_is_a_valid_experiment(path):
     name, variants = sweep.load_sweep(f'{path}:smoke', root='/nonexistent')
     assert variants, name
     for v in variants:
-      train.validate(ml_collections.ConfigDict(sweep.variant_config(f'{path}:smoke', v)))
+      cfg = ml_collections.ConfigDict(sweep.variant_config(f'{path}:smoke', v))
+      train.validate(cfg)
+      given = [k.split('.', 1)[1] for k in v.overrides if k.startswith('model.')]
+      assert not model.unread_field_error(cfg.model.arch, given), v   # (experiments/main.py)

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from attention_jax import model as model_lib
 from attention_jax import sweep, workdir
 from experiments import cli
 
@@ -167,3 +168,17 @@ def test_conflicting_flags_are_one_line_with_status_2(tmp_path):
                             '--nbest=3', stdin='')
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines() == ['error: --nbest=3 needs --beam >= 3, got --beam=2']
+
+
+def test_a_model_flag_the_architecture_does_not_read_is_one_line_before_any_work(tmp_path):
+  """--config.model.score on a Transformer (its score is cross_attention_score) would be
+  silently ignored: refused in one line naming the counterpart, nothing written."""
+  proc = helpers.run_module('experiments.main', '--config=experiments/configs/dates.py:smoke',
+                            '--config.model.arch=transformer', '--config.model.score=general',
+                            f'--workdir={tmp_path / "run"}')
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: model.score is not read by model.arch='transformer' (its counterpart there: "
+      "model.cross_attention_score); fields only the other arch reads: " + ', '.join(
+          model_lib.RNN_ONLY))
+  assert not (tmp_path / 'run').exists()
