@@ -7,6 +7,10 @@ r"""Prepare a data set offline and print what the model will see.
 
 Prints split sizes, source/target length statistics (tokens, without EOS), vocabulary sizes,
 the bucket shapes (S, T) with the share of padding, and three decoded training examples.
+Image tasks: --draw=FILE.png draws the first --draw_num images of every split (image_dates:
+with each one's typeface), e.g. the training images' augmentations beside the held-out fonts:
+
+  bash launch.sh data-info experiments/configs/image_dates.py --draw=docs/image_dates_fonts.png
 """
 
 import time
@@ -15,11 +19,14 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from attention_jax import data
-from attention_jax.data import cmudict
+from attention_jax.data import cmudict, image_builders
 from experiments import cli
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'Experiment config file.',
                                           lock_config=True)
+_DRAW = flags.DEFINE_string('draw', None, 'Image tasks: a PNG of the first --draw_num images '
+                            'of every split.')
+_DRAW_NUM = flags.DEFINE_integer('draw_num', 4, 'Images per split for --draw.', lower_bound=1)
 
 
 def _lengths(stats: dict) -> str:
@@ -89,10 +96,38 @@ def describe(cfg, *, num_examples: int = 3) -> str:
   return '\n'.join(lines)
 
 
+def draw(cfg, path: str, num: int = 4) -> str:
+  """The first `num` images of every split of an image task, a row each (titled with the
+  split, the typeface where the task records one, and what is drawn) -> path."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  task = data.load_task(cfg.data, seed=cfg.get('seed', 0))
+  if task.source != 'images':
+    raise ValueError(f'--draw: task {task.name!r} has no images (image tasks: '
+                     f'{", ".join(image_builders.IMAGE_BUILDERS)})')
+  rows = [(split, i) for split in task.splits for i in range(min(num, len(task.texts(split))))]
+  h, w = task.image_shape
+  fig, axes = plt.subplots(len(rows), 1, figsize=(w / 40, len(rows) * (h / 40 + 0.35)),
+                           squeeze=False)
+  for ax, (split, i) in zip(axes[:, 0], rows):
+    font = task.features(split).get('font')
+    ax.imshow(task.image(split, i), cmap='gray', vmin=0, vmax=1)
+    ax.set_title(f'{split}: {task.texts(split)[i][0]!r}' + (f' ({font[i]})' if font else ''),
+                 fontsize=8, loc='left')
+    ax.axis('off')
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   print(describe(_CONFIG.value))
+  if _DRAW.value:
+    print(f'drawn: {draw(_CONFIG.value, _DRAW.value, _DRAW_NUM.value)}')
 
 
 if __name__ == '__main__':

@@ -419,8 +419,9 @@ def test_transformer_decoder_over_an_image_draws_each_layer_and_head(data_dir, t
       'model.transformer_layers': 2, 'model.context_gate': False})
   workdir = str(tmp_path / 'run')
   summary = train.train_and_evaluate(cfg, workdir)
-  assert [os.path.basename(p) for p in summary['heatmaps']] == ['test_0.png', 'test_grid.png',
-                                                                 'test_heads.png']
+  assert [os.path.basename(p) for p in summary['heatmaps']] == [
+      f'{split}_{name}.png' for split in ('test', image_builders.HELDOUT_SPLIT)
+      for name in ('0', 'grid', 'heads')]
   t = api.load(workdir)
   image = data.load_task(dict_cfg(cfg.data, data_dir)).image('test', 0)
   out, heads, _, tokens = t.attend_heads(image)
@@ -449,6 +450,8 @@ def test_digit_strips_read_their_digits_and_test_digit_images_are_never_trained_
   cfg_all.data = dict_cfg(cfg, str(tmp_path / 'tfds'))
   report = data_info.describe(cfg_all)          # bash launch.sh data-info on an image task
   assert 'first training batch: src (16, 32, 160)' in report and "image (32, 160) of '" in report
+  drawn = data_info.draw(cfg_all, str(tmp_path / 'strips.png'), num=1)   # --draw
+  assert PIL.Image.open(drawn).size[0] > 160
 
 
 def test_distorted_training_digits_leave_validation_and_test_strips_as_they_were(tmp_path):
