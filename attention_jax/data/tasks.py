@@ -29,6 +29,7 @@ SPLITS = ('train', 'validation', 'test')
 FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT, 'image_height': 32, 'image_width': 256,
                   'digit_distortion': 0.0, 'digit_distortion_p': 1.0,
                   'bucket_multiple': batching.MULTIPLE, 'image_fonts': 'all',
+                  'image_augment_p': 1.0,
                   **{f'image_{f}': 0.0 for f in ('stroke', 'blur', 'contrast', 'noise',
                                                  'affine', 'elastic', 'baseline')}}
 

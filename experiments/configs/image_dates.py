@@ -42,6 +42,7 @@ def get_config(arg: str | None = None):
   c.data.image_affine = 0.7       # shear up to 0.21, width +-10%, height +-7%
   c.data.image_elastic = 0.6      # a smooth random displacement of up to 0.6 px
   c.data.image_baseline = 1.0     # baseline jitter: columns moved along a curve, up to 1 px
+  c.data.image_augment_p = 1.0    # the share of training images drawn so (the rest plainly)
   c.model.encoder = 'cnn'
   c.model.cnn_layers = 3          # 3 blocks: 32 -> 4 rows ...
   c.model.cnn_cell_width = 4      # ... of 4-pixel columns (the last block pools 2 x 1): 4 x 64

@@ -6,7 +6,8 @@ augmentations gain on the held-out split (test_heldout_fonts: the test dates in 
   bash launch.sh compare runs/image_fonts --split=test_heldout_fonts
 
 Variants go to runs/image_fonts[_smoke]/<variant>: `augmented` is experiments/configs/
-image_dates.py as it is (17 typefaces, every data.image_* augmentation); `plain` the same
+image_dates.py as it is (17 typefaces, every data.image_* augmentation); `augmented_half`
+draws half of the training images so and half plainly; `plain` the same
 typefaces drawn without augmentation; `dejavu_plain` also without the Computer Modern and
 DejaVu bold-italic faces (the six DejaVu faces of the data set's version 1).
 """
@@ -18,6 +19,7 @@ from experiments.configs import image_dates
 
 NO_AUGMENT = {f'data.image_{f.name}': 0.0 for f in dataclasses.fields(image_builders.Augment)}
 VARIANTS = [('augmented', {}),
+            ('augmented_half', {'data.image_augment_p': 0.5}),
             ('plain', dict(NO_AUGMENT)),
             ('dejavu_plain', {**NO_AUGMENT, 'data.image_fonts': 'dejavu'})]
 
