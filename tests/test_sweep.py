@@ -269,3 +269,17 @@ def test_out_of_accelerator_memory_is_one_line_naming_the_share(monkeypatch):
   assert line.startswith('error: out of accelerator memory (RESOURCE_EXHAUSTED: Out of memory '
                          'while trying to allocate 1073741824 bytes.); this process had 0.300')
   assert '\n' not in line and 'run fewer per device' in line
+
+
+def test_a_training_out_of_memory_names_its_share_of_the_device(monkeypatch, tmp_path):
+  """A run given a share of an accelerator (memory_env) that runs out of memory says so."""
+  from attention_jax import train   # pylint: disable=g-import-not-at-top
+  from experiments.configs import dates   # pylint: disable=g-import-not-at-top
+
+  def oom(*args):
+    raise RuntimeError('RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 bytes.')
+  monkeypatch.setattr(train, '_train_and_evaluate', oom)
+  monkeypatch.setenv(sweep.MEMORY_ENV, '0.300')
+  with pytest.raises(MemoryError, match=r'make the model or the batch smaller \(this process '
+                                        r'had 0.300 of the device: runs that share one'):
+    train.train_and_evaluate(dates.get_config('smoke'), str(tmp_path / 'run'))
