@@ -3,11 +3,14 @@ run either under `jax.jit` + `jax.shard_map` over a device mesh (the default wit
 one device) or under the classic `jax.pmap`. Parameters are replicated, the batch is split
 along its first axis; both give the same parameters as one device on the same global batch.
 Decoding splits its batch the same way (`split_batch`): each device decodes its rows alone.
+Processes that share one accelerator (sweeps' --runs_per_device, Ray's fractional GPUs) each
+preallocate their share of its memory: memory_env.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import numpy as np
@@ -145,3 +148,31 @@ def batch_sharder():
   mesh = make_mesh() if jax.process_count() == 1 else local_mesh(jax.local_devices())
   sharding = NamedSharding(mesh, P(AXIS))
   return lambda tree: jax.device_put(tree, sharding)
+
+
+# the share of an accelerator's memory that the runs sharing it split between them (the
+# rest: each process's CUDA context, cuDNN / cuBLAS workspaces)
+MEMORY_SHARE = 0.9
+MEMORY_ENV = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
+
+
+def memory_env(share: float) -> dict[str, str]:
+  """The environment of a run that gets `share` (0-1] of one accelerator: XLA preallocates
+  MEMORY_SHARE x share of the device's memory at start (XLA_PYTHON_CLIENT_MEM_FRACTION; one
+  JAX process alone takes 75%, so a second on the same device would fail). Preallocation is
+  kept (not XLA_PYTHON_CLIENT_PREALLOCATE=false) because a run that needs more than its share
+  then fails at once, out of memory, instead of taking a neighbour's memory later and failing
+  it; and XLA's allocator stays the fast one. A fraction set by the user wins; {} at 1."""
+  if not 0.0 < share <= 1.0:
+    raise ValueError(f'a run\'s share of an accelerator must be in (0, 1], got {share}')
+  if share == 1.0 or MEMORY_ENV in os.environ:
+    return {}
+  return {MEMORY_ENV: f'{MEMORY_SHARE * share:.3f}'}
+
+
+def share_note() -> str | None:
+  """What an out-of-memory error adds for a process given a share of its device
+  (memory_env), or None."""
+  share = os.environ.get(MEMORY_ENV)
+  return (f'this process had {share} of the device: runs that share one, --runs_per_device or '
+          'a fractional --trial_gpus, split it' if share else None)

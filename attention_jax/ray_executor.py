@@ -35,6 +35,7 @@ import sys
 import time
 import uuid
 
+from attention_jax import parallel
 from attention_jax import sweep as sweep_lib
 from attention_jax import workdir as workdir_lib
 
@@ -251,7 +252,7 @@ def _schedule(ray, config_arg, queue, extra_flags, request, max_retries) -> dict
   if not request['GPU']:
     env['CUDA_VISIBLE_DEVICES'] = ''     # a run that asked for no GPU gets none
   elif request['GPU'] < 1:               # a share of one GPU: that share of its memory
-    env.update(sweep_lib.memory_env(request['GPU']))
+    env.update(parallel.memory_env(request['GPU']))
   options = dict(num_cpus=request['CPU'], num_gpus=request['GPU'], max_retries=max_retries,
                  retry_exceptions=[TrialDied])
   if request['TPU']:

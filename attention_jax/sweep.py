@@ -38,6 +38,7 @@ from typing import Sequence
 from absl import flags as absl_flags
 from ml_collections import config_flags
 
+from attention_jax import parallel as parallel_lib
 from attention_jax import train
 from attention_jax import workdir as workdir_lib
 
@@ -170,30 +171,10 @@ def select(variants: list[Variant], only: Sequence[str]) -> list[Variant]:
           if not only or any(fnmatch.fnmatchcase(v.name, p) for p in only)]
 
 
-# the share of an accelerator's memory that the runs sharing it split between them (the
-# rest: each process's CUDA context, cuDNN / cuBLAS workspaces)
-MEMORY_SHARE = 0.9
-MEMORY_ENV = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
-
-
-def memory_env(share: float) -> dict[str, str]:
-  """The environment of a run that gets `share` (0-1] of one accelerator: XLA preallocates
-  MEMORY_SHARE x share of the device's memory at start (XLA_PYTHON_CLIENT_MEM_FRACTION; one
-  JAX process alone takes 75%, so a second on the same device would fail). Preallocation is
-  kept (not XLA_PYTHON_CLIENT_PREALLOCATE=false) because a run that needs more than its share
-  then fails at once, out of memory, instead of taking a neighbour's memory later and failing
-  it; and XLA's allocator stays the fast one. A fraction set by the user wins; {} at 1."""
-  if not 0.0 < share <= 1.0:
-    raise ValueError(f'a run\'s share of an accelerator must be in (0, 1], got {share}')
-  if share == 1.0 or MEMORY_ENV in os.environ:
-    return {}
-  return {MEMORY_ENV: f'{MEMORY_SHARE * share:.3f}'}
-
-
 def local(parallel: int | None = None, runs_per_device: int = 1):
   """The local executor: the runs as subprocesses of this machine, `parallel` at a time on a
   CPU; where there are accelerators, `runs_per_device` on each (each then gets 1/K of its
-  memory: memory_env). (attention_jax.ray_executor.run is the other; an executor is
+  memory: parallel.memory_env). (attention_jax.ray_executor.run is the other; an executor is
   f(config_arg, sweep name, runs to do, sweep dir, extra flags) -> status.)"""
   if runs_per_device < 1:
     raise ValueError(f'runs_per_device must be >= 1, got {runs_per_device}')
@@ -361,7 +342,7 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None,
                      'machine has none: on a CPU, --parallel sets how many runs share it')
   # device d repeated K times, interleaved: the first runs spread over every device
   slots = [d for _ in range(runs_per_device) for d in devices] or [None] * max(1, parallel or 1)
-  memory = memory_env(1.0 / runs_per_device) if devices else {}
+  memory = parallel_lib.memory_env(1.0 / runs_per_device) if devices else {}
   per_device = f', {runs_per_device} per device' if runs_per_device > 1 else ''
   print(f'sweep {name}: {len(queue)} runs to do -> {sweep_dir}/ '
         f'({len(slots)} at a time{", devices " + ",".join(devices) if devices else ""}'

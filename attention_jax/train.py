@@ -289,12 +289,10 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   except Exception as e:  # pylint: disable=broad-except  (out of memory: one line, the sizes)
     if 'out of memory' not in str(e).lower() and not isinstance(e, MemoryError):
       raise
-    share = os.environ.get('XLA_PYTHON_CLIENT_MEM_FRACTION')   # (sweep.memory_env)
+    note = parallel.share_note()
     raise MemoryError(f'out of memory ({str(e).strip().splitlines()[0][:200]}) with '
-                      f'{_sizes(cfg)}: make the model or the batch smaller' + (
-                          f' (this process had {share} of the device: runs that share one, '
-                          '--runs_per_device or a fractional --trial_gpus, split it)'
-                          if share else '')) from None
+                      f'{_sizes(cfg)}: make the model or the batch smaller'
+                      + (f' ({note})' if note else '')) from None
 
 
 def _sizes(cfg: ml_collections.ConfigDict) -> str:

@@ -17,7 +17,7 @@ import sys
 import jax
 from absl import app, flags
 
-from attention_jax import checkpoint, compile_cache, workdir
+from attention_jax import checkpoint, compile_cache, parallel, workdir
 from attention_jax.data import textfiles
 
 EXPECTED = (ValueError, OSError, checkpoint.CheckpointError, workdir.WorkdirInUse,
@@ -38,10 +38,7 @@ def out_of_memory(e: BaseException) -> str:
   """The one line for an accelerator out of memory (XLA's RESOURCE_EXHAUSTED): what failed,
   the share of the device this process had, and what to lower."""
   first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
-  share = os.environ.get('XLA_PYTHON_CLIENT_MEM_FRACTION')
-  had = (f'this process had {share} of the device (XLA_PYTHON_CLIENT_MEM_FRACTION: sweeps '
-         'with --runs_per_device or a fractional --trial_gpus split it)' if share else
-         "this process had JAX's default 75% of the device")
+  had = parallel.share_note() or "this process had JAX's default 75% of the device"
   return (f'error: out of accelerator memory ({first[:200]}); {had}: run fewer per device, or '
           'lower data.batch_size')
 

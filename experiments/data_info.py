@@ -60,11 +60,17 @@ def _words_and_symbols(task) -> list[str]:
   return lines
 
 
-def describe(cfg, *, num_examples: int = 3) -> str:
-  """The report printed by this script, for the config's data section."""
+def load(cfg):
+  """(the config's task, seconds it took to prepare and load)."""
   start = time.time()
   task = data.load_task(cfg.data, seed=cfg.get('seed', 0))
-  elapsed = time.time() - start
+  return task, time.time() - start
+
+
+def describe(cfg, *, num_examples: int = 3, loaded=None) -> str:
+  """The report printed by this script, for the config's data section (`loaded`: load(cfg),
+  if the caller has it already)."""
+  task, elapsed = loaded or load(cfg)
   d = cfg.data
   s = task.stats(d.batch_size)
   lines = [f'task {s["name"]}: {s["location"]}  (loaded in {elapsed:.1f} s)',
@@ -96,13 +102,12 @@ def describe(cfg, *, num_examples: int = 3) -> str:
   return '\n'.join(lines)
 
 
-def draw(cfg, path: str, num: int = 4) -> str:
+def draw(task, path: str, num: int = 4) -> str:
   """The first `num` images of every split of an image task, a row each (titled with the
   split, the typeface where the task records one, and what is drawn) -> path."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  task = data.load_task(cfg.data, seed=cfg.get('seed', 0))
   if task.source != 'images':
     raise ValueError(f'--draw: task {task.name!r} has no images (image tasks: '
                      f'{", ".join(image_builders.IMAGE_BUILDERS)})')
@@ -125,9 +130,10 @@ def draw(cfg, path: str, num: int = 4) -> str:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  print(describe(_CONFIG.value))
+  loaded = load(_CONFIG.value)        # once, for the report and the drawing
+  print(describe(_CONFIG.value, loaded=loaded))
   if _DRAW.value:
-    print(f'drawn: {draw(_CONFIG.value, _DRAW.value, _DRAW_NUM.value)}')
+    print(f'drawn: {draw(loaded[0], _DRAW.value, _DRAW_NUM.value)}')
 
 
 if __name__ == '__main__':

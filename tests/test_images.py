@@ -457,7 +457,7 @@ def test_digit_strips_read_their_digits_and_test_digit_images_are_never_trained_
   cfg_all.data = dict_cfg(cfg, str(tmp_path / 'tfds'))
   report = data_info.describe(cfg_all)          # bash launch.sh data-info on an image task
   assert 'first training batch: src (16, 32, 160)' in report and "image (32, 160) of '" in report
-  drawn = data_info.draw(cfg_all, str(tmp_path / 'strips.png'), num=1)   # --draw
+  drawn = data_info.draw(task, str(tmp_path / 'strips.png'), num=1)      # --draw
   assert PIL.Image.open(drawn).size[0] > 160
 
 

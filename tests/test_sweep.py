@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from attention_jax import api, multihead, records, stats, sweep
+from attention_jax import api, multihead, parallel, records, stats, sweep
 from attention_jax import workdir as workdir_lib
 from helpers import TINY_SWEEP, hold_env, run_module, sweep_cmd, wait_held
 
@@ -224,7 +224,7 @@ class _FakeRun:
     del cmd, kw
     self.device = env['CUDA_VISIBLE_DEVICES']
     _FakeRun.live[self.device] = _FakeRun.live.get(self.device, 0) + 1
-    _FakeRun.started.append((self.device, env.get(sweep.MEMORY_ENV),
+    _FakeRun.started.append((self.device, env.get(parallel.MEMORY_ENV),
                              dict(_FakeRun.live)))
     self.polls, self.returncode = 0, None
 
@@ -240,7 +240,7 @@ def test_runs_per_device_share_each_accelerator_and_its_memory(monkeypatch, tmp_
   """--runs_per_device=K on 2 accelerators: K runs at once on each (spread over both first),
   each told to preallocate 0.9 / K of the device's memory (a fraction the user set wins);
   refused on a machine without accelerators; a fractional Ray GPU gets its share too."""
-  monkeypatch.delenv(sweep.MEMORY_ENV, raising=False)
+  monkeypatch.delenv(parallel.MEMORY_ENV, raising=False)
   monkeypatch.setattr(sweep, 'accelerators', lambda: ['0', '1'])
   monkeypatch.setattr(sweep.subprocess, 'Popen', _FakeRun)
   monkeypatch.setattr(sweep, 'finished', lambda v: True)
@@ -251,9 +251,9 @@ def test_runs_per_device_share_each_accelerator_and_its_memory(monkeypatch, tmp_
   assert [d for d, _, _ in _FakeRun.started[:2]] == ['0', '1']          # both devices first
   assert {share for _, share, _ in _FakeRun.started} == {'0.300'}
   assert max(n for _, _, live in _FakeRun.started for n in live.values()) == 3
-  assert sweep.memory_env(1.0) == {} and sweep.memory_env(0.25) == {sweep.MEMORY_ENV: '0.225'}
-  monkeypatch.setenv(sweep.MEMORY_ENV, '0.5')
-  assert sweep.memory_env(0.25) == {}
+  assert parallel.memory_env(1.0) == {} and parallel.memory_env(0.25) == {parallel.MEMORY_ENV: '0.225'}
+  monkeypatch.setenv(parallel.MEMORY_ENV, '0.5')
+  assert parallel.memory_env(0.25) == {}
   monkeypatch.setattr(sweep, 'accelerators', lambda: [])
   with pytest.raises(ValueError, match='--runs_per_device=2 shares accelerators, and this '
                                        'machine has none'):
@@ -264,7 +264,7 @@ def test_out_of_accelerator_memory_is_one_line_naming_the_share(monkeypatch):
   from experiments import cli   # pylint: disable=g-import-not-at-top
   error = jax.errors.JaxRuntimeError(
       'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes.\nBufferAssignment...')
-  monkeypatch.setenv(sweep.MEMORY_ENV, '0.300')
+  monkeypatch.setenv(parallel.MEMORY_ENV, '0.300')
   line = cli.out_of_memory(error)
   assert line.startswith('error: out of accelerator memory (RESOURCE_EXHAUSTED: Out of memory '
                          'while trying to allocate 1073741824 bytes.); this process had 0.300')
@@ -279,7 +279,7 @@ def test_a_training_out_of_memory_names_its_share_of_the_device(monkeypatch, tmp
   def oom(*args):
     raise RuntimeError('RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 bytes.')
   monkeypatch.setattr(train, '_train_and_evaluate', oom)
-  monkeypatch.setenv(sweep.MEMORY_ENV, '0.300')
+  monkeypatch.setenv(parallel.MEMORY_ENV, '0.300')
   with pytest.raises(MemoryError, match=r'make the model or the batch smaller \(this process '
                                         r'had 0.300 of the device: runs that share one'):
     train.train_and_evaluate(dates.get_config('smoke'), str(tmp_path / 'run'))

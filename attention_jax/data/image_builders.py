@@ -288,10 +288,11 @@ class AjImageDates(builders.AjDates, skip_registration=True):
     c = self.builder_config
     for i, ex in enumerate(examples):
       # one generator per source string (and split salt): a drawing does not depend on others
-      seed = [c.seed, zlib.crc32(ex['src'].encode('utf-8'))] + ([salt] if salt else [])
+      key = zlib.crc32(ex['src'].encode('utf-8'))
+      seed = [c.seed, key] + ([salt] if salt else [])
       drawn = augment
       if c.augment_p < 1 and augment.suffix():   # a coin of its own: the drawing's draws stay
-        coin = np.random.default_rng([c.seed, zlib.crc32(ex['src'].encode('utf-8')), 2])
+        coin = np.random.default_rng([c.seed, key, 2])
         drawn = augment if coin.random() < c.augment_p else Augment()
       image, font = render(ex['src'], np.random.default_rng(seed), c.image_height,
                            c.image_width, fonts, drawn)
