@@ -14,10 +14,10 @@ the batch (parallel.split_batch); the outputs are those of one device.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -69,13 +69,19 @@ def layer_weights(graphdef, params, src: np.ndarray, out_ids: np.ndarray) -> np.
 
   src: token ids [S] (EOS last) or an image [H, W(, C)] (S = its grid's H'·W' cells);
   out_ids [T] (EOS last if it ended) -> weights [N, H, T, S] float32: a Transformer's N
-  decoder layers' cross-attention per head; an RNN's one attention as [1, 1, T, S]."""
-  model = nnx.merge(graphdef, params)
+  decoder layers' cross-attention per head; an RNN's one attention as [1, 1, T, S].
+  One compiled program per (model, shapes): run eagerly, a Transformer's pass was some 270
+  separately compiled operations (seconds per heatmap of every evaluation)."""
   tgt_in = np.concatenate([[BOS], out_ids[:-1]]).astype(np.int32)[None]       # [1, T]
   src = np.asarray(src)
   src = src.astype(np.int32 if np.issubdtype(src.dtype, np.integer) else np.float32)
-  _, read = model.forward(jnp.asarray(src)[None], jnp.asarray(tgt_in))
+  return np.asarray(_layer_weights(graphdef, params, src[None], tgt_in)[0], np.float32)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _layer_weights(graphdef, params, src: jax.Array, tgt_in: jax.Array) -> jax.Array:
+  """src [1, ...], tgt_in [1, T] -> [1, N, H, T, S] (layer_weights)."""
+  model = nnx.merge(graphdef, params)
+  _, read = model.forward(src, tgt_in)
   layers = model.layer_weights(read)
-  if layers is None:
-    layers = read.weights[:, None, None]                                        # [1, 1, 1, T, S]
-  return np.asarray(layers[0], np.float32)
+  return read.weights[:, None, None] if layers is None else layers            # [1, N, H, T, S]

@@ -112,18 +112,45 @@ def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
 
 
 # ---- attention over an image (Xu et al. 2015, the figures of §5) ---------------------------
-def _draw_image(ax, image, grid, label):
-  """The image in grey, one step's attention over its grid [H', W'] upsampled onto it
-  (bilinear)."""
-  image = np.asarray(image, np.float32)
-  h, w = image.shape[:2]
-  ax.imshow(np.clip(image, 0, 1), cmap='gray', vmin=0, vmax=1, extent=(0, w, h, 0))
+def _upsample(grid: np.ndarray, h: int, w: int) -> np.ndarray:
+  """grid [H', W'] -> [h, w], bilinear between cell centres (edges held)."""
+  def axis(n_in, n_out):
+    return np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+  cols = np.stack([np.interp(axis(grid.shape[1], w), np.arange(grid.shape[1]), r)
+                   for r in grid])                                                # [H', w]
+  return np.stack([np.interp(axis(grid.shape[0], h), np.arange(grid.shape[0]), c)
+                   for c in cols.T], axis=1)                                      # [h, w]
+
+
+def _overlay(image, grid) -> np.ndarray:
+  """The image in grey (or its colours), one step's attention over its grid [H', W']
+  upsampled onto it (bilinear) and drawn in 'inferno' at 60% opacity, scaled to the step's
+  maximum -> RGB [H, W, 3] in [0, 1]."""
+  from matplotlib import colormaps  # pylint: disable=g-import-not-at-top
+  image = np.clip(np.asarray(image, np.float32), 0, 1)
+  if image.ndim == 2 or image.shape[-1] == 1:
+    image = np.repeat(image.reshape(*image.shape[:2], 1), 3, axis=-1)
   grid = np.asarray(grid, np.float32)
-  ax.imshow(grid, cmap='inferno', alpha=0.6, vmin=0, vmax=max(float(grid.max()), 1e-6),
-            extent=(0, w, h, 0), interpolation='bilinear')
+  heat = _upsample(grid, *image.shape[:2]) / max(float(grid.max()), 1e-6)
+  return 0.4 * image + 0.6 * colormaps['inferno'](np.clip(heat, 0, 1))[..., :3]
+
+
+def _draw_steps(ax, image, weights, labels, gap: int) -> None:
+  """Output steps top to bottom: each label's _overlay, `gap` white pixels apart, drawn as one
+  picture in one axes (an axes per step made a figure of 26 steps take 2 s to lay out and
+  write; this takes a fraction of it)."""
+  h, w = np.asarray(image).shape[:2]
+  column = np.ones((len(labels) * (h + gap) - gap, w, 3), np.float32)
+  for i in range(len(labels)):
+    column[i * (h + gap):i * (h + gap) + h] = _overlay(image, np.asarray(weights)[i])
+  ax.imshow(column, extent=(0, w, column.shape[0], 0), interpolation='nearest')
   ax.set_xticks([])
-  ax.set_yticks([])
-  ax.set_ylabel(label, rotation=0, ha='right', va='center', fontsize=9)
+  ax.set_yticks([i * (h + gap) + h / 2 for i in range(len(labels))],
+                [repr(t)[1:-1] for t in labels], fontsize=9)
+  ax.tick_params(axis='y', length=0)
+  ax.set_anchor('N')   # a shorter column of the grid starts at the top
+  for side in ax.spines.values():
+    side.set_visible(False)
 
 
 def plot_image_attention(image, weights, tgt_tokens: Sequence[str], path: str,
@@ -131,15 +158,13 @@ def plot_image_attention(image, weights, tgt_tokens: Sequence[str], path: str,
   """image [H, W] (pixels in [0, 1]), weights [T, H', W'] over its grid -> a PNG with one row
   per output token: where the decoder looked to emit it."""
   image = np.asarray(image)
-  t = len(tgt_tokens)
-  aspect = image.shape[1] / image.shape[0]
-  width = 8.0
-  fig, axes = _pyplot().subplots(t, 1, figsize=(width, t * (width / aspect + 0.3) + 0.5),
-                                 squeeze=False)
-  for i, ax in enumerate(axes[:, 0]):
-    _draw_image(ax, image, np.asarray(weights)[i], repr(tgt_tokens[i])[1:-1])
+  (h, w), gap = image.shape[:2], max(2, image.shape[0] // 8)
+  width = 8.0   # inches; the picture's 7 of them as wide as the image, its height to scale
+  fig, ax = _pyplot().subplots(figsize=(
+      width, 7.0 * (len(tgt_tokens) * (h + gap) - gap) / w + 0.7))
+  _draw_steps(ax, image, weights, tgt_tokens, gap)
   if title:
-    axes[0, 0].set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=9)
   return _save(fig, path, dpi=100)
 
 
@@ -147,17 +172,12 @@ def plot_image_attention_grid(items, path: str, steps: int = 10) -> str:
   """items: list of (image [H, W], weights [T, H', W'], tgt_tokens, title) -> one PNG: a column
   per example, its first `steps` output tokens top to bottom."""
   rows = min(steps, max(len(it[2]) for it in items))
-  image = np.asarray(items[0][0])
-  aspect = image.shape[1] / image.shape[0]
-  width = 4.0
-  fig, axes = _pyplot().subplots(rows, len(items), figsize=(
-      (width + 0.4) * len(items), rows * (width / aspect + 0.12) + 0.6), squeeze=False)
-  for c, (img, weights, tokens, title) in enumerate(items):
-    for r in range(rows):
-      ax = axes[r, c]
-      if r < len(tokens):
-        _draw_image(ax, img, np.asarray(weights)[r], repr(tokens[r])[1:-1])
-      else:
-        ax.axis('off')
-    axes[0, c].set_title(title, fontsize=8)
+  h, w = np.asarray(items[0][0]).shape[:2]
+  gap = max(2, h // 8)
+  width = 4.0   # inches per example, its picture's 3.4 as wide as the image
+  fig, axes = _pyplot().subplots(1, len(items), figsize=(
+      width * len(items), 3.4 * (rows * (h + gap) - gap) / w + 0.8), squeeze=False)
+  for ax, (img, weights, tokens, title) in zip(axes[0], items):
+    _draw_steps(ax, img, weights, tokens[:rows], gap)
+    ax.set_title(title, fontsize=8)
   return _save(fig, path, dpi=100)

@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 from attention_jax import (api, beam, data, decode, encoders, evaluate, images, objective,
-                           run_eval, train)
+                           plots, run_eval, train)
 from attention_jax import steps as steps_lib
 from attention_jax.attention import Attention
 from attention_jax.data import image_builders
@@ -493,3 +493,23 @@ def test_distorted_training_digits_leave_validation_and_test_strips_as_they_were
     image_builders.make_config('digit_strips', cfg)
   cfg.digit_distortion_p = 0.5      # half the training digits distorted: a data set of its own
   assert image_builders.make_config('digit_strips', cfg).name.endswith('_distort0.5p0.5')
+
+
+def test_image_heatmaps_put_each_steps_attention_on_its_cells_and_grow_with_the_output(tmp_path):
+  """plots: a step's attention, upsampled from the grid onto the image, is brightest over the
+  cell it attends (and as bright across the cell's rows); a constant grid upsamples to a
+  constant; the heatmap PNG has a row per output token."""
+  np.testing.assert_allclose(plots._upsample(np.full((2, 8), 0.3), 16, 64), 0.3)
+  image = np.zeros((16, 64), np.float32)
+  grid = np.zeros((2, 8), np.float32)
+  grid[:, 5] = 1.0                                   # cell column 5: pixels 40..47
+  rgb = plots._overlay(image, grid)
+  assert rgb.shape == (16, 64, 3) and 0 <= rgb.min() and rgb.max() <= 1
+  brightness = rgb.sum(-1)
+  assert 40 <= int(np.argmax(brightness[8])) < 48
+  np.testing.assert_allclose(brightness[0], brightness[15], atol=1e-6)
+  weights = np.repeat(grid[None], 6, axis=0)
+  heights = [PIL.Image.open(plots.plot_image_attention(
+      image, weights[:t], list('abcdef')[:t], str(tmp_path / f'{t}.png'))).size[1]
+             for t in (2, 6)]
+  assert heights[1] > 2 * heights[0], heights
