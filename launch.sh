@@ -85,8 +85,10 @@ case "$cmd" in
   test)
     setup
     # one pytest-xdist worker per core (ATTENTION_JAX_TEST_WORKERS=0: none); each test module
-    # stays on one worker, so its module fixtures (data sets, reference runs) are made once
-    exec python -m pytest -q -n "${ATTENTION_JAX_TEST_WORKERS:-auto}" --dist loadscope "$@"
+    # stays on one worker, so its module fixtures (data sets, reference runs) are made once;
+    # modules are handed out longest first (tests/conftest.py FIRST), not by test count
+    exec python -m pytest -q -n "${ATTENTION_JAX_TEST_WORKERS:-auto}" --dist loadscope \
+      --no-loadscope-reorder "$@"
     ;;
   train)
     setup

@@ -56,14 +56,17 @@ def train_optimised(config: str, workdir, **overrides) -> dict:
 
 
 def assert_buckets_change_no_output(t, texts, chunk_size: int = 4,
-                                    settings=({}, {'beam': 3, 'nbest': 2})):
+                                    settings=({}, {'beam': 3, 'nbest': 2}), growth=None):
   """t.decode(texts) with its length buckets and power-of-two rows (api.Translator's
   default, shapes.py) gives what decoding each chunk at its own length gives (bucket_growth
   None): the same tokens, scores and weights (to float rounding), for each decoding setting
   (default: greedy and beam-3 2-best).
   chunk_size is lowered so that chunks get padding rows; the texts must include one whose
-  bucket is longer than its multiple of 8 (checked: else this compares nothing)."""
+  bucket is longer than its multiple of 8 (checked: else this compares nothing). growth: the
+  buckets' growth instead of the Translator's (a larger one pads shorter texts further: fewer
+  and shorter programs to compile)."""
   bucketed, size = t.bucket_growth, t.chunk_size
+  growth = bucketed if growth is None else growth
   t.chunk_size = chunk_size
   try:
     with warnings.catch_warnings():   # sources beyond the training lengths (RuntimeWarning)
@@ -72,7 +75,7 @@ def assert_buckets_change_no_output(t, texts, chunk_size: int = 4,
         t.bucket_growth, t.shapes_used = None, set()
         plain = t.decode(texts, **kw)
         plain_shapes = {s[3:] for s in t.shapes_used}
-        t.bucket_growth, t.shapes_used = bucketed, set()
+        t.bucket_growth, t.shapes_used = growth, set()
         padded = t.decode(texts, **kw)
         padded_shapes = {s[3:] for s in t.shapes_used}
         assert max(s for _, s in padded_shapes) > max(s for _, s in plain_shapes), (
