@@ -1,0 +1,151 @@
+"""A population of N seeds as one vmapped step against the same N runs one after another
+(attention_jax/population.py), on the `reverse` smoke task's real batches.
+
+  python -m experiments.bench.population --archs=rnn,transformer --members=3 --steps=200
+
+Per architecture: the wall time of N runs of `steps` steps each, one after another (each its
+own compiled step, as `sweep` runs them) and of one population of N, compile included and
+apart; tokens per second; the share of the machine's matmul ceiling (FLOPs counted on the
+jaxpr, bench/measure.py). Writes --out (JSON) and prints a table.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from attention_jax import data, objective, population, steps, train
+from experiments.bench.measure import count_flops, machine_info, matmul_flops_per_s
+from experiments.configs import reverse
+
+ARCHS = {
+    'rnn': {},
+    'transformer': {'arch': 'transformer', 'd_model': 64, 'heads': 4, 'ff_dim': 128,
+                    'transformer_layers': 2},
+}
+
+
+def setup(arch: str, data_dir: str | None):
+  cfg = reverse.get_config()
+  cfg.data.num_train = 2000
+  if data_dir:
+    cfg.data.data_dir = data_dir
+  cfg.model.update(ARCHS[arch])
+  task = data.load_task(cfg.data)
+  mcfg = train.model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
+  return cfg, task, mcfg
+
+
+def _timed(fn) -> float:
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn())
+  return time.perf_counter() - t0
+
+
+def compare(arch: str, members: int, n_steps: int, data_dir: str | None = None) -> dict:
+  """-> {'alone': {...}, 'population': {...}, 'speedup'}: seconds (compile and steps), target
+  tokens per second and GFLOP/s of each way of training `members` seeds for n_steps."""
+  cfg, task, mcfg = setup(arch, data_dir)
+  tx, obj = steps.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
+  seeds = list(range(1, members + 1))
+  b = cfg.data.batch_size
+  out = {'arch': arch, 'members': members, 'steps': n_steps, 'batch_size': b}
+
+  alone = {'compile_s': 0.0, 'step_s': 0.0, 'tokens': 0, 'flops': 0.0}
+  for seed in seeds:   # as a sweep runs them: each run its own compiled step
+    graphdef, state = steps.init_state(mcfg, tx, seed)
+    step = train.Steps.of(graphdef, _with_seed(cfg, seed)).train
+    it = task.train_iterator(b, seed=seed)
+    flops = {}   # per bucket shape; a shape's first call compiles (timed apart)
+    for _ in range(n_steps):
+      batch = next(it)
+      shape = batch['src'].shape
+      first = shape not in flops
+      if first:
+        dot, other = count_flops(jax.make_jaxpr(
+            lambda st, bt, seed=seed: steps.train_step(graphdef, tx, obj, seed, st, bt))(
+                state, batch))
+        flops[shape] = dot + other
+      t0 = time.perf_counter()
+      state, m = step(state, batch)
+      jax.block_until_ready(m['loss'])
+      alone['compile_s' if first else 'step_s'] += time.perf_counter() - t0
+      alone['tokens'] += int((batch['tgt_out'] != 0).sum())
+      alone['flops'] += flops[shape]
+  out['alone'] = alone
+
+  pop = {'compile_s': 0.0, 'step_s': 0.0, 'tokens': 0, 'flops': 0.0}
+  graphdef, states = population.init_population(mcfg, tx, seeds)
+  step = population.make_population_step(graphdef, tx, obj)
+  its = [task.train_iterator(b, seed=s) for s in seeds]
+  seed_arr = jnp.asarray(seeds, jnp.int32)
+  shapes, flops = set(), 0.0
+  for _ in range(n_steps):
+    batches = population.stack_batches([next(it) for it in its])
+    shape = batches['src'].shape
+    t0 = time.perf_counter()
+    states, m = step(seed_arr, states, batches)
+    jax.block_until_ready(m['loss'])
+    if shape not in shapes:
+      shapes.add(shape)
+      pop['compile_s'] += time.perf_counter() - t0
+      dot, other = count_flops(jax.make_jaxpr(
+          lambda st, bt: population.population_step(graphdef, tx, obj, seed_arr, st, bt))(
+              states, batches))
+      flops = dot + other
+    else:
+      pop['step_s'] += time.perf_counter() - t0
+    pop['tokens'] += int((batches['tgt_out'] != 0).sum())
+    pop['flops'] += flops
+  out['population'] = pop
+  for way in (alone, pop):
+    way['total_s'] = way['compile_s'] + way['step_s']
+    way['tokens_per_s'] = way['tokens'] / way['total_s']
+    way['gflops_per_s'] = way['flops'] / way['total_s'] / 1e9
+  out['speedup_total'] = alone['total_s'] / pop['total_s']
+  out['speedup_steps'] = alone['step_s'] / pop['step_s'] if pop['step_s'] else None
+  return out
+
+
+def _with_seed(cfg, seed: int):
+  c = cfg.copy_and_resolve_references()
+  c.seed = seed
+  return c
+
+
+def main(argv):
+  del argv
+  f = flags.FLAGS
+  ceiling = matmul_flops_per_s(1024) / 1e9
+  rows = [compare(a, f.members, f.steps, f.data_dir) for a in f.archs]
+  print(f'matmul ceiling (1024, float32): {ceiling:.1f} GFLOP/s')
+  print('| arch | way | compile s | step s | total s | tok/s | GFLOP/s | % of ceiling |')
+  print('|---|---|---|---|---|---|---|---|')
+  for r in rows:
+    for way in ('alone', 'population'):
+      w = r[way]
+      label = f'{r["members"]} runs one after another' if way == 'alone' else \
+          f'population of {r["members"]}'
+      print(f'| {r["arch"]} | {label} | {w["compile_s"]:.1f} | {w["step_s"]:.1f} | '
+            f'{w["total_s"]:.1f} | {w["tokens_per_s"]:,.0f} | {w["gflops_per_s"]:.2f} | '
+            f'{100 * w["gflops_per_s"] / ceiling:.1f}% |')
+    print(f'| {r["arch"]} | population / alone | | {r["speedup_steps"]:.2f}x | '
+          f'{r["speedup_total"]:.2f}x | | | |')
+  if f.out:
+    with open(f.out, 'w') as fh:
+      json.dump({'machine': machine_info(), 'matmul_gflops_per_s': ceiling, 'rows': rows}, fh,
+                indent=2)
+
+
+if __name__ == '__main__':
+  flags.DEFINE_list('archs', ['rnn', 'transformer'], 'architectures: ' + ', '.join(ARCHS))
+  flags.DEFINE_integer('members', 3, 'seeds in the population (and runs one after another)')
+  flags.DEFINE_integer('steps', 200, 'train steps per run')
+  flags.DEFINE_string('data_dir', None, 'TFDS data dir (default: the config\'s)')
+  flags.DEFINE_string('out', None, 'a JSON file for the figures')
+  app.run(main)
