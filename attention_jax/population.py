@@ -5,7 +5,11 @@ accelerator. A population stacks the members' train states along a leading membe
 runs steps.train_step under `jax.vmap` over (seed, state, batch): one compiled step trains
 every member, each with its own initial parameters, dropout keys (fold_in(key(seed), step), as
 alone) and batches (its own batch order, data seeded by its seed). Member k computes what the
-run of seed k computes alone, up to float rounding (tests/test_population.py).
+run of seed k computes alone, up to float rounding (tests/test_population.py), with one
+exception: with dropout, a member whose batch was padded further than alone (another member's
+batch of that step fell in a longer length bucket) draws other dropout masks, since a mask's
+random bits depend on its shape; it is then an equally valid run, not the same one. One length
+bucket (data.num_buckets=1), or no dropout, keeps every member exact.
 
   graphdef, states = init_population(mcfg, tx, seeds=(1, 2, 3))   # every leaf [N, ...]
   step = make_population_step(graphdef, tx, obj)
