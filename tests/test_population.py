@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from attention_jax import data, objective, population, steps, train
+from experiments.configs import reverse
 
 SEEDS = (1, 2, 3)
 MODELS = {
@@ -21,7 +22,6 @@ SETTINGS = {'padded': (0.0, 2), 'dropout': (0.1, 1)}
 
 
 def _setup(data_cfg, arch, setting):
-  from experiments.configs import reverse  # pylint: disable=g-import-not-at-top
   dropout, buckets = SETTINGS[setting]
   cfg = reverse.get_config('smoke')
   cfg.data = data_cfg('reverse', max_len=10, batch_size=8, num_buckets=buckets)

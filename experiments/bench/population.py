@@ -16,7 +16,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from absl import app, flags
 
 from attention_jax import data, objective, population, steps, train
@@ -41,68 +40,69 @@ def setup(arch: str, data_dir: str | None):
   return cfg, task, mcfg
 
 
-def _timed(fn) -> float:
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn())
-  return time.perf_counter() - t0
+def _train(n_steps: int, next_batch, step, flops_of) -> dict:
+  """n_steps of `step(batch)` -> its loss (blocked on), batches from next_batch() ->
+  {'compile_s', 'step_s', 'tokens', 'flops'}: a batch shape's first call compiles and is
+  timed apart; flops_of(batch): one step's FLOPs at that shape (counted once per shape)."""
+  out = {'compile_s': 0.0, 'step_s': 0.0, 'tokens': 0, 'flops': 0.0}
+  flops = {}
+  for _ in range(n_steps):
+    batch = next_batch()
+    shape = batch['src'].shape
+    first = shape not in flops
+    if first:
+      flops[shape] = flops_of(batch)
+    t0 = time.perf_counter()
+    jax.block_until_ready(step(batch))
+    out['compile_s' if first else 'step_s'] += time.perf_counter() - t0
+    out['tokens'] += int((batch['tgt_out'] != 0).sum())
+    out['flops'] += flops[shape]
+  return out
 
 
 def compare(arch: str, members: int, n_steps: int, data_dir: str | None = None) -> dict:
-  """-> {'alone': {...}, 'population': {...}, 'speedup'}: seconds (compile and steps), target
-  tokens per second and GFLOP/s of each way of training `members` seeds for n_steps."""
+  """-> {'alone': {...}, 'population': {...}, 'speedup_*'}: seconds (compile and steps),
+  target tokens per second and GFLOP/s of each way of training `members` seeds n_steps each."""
   cfg, task, mcfg = setup(arch, data_dir)
   tx, obj = steps.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
   seeds = list(range(1, members + 1))
   b = cfg.data.batch_size
   out = {'arch': arch, 'members': members, 'steps': n_steps, 'batch_size': b}
 
-  alone = {'compile_s': 0.0, 'step_s': 0.0, 'tokens': 0, 'flops': 0.0}
+  runs = []
   for seed in seeds:   # as a sweep runs them: each run its own compiled step
     graphdef, state = steps.init_state(mcfg, tx, seed)
-    step = train.Steps.of(graphdef, _with_seed(cfg, seed)).train
-    it = task.train_iterator(b, seed=seed)
-    flops = {}   # per bucket shape; a shape's first call compiles (timed apart)
-    for _ in range(n_steps):
-      batch = next(it)
-      shape = batch['src'].shape
-      first = shape not in flops
-      if first:
-        dot, other = count_flops(jax.make_jaxpr(
-            lambda st, bt, seed=seed: steps.train_step(graphdef, tx, obj, seed, st, bt))(
-                state, batch))
-        flops[shape] = dot + other
-      t0 = time.perf_counter()
-      state, m = step(state, batch)
-      jax.block_until_ready(m['loss'])
-      alone['compile_s' if first else 'step_s'] += time.perf_counter() - t0
-      alone['tokens'] += int((batch['tgt_out'] != 0).sum())
-      alone['flops'] += flops[shape]
-  out['alone'] = alone
+    train_step = train.Steps.of(graphdef, _with_seed(cfg, seed)).train
+    held = {'state': state}
 
-  pop = {'compile_s': 0.0, 'step_s': 0.0, 'tokens': 0, 'flops': 0.0}
+    def step(batch, held=held, train_step=train_step):
+      held['state'], m = train_step(held['state'], batch)
+      return m['loss']
+
+    def flops_of(batch, held=held, graphdef=graphdef, seed=seed):
+      return sum(count_flops(jax.make_jaxpr(
+          lambda st, bt: steps.train_step(graphdef, tx, obj, seed, st, bt))(held['state'], batch)))
+    it = task.train_iterator(b, seed=seed)
+    runs.append(_train(n_steps, lambda it=it: next(it), step, flops_of))
+  alone = {k: sum(r[k] for r in runs) for k in runs[0]}
+
   graphdef, states = population.init_population(mcfg, tx, seeds)
-  step = population.make_population_step(graphdef, tx, obj)
+  pop_step = population.make_population_step(graphdef, tx, obj)
   its = [task.train_iterator(b, seed=s) for s in seeds]
   seed_arr = jnp.asarray(seeds, jnp.int32)
-  shapes, flops = set(), 0.0
-  for _ in range(n_steps):
-    batches = population.stack_batches([next(it) for it in its])
-    shape = batches['src'].shape
-    t0 = time.perf_counter()
-    states, m = step(seed_arr, states, batches)
-    jax.block_until_ready(m['loss'])
-    if shape not in shapes:
-      shapes.add(shape)
-      pop['compile_s'] += time.perf_counter() - t0
-      dot, other = count_flops(jax.make_jaxpr(
-          lambda st, bt: population.population_step(graphdef, tx, obj, seed_arr, st, bt))(
-              states, batches))
-      flops = dot + other
-    else:
-      pop['step_s'] += time.perf_counter() - t0
-    pop['tokens'] += int((batches['tgt_out'] != 0).sum())
-    pop['flops'] += flops
-  out['population'] = pop
+  held = {'state': states}
+
+  def step_all(batches):
+    held['state'], m = pop_step(seed_arr, held['state'], batches)
+    return m['loss']
+
+  def flops_all(batches):
+    return sum(count_flops(jax.make_jaxpr(
+        lambda st, bt: population.population_step(graphdef, tx, obj, seed_arr, st, bt))(
+            held['state'], batches)))
+  pop = _train(n_steps, lambda: population.stack_batches([next(it) for it in its]), step_all,
+               flops_all)
+  out['alone'], out['population'] = alone, pop
   for way in (alone, pop):
     way['total_s'] = way['compile_s'] + way['step_s']
     way['tokens_per_s'] = way['tokens'] / way['total_s']
