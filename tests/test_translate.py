@@ -155,7 +155,7 @@ def test_an_output_over_the_input_or_on_a_directory_is_refused_before_any_work(r
   assert sorted(os.listdir(tmp_path)) == ['in.txt']
 
 
-MANY = [t for _ in range(300) for t in TEXTS]   # 2,100 lines
+MANY = [t for _ in range(100) for t in TEXTS]   # 700 lines
 
 
 def test_two_writers_of_one_output_never_mix(run, translator, tmp_path):
