@@ -10,10 +10,12 @@
   t = aj.load('runs/dates_additive')     # a trained run, best checkpoint
   t.translate(['22. November 2026'])     # ['2026-11-22']
   t.translate(['Nov 3, 1999'], beam=5, nbest=2)   # [[('1999-11-03', -0.01), (..., ...)]]
+  t = aj.load(['runs/a', 'runs/b'])      # an ensemble: the mean of the runs' log-probabilities
   aj.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
 """
 
-from attention_jax.api import Hypotheses, Translator, load
+from attention_jax.api import Hypotheses, Translator
+from attention_jax.ensemble import Ensemble, EnsembleTranslator, load, load_ensemble
 from attention_jax.run_eval import evaluate_run
 from attention_jax.plots import plot_attention, plot_attention_grid
 from attention_jax.beam import beam_search
@@ -28,4 +30,5 @@ from attention_jax.scores import SCORES, Score, register
 
 __all__ = ['ARCHS', 'MultiHeadAttention', 'Transformer', 'build', 'Attention', 'Hypotheses', 'beam_search', 'evaluate_run', 'greedy', 'CELLS', 'DECODERS', 'MODES', 'ModelConfig',
            'NORMALISERS', 'SCORES', 'Score', 'Seq2Seq', 'Translator', 'load', 'masked_softmax',
-           'masked_sparsemax', 'plot_attention', 'plot_attention_grid', 'register']
+           'masked_sparsemax', 'plot_attention', 'plot_attention_grid', 'register',
+           'Ensemble', 'EnsembleTranslator', 'load_ensemble']

@@ -7,6 +7,7 @@ weights (evaluating a run: run_eval.py).
   t.translate(['Nov 3, 1999'], beam=5, nbest=3)       # -> [[('1999-11-03', -0.01), ...]]
   out, weights, src_tokens, tgt_tokens = t.attend('Nov 3, 1999', beam=5)   # weights [T, S]
   attention_jax.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
+  t = attention_jax.load(['runs/a', 'runs/b'])        # an ensemble of runs (ensemble.py)
 
 Input policy (translate and attend): any str is accepted. Empty or whitespace-only strings
 give '' (nothing to translate). Unknown and control characters map to the UNK token.
@@ -112,6 +113,11 @@ class Translator:
     self.bucket_growth: float | None = shapes.GROWTH
     self.shapes_used: set[tuple] = set()   # (beam, alpha, nbest, rows, length) decoded
 
+  @property
+  def model_configs(self) -> tuple[ModelConfig, ...]:
+    """The config of every model decoded: this run's (an ensemble's members': ensemble.py)."""
+    return (self.config,)
+
   def decoder(self, beam: int = 1, alpha: float = 0.6, nbest: int = 1):
     """The jit-compiled n-best decode function (inference.make_decoder), one per setting."""
     key = (beam, float(alpha), nbest)
@@ -167,9 +173,9 @@ class Translator:
       raise ValueError(f'{name(i)} has {longest:,} tokens; the limit is {self.max_input_len} '
                        f'(t.max_input_len, 4x the training maximum, at least 512): split it or '
                        'raise t.max_input_len')
-    if self.config.arch == 'rnn':      # (the Transformer's scores are all content scores)
-      score = scores_lib.SCORES[self.config.score]
-      score.check_source_length(longest + 1, self.config.max_src_len)     # + EOS
+    for cfg in self.model_configs:   # (the Transformer's scores are all content scores)
+      if cfg.arch == 'rnn':
+        scores_lib.SCORES[cfg.score].check_source_length(longest + 1, cfg.max_src_len)  # + EOS
     if self.max_train_len is not None and longest > self.max_train_len:
       n = sum(x > self.max_train_len for x in lengths)
       warnings.warn(f'{n} input(s) longer than the training maximum of {self.max_train_len} '
@@ -286,7 +292,7 @@ class Translator:
   def _fits(self, rows: int, length: int, hyps: int) -> bool:
     """Whether the attention weights [rows x hyps, L, S] and decoder caches [rows x hyps, L,
     cache_width] of a chunk of sources padded to `length` fit MEMORY_BUDGET."""
-    return (rows * hyps * (length + self.config.cache_width)
+    return (rows * hyps * (length + sum(c.cache_width for c in self.model_configs))
             * decode_lib.max_output_len(length, self._factor) * 4 <= self.MEMORY_BUDGET)
 
   def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
@@ -436,6 +442,9 @@ def load(workdir: str, step: int | None = None,
   (compile_cache.enable(compilation_cache): by default $ATTENTION_JAX_CACHE or
   ~/.cache/attention_jax/jax; 'off': none), so that the next process does not compile the
   same decoding loops again."""
+  if not isinstance(workdir, (str, os.PathLike)):
+    raise TypeError(f'api.load reads one run (a path), got {type(workdir).__name__}; several '
+                    'runs decode as an ensemble: attention_jax.load([...]) (ensemble.py)')
   compile_cache.enable(compilation_cache)
   if not os.path.isdir(workdir):
     raise ckpt_lib.CheckpointError(f'no such workdir: {workdir!r}')
