@@ -3,6 +3,7 @@ text files, with the report by source length, the plots and heatmaps written int
 
   attention_jax.evaluate_run('runs/dates_additive', split='test', beam=5)
   attention_jax.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
+  attention_jax.evaluate_run(['runs/a', 'runs/b'], out='runs/ensemble_ab')   # an ensemble
 
 (`bash launch.sh evaluate --workdir=...` is this with flags.)
 """
@@ -19,12 +20,12 @@ import numpy as np
 from attention_jax import alignment
 from attention_jax import data as data_lib
 from attention_jax import encoders
+from attention_jax import ensemble
 from attention_jax import evaluate as eval_lib
 from attention_jax import inference
 from attention_jax import plots
 from attention_jax import records as records_lib
 from attention_jax import workdir as workdir_lib
-from attention_jax.api import load
 from attention_jax.data import textfiles
 
 
@@ -41,11 +42,12 @@ def _read_pairs(src: str, ref: str) -> tuple[list[tuple[str, str]], list[list[st
   return pairs, (multi if any('\t' in r for r in refs) else None)
 
 
-def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = None,
-                 ref: str | None = None, beam: int | None = None, alpha: float | None = None,
-                 step: int | None = None, length_edges: Sequence[int] | None = None,
-                 num_heatmaps: int = 6, attribution: str | None = None,
-                 verbose: bool = True) -> dict:
+def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
+                 src: str | None = None, ref: str | None = None, beam: int | None = None,
+                 alpha: float | None = None, step: int | None = None,
+                 length_edges: Sequence[int] | None = None, num_heatmaps: int = 6,
+                 attribution: str | None = None, verbose: bool = True,
+                 out: str | None = None) -> dict:
   """Evaluates a run's checkpoint (best, or `step`) on one of its splits, or on any parallel
   text files `src` / `ref` (one sentence per line; see _read_pairs for several references),
   with beam size `beam` and length penalty `alpha` (default: the run's eval.beam_size and
@@ -59,11 +61,25 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
   `attribution` (methods, comma-separated, or 'all'; default: the run's eval.attribution,
   on a split) the figures of implicit attention against the gold alignments
   (alignment.attribute_split) under 'attribution'.
+
+  Several runs (a list; ensemble.py) are evaluated as their ensemble, on the first run's data
+  and settings, without attribution: their files go to the folder `out` (made if missing),
+  never into a member's run; with out None the report is returned and printed only. One run
+  writes into `out` when it is given, else into its workdir.
   """
   if (src is None) != (ref is None):
     raise ValueError('give both src and ref files (or neither, to evaluate a split)')
-  translator = load(workdir, step=step)
-  run = workdir_lib.Run(workdir)
+  several = not isinstance(workdir, (str, os.PathLike)) and len(workdir) > 1
+  if several and attribution:
+    raise ValueError('attribution of an ensemble is not supported: evaluate one run with it')
+  translator = ensemble.load(workdir, step=step)
+  if not several and not isinstance(workdir, (str, os.PathLike)):
+    workdir = workdir[0]
+  if out is not None:
+    os.makedirs(out, exist_ok=True)
+  run = workdir_lib.Run(out) if out is not None else None if several else workdir_lib.Run(workdir)
+  label = (f'ensemble of {len(workdir)}: ' + ', '.join(map(os.fspath, workdir)) if several
+           else workdir)
   cfg = ml_collections.ConfigDict(translator.run_config)
   beam = int(cfg.eval.get('beam_size', 5)) if beam is None else beam
   alpha = float(cfg.eval.get('alpha', 0.6)) if alpha is None else alpha
@@ -93,7 +109,7 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
     raise FloatingPointError(f'the loss of {workdir!r} step {translator.step} on '
                              f'{split if src is None else src} is {report["loss"]}: the model gives some reference token '
                              'probability 0 (or NaN); its metrics would mean nothing')
-  if attribution is None and src is None:
+  if attribution is None and src is None and not several:
     attribution = cfg.eval.get('attribution', '')
   if attribution:
     cfg.eval.attribution = attribution
@@ -101,30 +117,42 @@ def evaluate_run(workdir: str, *, split: str | None = 'test', src: str | None = 
                                                   translator.config, split)
   report.update({'split': split if src is None else None, 'src': src, 'ref': ref,
                  'beam': beam, 'alpha': alpha, 'step': translator.step,
-                 'workdir': os.path.abspath(workdir)})
-  what = split if src is None else os.path.basename(src)
-  metric = records_lib.primary_metrics(report)[0]
-  report[f'{metric}_by_length_plot'] = plots.plot_by_length(
-      {translator.config.variant: report['by_length']},
-      run.eval_path(name, 'plot', metric), metric=metric,
-      title=f'{os.path.basename(os.path.abspath(workdir))}: {metric.upper()} by source length '
-            f'({what})')
-  heads = (lambda s, o: inference.layer_weights(graphdef, params, s, o)) \
-      if translator.config.arch == 'transformer' else None
-  report['heatmaps'] = eval_lib.heatmaps(
-      task, kept, run.eval_path(name, 'heatmaps'), 'test' if src is None else 'file', heads,
-      functools.partial(encoders.grid_shape, translator.config))
-  report['sentences_file'] = records_lib.write(run.eval_path(name, 'sentences'), header, recs)
-  run.write_eval(name, report)
+                 'workdir': ([os.path.abspath(w) for w in workdir] if several
+                             else os.path.abspath(workdir))})
+  if run is not None:
+    _write(report, run, name, translator, task, kept, (header, recs),
+           split if src is None else os.path.basename(src), label)
   if verbose:
-    print(format_report(report, workdir, name))
+    print(format_report(report, label, name, run))
     if 'attribution' in report:
       print('\nimplicit attention: ' + alignment.format_report(report['attribution'], split))
   return report
 
 
-def format_report(report: dict, workdir: str, name: str) -> str:
-  """The metrics table, the by-length table and the files written, as printed by evaluate."""
+def _write(report: dict, run: workdir_lib.Run, name: str, translator, task, kept, records,
+           what: str, label: str) -> None:
+  """The by-length plot, heatmaps, sentence records and the report, into `run`'s folder."""
+  graphdef, params = translator.graphdef, translator.params
+  metric = records_lib.primary_metrics(report)[0]
+  single = len(translator.model_configs) == 1
+  variant = translator.config.variant if single else 'ensemble'
+  title = os.path.basename(os.path.abspath(label)) if single else label
+  report[f'{metric}_by_length_plot'] = plots.plot_by_length(
+      {variant: report['by_length']}, run.eval_path(name, 'plot', metric), metric=metric,
+      title=f'{title}: {metric.upper()} by source length ({what})')
+  heads = (lambda s, o: inference.layer_weights(graphdef, params, s, o)) \
+      if single and translator.config.arch == 'transformer' else None
+  report['heatmaps'] = eval_lib.heatmaps(
+      task, kept, run.eval_path(name, 'heatmaps'), 'test' if report['src'] is None else 'file',
+      heads, functools.partial(encoders.grid_shape, translator.config))
+  report['sentences_file'] = records_lib.write(run.eval_path(name, 'sentences'), *records)
+  run.write_eval(name, report)
+
+
+def format_report(report: dict, workdir: str, name: str,
+                  run: workdir_lib.Run | None = None) -> str:
+  """The metrics table, the by-length table and the files written (into `run`, default the
+  workdir's; None with an ensemble: nothing written), as printed by evaluate."""
   dec = 'greedy' if report['beam'] == 1 else f'beam {report["beam"]}, alpha {report["alpha"]}'
   what = report['split'] or f'{report["src"]} -> {report["ref"]}'
   keys = eval_lib.report_keys(report)
@@ -138,8 +166,11 @@ def format_report(report: dict, workdir: str, name: str) -> str:
   for r in report['by_length']:
     lines.append(f'| {r["bucket"]} | ' + ' | '.join(
         f'{r[c]:.4g}' if isinstance(r[c], float) else str(r[c]) for c in cols) + ' |')
-  plot = next(v for k, v in report.items() if k.endswith('_by_length_plot'))
-  run = workdir_lib.Run(workdir)
+  plot = next((v for k, v in report.items() if k.endswith('_by_length_plot')), None)
+  run = workdir_lib.Run(workdir) if run is None and plot is not None else run
+  if run is None:
+    lines.append('\nan ensemble: nothing written (give out=FOLDER, or --out, to keep the files)')
+    return '\n'.join(lines)
   lines.append(f'\nwrote {run.eval_path(name)}, {plot}, '
                f'{len(report["heatmaps"])} heatmaps in {run.eval_path(name, "heatmaps")}/')
   return '\n'.join(lines)

@@ -8,7 +8,15 @@ Prints loss, perplexity, exact match, BLEU and chrF (with the sacrebleu signatur
 where a source has several references (cmudict, or --ref lines with tab-separated
 alternatives), the same by source-length bucket (edges: --length_edges, else the run's
 eval.length_edges) and, for tasks with a gold alignment (copy, reverse, sort), alignment
-accuracy. Writes <workdir>/eval_<split or src file>.json, its by-length plot and heatmaps.
+accuracy. Writes <workdir>/eval_<split or src file>.json, its by-length plot and heatmaps
+(into --out instead, when given).
+
+Several runs, comma-separated, are evaluated as their ensemble (attention_jax/ensemble.py: the
+mean of their log-probabilities at each step, weights averaged; the first run's data and
+settings, --step for every run, no attribution). An ensemble never writes into a member's run:
+its files go to --out, and without --out it only prints its report.
+
+  bash launch.sh evaluate --workdir=runs/rev/seed_1,runs/rev/seed_2 --out=runs/rev/ensemble_12
 """
 
 from absl import app, flags, logging
@@ -16,7 +24,10 @@ from absl import app, flags, logging
 from attention_jax import run_eval
 from experiments import cli
 
-flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
+flags.DEFINE_list('workdir', None, 'A training run directory, or several, comma-separated: '
+                  'evaluated as an ensemble.', required=True)
+flags.DEFINE_string('out', None, 'Folder for the evaluation files (default: the run itself; '
+                    'an ensemble without --out only prints its report).')
 flags.DEFINE_list('split', ['test'], 'Which splits, comma-separated: train, validation, test '
                   'and a task\'s own (image_dates: test_heldout_fonts, the test dates drawn '
                   'in typefaces never trained on); ignored with --src/--ref.')
@@ -54,7 +65,8 @@ def main(argv):
   for split in (FLAGS.split if FLAGS.src is None else [None]):
     run_eval.evaluate_run(FLAGS.workdir, split=split, src=FLAGS.src, ref=FLAGS.ref,
                           attribution=FLAGS.attribution, beam=FLAGS.beam, alpha=FLAGS.alpha,
-                          step=FLAGS.step, length_edges=edges, num_heatmaps=FLAGS.heatmaps)
+                          step=FLAGS.step, length_edges=edges, num_heatmaps=FLAGS.heatmaps,
+                          out=FLAGS.out)
 
 
 if __name__ == '__main__':

@@ -3,6 +3,11 @@ r"""Translate text with a trained run: one sentence per line in, one translation
   printf 'Nov 3, 1999\n22. November 2026\n' | bash launch.sh translate --workdir=runs/dates_additive --beam=5
   bash launch.sh translate --workdir=RUN --input=test.src --output=test.hyp [--step=N]
       [--beam=K] [--alpha=A] [--nbest=N] [--attention=att.npz|att.jsonl] [--batch=B]
+  bash launch.sh translate --workdir=runs/rev/seed_1,runs/rev/seed_2 --beam=5 < test.src
+
+--workdir takes one run, or several, comma-separated, decoded as an ensemble (the mean of
+their log-probabilities at each step, attention weights averaged; attention_jax/ensemble.py;
+--step then applies to every run): their tokenizers must be identical.
 
 Input: UTF-8, one sentence per line (stdin by default, or --input=FILE); a line that is not
 UTF-8 stops the command before anything is translated, with an error naming the line. Output
@@ -38,10 +43,11 @@ import numpy as np
 import tqdm
 from absl import app, flags, logging
 
-from attention_jax import api, compile_cache, hold
+from attention_jax import api, compile_cache, ensemble, hold
 from experiments import cli
 
-flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
+flags.DEFINE_list('workdir', None, 'A training run directory, or several, comma-separated: '
+                  'decoded as an ensemble.', required=True)
 flags.DEFINE_integer('step', None, 'Checkpoint step (default: the best).')
 flags.DEFINE_string('input', '-', 'Input text file, one sentence per line ("-": stdin).')
 flags.DEFINE_string('output', '-', 'Output file ("-": stdout).')
@@ -194,7 +200,7 @@ def run():
         raise app.UsageError(f'{other} and {flag} name the same file {path}')
   lines = read_lines(data, name)
   cli.use_compilation_cache(CACHE)
-  translator = api.load(FLAGS.workdir, step=FLAGS.step)
+  translator = ensemble.load(FLAGS.workdir, step=FLAGS.step)
   translator.chunk_size = FLAGS.batch
   try:   # every line, before anything is written
     translator.check(lines, name=lambda i: f'{name} line {i + 1}')
