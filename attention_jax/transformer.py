@@ -39,8 +39,8 @@ from attention_jax import contract, encoders, multihead
 from attention_jax.layers import dropout
 
 POSITIONS = ('sinusoidal', 'learned', 'none')
-CACHE_SEGMENT = 16   # decoding's KV cache grows by segments of at least this many positions
-MAX_SEGMENTS = 8     # ... and at most this many segments (Transformer.cache_lengths)
+CACHE_SEGMENT = 64   # the shortest KV cache segment of decoding (Transformer.cache_lengths)
+MAX_SEGMENTS = 3     # ... and at most this many segments, each about twice the one before
 
 
 def check(cfg) -> None:
@@ -297,12 +297,16 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
 
   def cache_lengths(self, max_len: int) -> tuple[int, ...]:
     """The KV cache lengths decoding grows through (decode.segments), the last max_len:
-    every step reads the whole cache and beam search reorders it, so a cache as long as the
-    output so far (rounded up to a segment) costs about half of one of max_len positions on
-    long outputs. Segments of CACHE_SEGMENT positions or more, at most MAX_SEGMENTS of them
-    (each is a loop compiled of its own)."""
-    seg = max(CACHE_SEGMENT, -(-max_len // MAX_SEGMENTS))
-    return tuple(range(seg, max_len, seg)) + (max_len,)
+    every step reads the whole cache and beam search reorders it, so on long outputs a cache
+    about as long as the output so far costs less than one of max_len positions; but each
+    segment is a loop compiled of its own (about as long to compile as the whole decoder
+    step). So segments double, max_len / 4, max_len / 2, max_len (rounded up to multiples of
+    8), at most MAX_SEGMENTS of them, none shorter than CACHE_SEGMENT: outputs of
+    fewer than 2 x CACHE_SEGMENT positions decode in one loop (docs/performance.md)."""
+    ends = [max_len]
+    while len(ends) < MAX_SEGMENTS and ends[0] // 2 >= CACHE_SEGMENT:
+      ends.insert(0, -(-(ends[0] // 2) // 8) * 8)
+    return tuple(ends)
 
   def resize(self, carry: Carry, length: int) -> Carry:
     """The carry with every KV cache cut or zero-padded to `length` positions; a cut keeps

@@ -237,8 +237,9 @@ def _teacher_forced(t, pairs):
 def _beam_scores_are_teacher_forced_and_never_below_greedy(t, alpha=0.6):
   """Every hypothesis of beam 5's 5-best scores log P / lp(|Y|) of a teacher-forced pass (the
   KV cache reordered with the hypotheses holds what a pass over the prefix computes), none
-  holds PAD or BOS, and the best scores at least greedy's output."""
-  texts = ['a b c', 'c a b b a', 'b', 'a c b a c c b', 'c c c a']
+  holds PAD or BOS, and the best scores at least greedy's output. The texts share one length
+  bucket (8 with EOS): one greedy and one beam program to compile."""
+  texts = ['a b c', 'c a b', 'b', 'a c b a', 'c c c a']
   lp = lambda n: ((5.0 + n) / 6.0) ** alpha
   greedy, beam = t.decode(texts), t.decode(texts, beam=5, alpha=alpha, nbest=5)
   pairs = [(text, ids) for text, h in zip(texts, beam) for ids in h.ids]
@@ -348,25 +349,28 @@ def test_beam_search_returns_what_it_did_before(kw, tokens, scores,
   assert float((np.asarray(w) * np.arange(1, 7)).sum()) == pytest.approx(fingerprint, abs=1e-3)
 
 
-def test_the_cache_grows_in_increasing_segments_that_end_at_max_len():
+def test_the_cache_grows_in_doubling_segments_that_end_at_max_len():
   m = model()
-  for n in (1, 7, 16, 17, 72, 256, 266, 1000):
+  for n in (1, 7, 16, 17, 72, 127, 128, 256, 266, 1000):
     ends = m.cache_lengths(n)
     assert ends[-1] == n and list(ends) == sorted(set(ends)), (n, ends)
     assert len(ends) <= transformer.MAX_SEGMENTS and min(ends) >= min(n, transformer.CACHE_SEGMENT)
-  assert m.cache_lengths(72) == (16, 32, 48, 64, 72) and m.cache_lengths(7) == (7,)
+    assert all(e % 8 == 0 for e in ends[:-1]) and all(b <= 2 * a for a, b in zip(ends, ends[1:]))
+  assert m.cache_lengths(127) == (127,) and m.cache_lengths(128) == (64, 128)
+  assert m.cache_lengths(250) == (64, 128, 250) and m.cache_lengths(1000) == (256, 504, 1000)
 
 
 @pytest.mark.parametrize('kw', [{}, VARIANTS[4]], ids=['scaled_dot', 'general-self_additive-cross'])
 def test_decoding_in_segments_returns_what_one_loop_does(kw, monkeypatch):
   """Greedy and beam search over a KV cache grown segment by segment (decode.segments; 40
-  positions: 3 segments) give what one loop over a 40-position cache gives: the same tokens,
-  scores and weights to 1e-5 (EOS suppressed, as in the benchmark: every output runs to the
-  limit)."""
+  positions with segments of at least 8: 3 segments) give what one loop over a 40-position
+  cache gives: the same tokens, scores and weights to 1e-5 (EOS suppressed, as in the
+  benchmark: every output runs to the limit)."""
+  monkeypatch.setattr(transformer, 'CACHE_SEGMENT', 8)
   m = model(seed=5, **kw)
   m.out.bias[...] = m.out.bias[...].at[EOS].set(-1e9)
   src = jnp.array(GOLDEN_SRC, jnp.int32)
-  assert decode_lib.segments(m, 40) == (16, 32, 40)
+  assert decode_lib.segments(m, 40) == (16, 24, 40)
 
   def run():
     g_tok, g_w = jax.jit(lambda s: decode_lib.greedy(m, s, 40))(src)
