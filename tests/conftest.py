@@ -81,16 +81,14 @@ def pytest_sessionfinish(session):
 
 # the longest modules first (worker-seconds in a run of 2026-11-27 with --durations=0:
 # test_attribution ~230, test_transformer ~210, test_images ~195, test_sweep ~135 with the
-# shared sweep it starts, test_model ~125, test_translate ~120, test_ray_sweep ~60 after that
-# sweep, test_benchmark ~100, ...): launch.sh runs pytest-xdist with --no-loadscope-reorder,
-# so modules are handed out in this order and no long one starts last while the other worker
-# idles (xdist's default reorders by the number of tests, which put the sweep modules, few
-# tests of a minute each, last). test_ray_sweep comes third: it waits for the shared sweep
-# (local_sweep) that test_sweep starts, which is done by then.
-FIRST = ('test_sweep.py', 'test_attribution.py', 'test_ray_sweep.py', 'test_transformer.py',
-         'test_images.py', 'test_model.py', 'test_translate.py', 'test_benchmark.py',
-         'test_train.py', 'test_reliability.py', 'test_modes.py', 'test_cmudict.py',
-         'test_parallel.py')
+# shared sweep it starts, test_model ~125, test_translate ~120, test_benchmark ~100, ...):
+# launch.sh runs pytest-xdist with --no-loadscope-reorder, so modules are handed out in this
+# order and no long one starts last while the other worker idles (xdist's default reorders by
+# the number of tests, which put the sweep modules, few tests of a minute each, last).
+FIRST = ('test_sweep.py', 'test_attribution.py', 'test_transformer.py', 'test_images.py',
+         'test_model.py', 'test_translate.py', 'test_benchmark.py', 'test_train.py',
+         'test_population.py', 'test_reliability.py', 'test_modes.py', 'test_cmudict.py',
+         'test_parallel.py', 'test_ensemble.py')
 
 
 def pytest_collection_modifyitems(items):

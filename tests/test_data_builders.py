@@ -181,6 +181,7 @@ print('ok')
   assert out.returncode == 0 and 'ok' in out.stdout, out.stderr[-3000:]
 
 
+@pytest.mark.scenario
 def test_concurrent_prepares_of_one_data_set_all_succeed(tmp_path):
   """A sweep's runs start together: each may find the data set missing; all must get it
   (unlocked, all but one failed renaming their copy into place)."""

@@ -113,6 +113,7 @@ def killed_driver(setup, tmp_path_factory):
               victim=victim, sweep_dir=tmp_path / 'tiny_sweep_smoke')
 
 
+@pytest.mark.scenario
 def test_a_sigkilled_driver_leaves_nothing_behind_and_a_rerun_resumes_its_runs(setup,
                                                                               killed_driver):
   """The sweep's driver SIGKILLed while a run trains (killed_driver): the run gets SIGTERM,
@@ -134,6 +135,7 @@ def test_a_sigkilled_driver_leaves_nothing_behind_and_a_rerun_resumes_its_runs(s
   assert '| additive | 1 |' in (sweep_dir / 'summary.md').read_text()
 
 
+@pytest.mark.scenario
 def test_two_nodes_a_killed_run_and_a_bad_config(setup, tmp_path):
   """On a simulated two-node cluster (1 CPU each), one seed of each variant: the runs land on
   both nodes and the sweep says where; a run's process SIGKILLed mid-training is retried and
@@ -209,6 +211,7 @@ def test_a_trial_no_node_can_run_and_storage_a_node_cannot_see_are_refused(tmp_p
     ray.shutdown()
 
 
+@pytest.mark.scenario
 def test_the_ray_agents_of_a_sigkilled_driver_s_cluster_exit_by_themselves(killed_driver):
   """(Last in the module: the agents take about 60 s, see killed_driver.)"""
   assert not (left := wait_gone(killed_driver['agents'])), (

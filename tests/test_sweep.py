@@ -45,6 +45,7 @@ def test_sweep_runs_every_seed_and_reports_and_a_failure_stops_nothing(local_swe
   assert '| additive | 2 |' in (sweep_dir / 'summary.md').read_text()
 
 
+@pytest.mark.scenario
 def test_a_killed_sweep_takes_its_runs_with_it_and_a_rerun_resumes_them(local_sweep, tmp_path):
   """SIGKILL of the sweep: its run gets SIGTERM (it saves and exits) instead of training on
   as an orphan; the same command at once waits for it and resumes the run (it used to fail,

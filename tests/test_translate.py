@@ -158,6 +158,7 @@ def test_an_output_over_the_input_or_on_a_directory_is_refused_before_any_work(r
 MANY = [t for _ in range(100) for t in TEXTS]   # 700 lines
 
 
+@pytest.mark.scenario
 def test_two_writers_of_one_output_never_mix(run, translator, tmp_path):
   """Two commands writing one --output both finish, and the file is one of them whole
   (it used to hold NUL bytes and a fraction of the lines)."""
@@ -174,6 +175,7 @@ def test_two_writers_of_one_output_never_mix(run, translator, tmp_path):
   assert sorted(os.listdir(tmp_path)) == ['in0.txt', 'in1.txt', 'out.txt']
 
 
+@pytest.mark.scenario
 def test_sigterm_keeps_the_whole_chunks_translated(run, translator, tmp_path):
   src, out = tmp_path / 'in.txt', tmp_path / 'out.txt'
   lines = MANY * 10
