@@ -224,6 +224,8 @@ def run(config_arg: str, name: str, queue: list, sweep_dir: str, extra_flags=(),
     raise ValueError('--executor=ray needs the ray package: pip install "ray>=2.55,<3"') from e
   if not queue:
     return {}
+  if any(v.population > 1 for v in queue):
+    raise ValueError('populations (sweep --population) run with the local executor only')
   if max_retries < 0 or min(trial_cpus, trial_gpus, trial_tpus) < 0:
     raise ValueError(f'--max_retries and --trial_* must be >= 0, got max_retries={max_retries}, '
                      f'trial_cpus={trial_cpus}, trial_gpus={trial_gpus}, trial_tpus={trial_tpus}')

@@ -17,6 +17,13 @@ sentences. A finished run (workdir.Run.finished) is skipped (so raising N later
 runs only the new seeds); an interrupted one resumes from its checkpoint. With accelerators,
 runs go in parallel, one per device (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS), as devices
 free up.
+
+With `population` (sweep --seeds=N --population), a variant's unfinished seeds train as one
+process, a population (--config.train.population, attention_jax/population_loop.py) into the
+same <variant>/seed_<k> runs: consecutive seeds that start afresh or resume from the same step
+form one population (`populations`); a lone seed runs alone. Its log goes to the first member's
+log and is copied to the others' when it ends; each member's attempt records its share of the
+population's time (1/N), so a variant's wall time over its seeds is the time it took.
 """
 
 from __future__ import annotations
@@ -46,20 +53,33 @@ from attention_jax import workdir as workdir_lib
 SAFE_NAME = re.compile(r'[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}')   # a variant's workdir name
 
 
-SEED_DIR = 'seed_{}'
+SEED_DIR = workdir_lib.SEED_DIR   # <variant>/seed_<k>
 
 
 @dataclasses.dataclass
 class Variant:
-  """One run of a sweep: a variant, at one seed (or at the config's seed when seed is None)."""
+  """One run of a sweep: a variant, at one seed (or at the config's seed when seed is None);
+  with population = N > 1, the variant's seeds seed..seed+N-1 as one population process, its
+  workdir the variant's (the members' runs are its seed_<k> folders: `members`)."""
   name: str
   overrides: dict
   workdir: str
   seed: int | None = None
+  population: int = 1
 
   @property
   def label(self) -> str:
+    if self.population > 1:
+      return f'{self.name}/{SEED_DIR.format(self.seed)}..{self.seed + self.population - 1}'
     return self.name if self.seed is None else f'{self.name}/{SEED_DIR.format(self.seed)}'
+
+  @property
+  def members(self) -> list['Variant']:
+    """The runs it trains: itself, or a population's members."""
+    if self.population == 1:
+      return [self]
+    return [Variant(self.name, self.overrides, workdir_lib.seed_dir(self.workdir, k), k)
+            for k in range(self.seed, self.seed + self.population)]
 
 
 def _module(path: str):
@@ -99,7 +119,7 @@ def load_sweep(path_arg: str, root: str = 'runs',
       raise ValueError(f'{v.workdir} holds a single-seed run of variant {v.name!r}; with '
                        f'seeds its runs go to {v.workdir}/{SEED_DIR.format("<k>")}: move it '
                        f'there (named after its config seed) or use another --root')
-  return name, [Variant(v.name, v.overrides, os.path.join(v.workdir, SEED_DIR.format(k)), k)
+  return name, [Variant(v.name, v.overrides, workdir_lib.seed_dir(v.workdir, k), k)
                 for v in variants for k in range(1, seeds + 1)]
 
 
@@ -152,12 +172,44 @@ def accelerators() -> list[str]:
 def command(config_arg: str, v: Variant) -> list[str]:
   flags = [f'--config.{k}={val}' for k, val in v.overrides.items()]
   flags += [] if v.seed is None else [f'--config.seed={v.seed}']
+  flags += [f'--config.train.population={v.population}'] if v.population > 1 else []
   return [sys.executable, '-m', 'experiments.main', f'--config={config_arg}', *flags,
           f'--workdir={v.workdir}']
 
 
 def finished(v: Variant) -> bool:
   return workdir_lib.Run(v.workdir).finished
+
+
+def populations(queue: list[Variant]) -> list[Variant]:
+  """The runs to do with a variant's seeds as populations: consecutive seeds of one variant
+  that start afresh, or resume from the same step, become one Variant (population = their
+  number, in the variant's folder); a seed on its own stays a run alone. A population resumes
+  every member from one step, so members at other steps go in other populations."""
+  out, group = [], []
+
+  def close():
+    if len(group) > 1:
+      out.append(Variant(group[0].name, group[0].overrides, os.path.dirname(group[0].workdir),
+                         group[0].seed, population=len(group)))
+    else:
+      out.extend(group)
+    group.clear()
+
+  for v in queue:
+    if v.seed is None:
+      raise ValueError(f'populations are of seeds: variant {v.name!r} has none (give --seeds=N)')
+    last = group[-1] if group else None
+    if last and (v.name != last.name or v.seed != last.seed + 1 or
+                 _newest(v) != _newest(last)):
+      close()
+    group.append(v)
+  close()
+  return out
+
+
+def _newest(v: Variant) -> int | None:
+  return workdir_lib.Run(v.workdir).newest_step
 
 
 def select(variants: list[Variant], only: Sequence[str]) -> list[Variant]:
@@ -216,16 +268,20 @@ def set_aside(sweep_dir: str, v: Variant) -> str:
 def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
         extra_flags: Sequence[str] = (), only: Sequence[str] = (),
         seeds: int | None = None, execute=None,
-        rerun_changed: bool = False) -> tuple[str, dict[str, str]]:
+        rerun_changed: bool = False, population: bool = False) -> tuple[str, dict[str, str]]:
   """Runs every unfinished run (of the variants matching `only`, if given) under `seeds`
   seeds (see load_sweep) with `execute` (default: local(parallel)); returns (sweep dir,
   {run label: finished|skipped|failed|changed}).
 
   A finished run whose saved config differs from its variant's now is 'changed': neither
   skipped nor reported (one line names the fields), unless `rerun_changed`, which sets the
-  old run aside under <sweep dir>/.replaced/ and runs the variant afresh."""
+  old run aside under <sweep dir>/.replaced/ and runs the variant afresh. `population`: each
+  variant's unfinished seeds as populations (`populations`), into the same runs."""
   execute = execute or local(parallel)
   name, variants = load_sweep(config_arg, root, seeds)
+  if population and any(v.seed is None for v in variants):
+    raise ValueError('--population trains a variant\'s seeds as one program: give --seeds=N '
+                     '(the sweep file sets no SEEDS)')
   variants = select(variants, only)
   sweep_dir = os.path.join(root, name)
   with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
@@ -247,7 +303,8 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
         print(f'[{v.label}] finished earlier ({workdir_lib.RESULTS} exists), skipping', flush=True)
       else:
         queue.append(v)
-    status |= execute(config_arg, name, queue, sweep_dir, extra_flags)
+    status |= execute(config_arg, name, populations(queue) if population else queue, sweep_dir,
+                      extra_flags)
     for v in finished_runs(config_arg, root):   # those not run now (--only, fewer seeds)
       if v.label not in status and (diffs := changes(config_arg, v, extra_flags)):
         status[v.label] = 'changed'
@@ -265,8 +322,9 @@ def run(config_arg: str, root: str = 'runs', parallel: int | None = None,
 
 def describe(v: Variant) -> str:
   """'model.score=dot seed=2': what a run changes, for the progress lines."""
-  return (' '.join(f'{k}={x}' for k, x in v.overrides.items())
-          + ('' if v.seed is None else f' seed={v.seed}')).strip()
+  seeds = (f' seeds={v.seed}..{v.seed + v.population - 1} (a population)' if v.population > 1
+           else '' if v.seed is None else f' seed={v.seed}')
+  return (' '.join(f'{k}={x}' for k, x in v.overrides.items()) + seeds).strip()
 
 
 def record_attempt(workdir: str, seconds: float, returncode: int | None, **where) -> None:
@@ -281,8 +339,13 @@ class Attempt:
   its exit status. A sweep killed mid-run leaves the time its run really ran (to within
   `beat`; its process dies with it: die_with_parent), not nothing."""
 
-  def __init__(self, workdir: str, beat: float = 10.0, **where):
+  def __init__(self, workdir: str, beat: float = 10.0, share: int = 1, **where):
+    """share: the number of runs this attempt trains at once (a population's members): each
+    records 1/share of its time."""
     self.path, self.beat, self.where = workdir_lib.Run(workdir).wall_time_path, beat, where
+    self.share = share
+    if share > 1:
+      self.where = {**where, 'population': share}
     try:
       with open(self.path) as f:
         self.before = [line for line in f if line.strip()]
@@ -293,11 +356,13 @@ class Attempt:
 
   @property
   def seconds(self) -> float:
+    """Wall seconds since it started."""
     return time.time() - self.t0
 
   def _write(self, returncode: int | None) -> None:
     self.last = time.time()
-    line = json.dumps({'seconds': self.seconds, 'returncode': returncode, **self.where})
+    line = json.dumps({'seconds': self.seconds / self.share, 'returncode': returncode,
+                       **self.where})
     workdir_lib.write_atomic(self.path, ''.join(self.before) + line + '\n')
 
   def alive(self) -> None:
@@ -344,41 +409,77 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None,
   slots = [d for _ in range(runs_per_device) for d in devices] or [None] * max(1, parallel or 1)
   memory = parallel_lib.memory_env(1.0 / runs_per_device) if devices else {}
   per_device = f', {runs_per_device} per device' if runs_per_device > 1 else ''
-  print(f'sweep {name}: {len(queue)} runs to do -> {sweep_dir}/ '
-        f'({len(slots)} at a time{", devices " + ",".join(devices) if devices else ""}'
-        f'{per_device})', flush=True)
+  runs = sum(len(v.members) for v in queue)
+  print(f'sweep {name}: {runs} runs to do'
+        + (f' in {len(queue)} processes (populations)' if runs != len(queue) else '')
+        + f' -> {sweep_dir}/ ({len(slots)} at a time'
+        f'{", devices " + ",".join(devices) if devices else ""}{per_device})', flush=True)
   status, queue, running = {}, list(queue), {}
   free = list(slots)
   while queue or running:
     while queue and free:
       v, slot = queue.pop(0), free.pop(0)
-      os.makedirs(v.workdir, exist_ok=True)
+      members = v.members
+      for m in members:
+        os.makedirs(m.workdir, exist_ok=True)
       env = {**os.environ, **memory}
       if slot is not None:
         env['CUDA_VISIBLE_DEVICES'] = env['TPU_VISIBLE_CHIPS'] = slot
-      wait_for_workdir(v)
-      how = 'resuming' if workdir_lib.Run(v.workdir).has_checkpoints else 'starting'
+      for m in members:
+        wait_for_workdir(m)
+      how = ('resuming' if any(workdir_lib.Run(m.workdir).has_checkpoints for m in members)
+             else 'starting')
       print(f'[{v.label}] {how}{" on device " + slot if slot else ""}: {describe(v)}',
             flush=True)
-      log = workdir_lib.Run(v.workdir).open_log()
+      log, offset = _open_log(v)
       proc = subprocess.Popen(command(config_arg, v) + list(extra_flags), stdout=log,
                               stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent)
-      running[proc] = (v, slot, log, Attempt(v.workdir, executor='local',
-                                             host=socket.gethostname()))
+      running[proc] = (v, slot, log, offset, [
+          Attempt(m.workdir, share=len(members), executor='local', host=socket.gethostname())
+          for m in members])
     for proc in list(running):
-      v, slot, log, attempt = running[proc]
+      v, slot, log, offset, attempts = running[proc]
       if proc.poll() is None:
-        attempt.alive()
+        for attempt in attempts:
+          attempt.alive()
         continue
       del running[proc]
       log.close()
       free.append(slot)
-      ok = proc.returncode == 0 and finished(v)
-      status[v.label] = 'finished' if ok else 'failed'
-      attempt.close(proc.returncode)
-      print(f'[{v.label}] {"finished" if ok else f"FAILED (exit {proc.returncode})"} in '
-            f'{attempt.seconds:.0f} s' + ('' if ok else
-                                          f'; see {workdir_lib.Run(v.workdir).train_log_path}'),
-            flush=True)
+      _copy_log(v, offset)
+      for m, attempt in zip(v.members, attempts):
+        # a population's member may finish while another one fails (exit 1)
+        ok = finished(m) and (proc.returncode == 0 or v.population > 1)
+        status[m.label] = 'finished' if ok else 'failed'
+        attempt.close(proc.returncode)
+        print(f'[{m.label}] {"finished" if ok else f"FAILED (exit {proc.returncode})"} in '
+              f'{attempt.seconds:.0f} s' + ('' if ok else
+                                            f'; see {workdir_lib.Run(m.workdir).train_log_path}'),
+              flush=True)
     time.sleep(0.5)
   return status
+
+
+def _open_log(v: Variant):
+  """(the log the process of `v` writes, where this attempt starts in it): its run's log; a
+  population's first member's, the others told so (_copy_log copies it when it ends)."""
+  first = workdir_lib.Run(v.members[0].workdir)
+  for m in v.members[1:]:
+    with workdir_lib.Run(m.workdir).open_log() as f:
+      f.write(f'== {v.label}: this attempt\'s log goes to {first.train_log_path} and is copied '
+              'here when it ends\n')
+  path = first.train_log_path
+  return first.open_log(), os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def _copy_log(v: Variant, offset: int) -> None:
+  """A population's attempt: its log (in the first member's, from `offset`) appended to the
+  other members' logs."""
+  if v.population == 1:
+    return
+  with open(workdir_lib.Run(v.members[0].workdir).train_log_path, 'rb') as f:
+    f.seek(offset)
+    text = f.read().decode('utf-8', 'replace')
+  for m in v.members[1:]:
+    with workdir_lib.Run(m.workdir).open_log() as f:
+      f.write(text)

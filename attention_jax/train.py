@@ -1,14 +1,14 @@
 """Training: the jit-compiled steps of a model, and the loop (evaluation, checkpoints, resume,
 TensorBoard, results table, heatmaps). The train state and the pure train step are in
-steps.py, data parallelism in parallel.py, decoding in inference.py.
+steps.py, a run's set-up and bookkeeping in the loop in session.py, data parallelism in
+parallel.py, decoding in inference.py; a population of seeds trains in population_loop.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-import json
-import os
 import time
 from typing import Any
 
@@ -17,8 +17,6 @@ import ml_collections
 import sacrebleu
 
 from attention_jax import alignment
-from attention_jax import checkpoint as ckpt_lib
-from attention_jax import encoders
 from attention_jax import data as data_lib
 from attention_jax import evaluate as eval_lib
 from attention_jax import hold
@@ -26,15 +24,16 @@ from attention_jax import inference
 from attention_jax import objective
 from attention_jax import parallel
 from attention_jax import preemption
-from attention_jax import records as records_lib
 from attention_jax import workdir as workdir_lib
-from attention_jax.model import ModelConfig
-from attention_jax.steps import (SCHEDULES, OptimizerConfig, eval_params, init_state,
-                                 make_optimizer, model_config, train_step)
+from attention_jax.session import (Session, check_same_config, check_source,  # (re-exported)
+                                   config_differences, format_table, lead, log,
+                                   prepare_workdir)
+from attention_jax.steps import (SCHEDULES, OptimizerConfig, init_state, make_optimizer,
+                                 model_config, train_step)
 
-__all__ = ['SCHEDULES', 'OptimizerConfig', 'StepSpec', 'Steps', 'init_state', 'make_optimizer',
-           'model_config', 'train_step',
-           'train_and_evaluate', 'validate']
+__all__ = ['SCHEDULES', 'OptimizerConfig', 'Session', 'StepSpec', 'Steps', 'check_same_config',
+           'check_source', 'config_differences', 'format_table', 'init_state', 'make_optimizer',
+           'model_config', 'prepare_workdir', 'train_step', 'train_and_evaluate', 'validate']
 
 
 # ---- set-up ------------------------------------------------------------------
@@ -87,6 +86,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   if not isinstance(e.get('attribution_num', 1), int) or e.get('attribution_num', 1) < 1:
     raise ValueError(f'eval.attribution_num must be a positive integer, got '
                      f'{e.attribution_num!r}')
+  population = t.get('population', 1)
+  if not isinstance(population, int) or isinstance(population, bool) or population < 1:
+    raise ValueError(f'train.population must be a positive integer (the seeds trained as one '
+                     f'program; 1: a run alone), got {population!r}')
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
@@ -155,49 +158,6 @@ class Steps:
                                           devices=jax.local_devices()[:1] if single else None)
 
 
-# ---- evaluation -------------------------------------------------------------------
-def format_table(results: dict[str, dict]) -> str:
-  cols = eval_lib.report_keys(*results.values()) + ['sentences']
-  lines = ['| split | ' + ' | '.join(cols) + ' |', '|' + '---|' * (len(cols) + 1)]
-  for split, m in results.items():
-    lines.append(f'| {split} | ' + ' | '.join(
-        f'{m[c]:.4g}' if isinstance(m[c], float) else str(m[c]) for c in cols) + ' |')
-  return '\n'.join(lines)
-
-
-def lead() -> bool:
-  """Only process 0 logs and writes files; Orbax checkpoints are written by all processes."""
-  return jax.process_index() == 0
-
-
-def log(msg: str) -> None:
-  if lead():
-    print(msg, flush=True)
-
-
-class _NoWriter:
-  def __getattr__(self, name):
-    return lambda *args, **kwargs: None
-
-
-def _writer(directory: str):
-  if not lead():
-    return _NoWriter()
-  from tensorboardX import SummaryWriter
-  return SummaryWriter(directory)
-
-
-def _barrier(name: str) -> None:
-  from jax.experimental import multihost_utils
-  multihost_utils.sync_global_devices(name)
-
-
-def local(params):
-  """Evaluation runs on each process's own devices: fetch replicated params to the host
-  when several processes share them (a no-op with one process)."""
-  return jax.device_get(params) if jax.process_count() > 1 else params
-
-
 # ---- the loop ------------------------------------------------------------------------
 class Progress:
   """A progress line every `every` steps: step, loss, steps/s, target tokens/s, ETA."""
@@ -227,65 +187,30 @@ class Progress:
     self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), step, 0.0, 0.0, 0
 
 
-def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
-  """A fresh run needs an empty workdir: refuse a non-empty one unless `overwrite` (which
-  clears a run of this project only, workdir.clear), or resume in it."""
-  if os.path.isdir(workdir) and set(os.listdir(workdir)) - {workdir_lib.LOCK_FILE} and not resume:
-    if not overwrite:
-      raise FileExistsError(
-          f'workdir {workdir!r} is not empty and train.resume=False: pass --overwrite to '
-          f'delete it and start fresh, or choose another --workdir')
-    if lead():   # a run of this project only, everything but the lock this process holds
-      workdir_lib.clear(workdir)
-  os.makedirs(workdir, exist_ok=True)
-
-
-def check_source(task, mcfg: ModelConfig) -> None:
-  """The model reads what the task gives (token ids or images), or a clear error."""
-  if task.source != mcfg.source:
-    valid = ', '.join(encoders.names(task.source)) + (
-        " (or '' for the arch's own)" if task.source == 'tokens' else '')
-    raise ValueError(f'data.name={task.name!r} gives {task.source} as sources, but '
-                     f'model.encoder={mcfg.encoder!r} reads {mcfg.source}; valid encoders for '
-                     f'{task.source}: {valid}')
-
-
-def config_differences(saved: dict, now: dict) -> list[str]:
-  """What separates two runs' configs (as saved: workdir.Run.config): the model and data
-  sections and the seed, as 'model.score: saved 'dot', now 'additive''. A model field the saved run
-  predates counts as its ModelConfig default (as in checkpoints), a data field as its
-  data.FIELD_DEFAULTS value, so a run saved before the field existed is the same run."""
-  defaults = {'model': ModelConfig.defaults(), 'data': data_lib.FIELD_DEFAULTS}
-  diffs = [d for sec in ('model', 'data')
-           for d in ckpt_lib.differences(saved.get(sec, {}), now.get(sec, {}), defaults[sec],
-                                         prefix=f'{sec}.', words=('saved', 'now'))]
-  if 'seed' in saved and saved['seed'] != now.get('seed'):   # another init and batch order
-    diffs.append(f'seed: saved {saved["seed"]}, now {now.get("seed")}')
-  return diffs
-
-
-def check_same_config(saved: dict, cfg: ml_collections.ConfigDict, workdir: str) -> None:
-  """Resuming with a different model/data config would silently mix two runs: refuse."""
-  diffs = config_differences(saved, json.loads(cfg.to_json()))
-  if diffs:
-    raise ValueError(f'workdir {workdir!r} holds a run with another config; differences: '
-                     + '; '.join(diffs) + '. Use another --workdir, or train.resume=False '
-                     '--overwrite to start again.')
-
-
 def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
                        overwrite: bool = False) -> dict:
   """Trains cfg in workdir (resuming if it holds a checkpoint); returns the results.
 
   Holds the workdir's lock (workdir.WorkdirLock) throughout: a second run on the same
-  workdir fails at once with WorkdirInUse and changes nothing in it.
+  workdir fails at once with WorkdirInUse and changes nothing in it. A population
+  (train.population > 1) trains with population_loop.train_and_evaluate instead.
   """
   validate(cfg)
-  try:
+  if cfg.train.get('population', 1) > 1:
+    raise ValueError(f'train.population={cfg.train.population} trains several seeds: use '
+                     'attention_jax.population_loop.train_and_evaluate (experiments/main.py does)')
+  with memory_explained(cfg):
     if not lead():   # with several processes, process 0 holds the lock for the run
       return _train_and_evaluate(cfg, workdir, overwrite)
     with workdir_lib.WorkdirLock(workdir):
       return _train_and_evaluate(cfg, workdir, overwrite)
+
+
+@contextlib.contextmanager
+def memory_explained(cfg: ml_collections.ConfigDict):
+  """Out of memory inside: one MemoryError line naming the sizes (and the device share)."""
+  try:
+    yield
   except Exception as e:  # pylint: disable=broad-except  (out of memory: one line, the sizes)
     if 'out of memory' not in str(e).lower() and not isinstance(e, MemoryError):
       raise
@@ -306,170 +231,49 @@ def _sizes(cfg: ml_collections.ConfigDict) -> str:
 
 
 def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> dict:
-  prepare_workdir(workdir, cfg.train.resume, overwrite)
   t, d = cfg.train, cfg.data
-  run = workdir_lib.Run(workdir)
-  latest_dir = run.latest_dir
-  resuming = run.resumable
-  if resuming:
-    check_same_config(run.config(), cfg, workdir)
-  elif lead():   # a fresh run: the directory is a run of this project from now on
-    run.mark()
-
-  tok_dir = run.tokenizers_dir
-  if jax.process_count() > 1 and not lead():
-    _barrier('data prepared')   # process 0 prepares the data set and tokenizers first
-  if resuming and os.path.isdir(tok_dir):   # the run's own vocabulary, not a retrained one
-    task = data_lib.load_task(d, seed=cfg.seed, tokenizers=data_lib.load_tokenizers(tok_dir))
-  else:
-    task = data_lib.load_task(d, seed=cfg.seed)
-    if lead():
-      data_lib.save_tokenizers(task, tok_dir)
-  if jax.process_count() > 1 and lead():
-    _barrier('data prepared')
-  mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
-  check_source(task, mcfg)
-  alignment.check_task(task, cfg.eval.get('attribution', ''))   # before training, not after
-
-  use_ema = t.ema_decay > 0
-  graphdef, state = init_state(mcfg, OptimizerConfig.of(t).build(), cfg.seed, ema=use_ema)
+  s = Session(cfg, workdir, overwrite)
+  graphdef, state = init_state(s.mcfg, OptimizerConfig.of(t).build(), cfg.seed, ema=s.use_ema)
   steps = Steps.of(graphdef, cfg)
-  ckpts = ckpt_lib.Checkpoints(run, keep=t.keep_checkpoints)
-  it = task.train_iterator(d.batch_size, seed=cfg.seed)
-  # best_score: the best validation eval_lib.selection_score (BLEU; 100 - WER for G2P tasks)
-  best_score, train_time = -1.0, 0.0   # train_time: seconds in train steps, over all sessions
-  tok_fingerprint = ckpt_lib.fingerprint(tok_dir) if os.path.isdir(tok_dir) else None
-  restored = ckpt_lib.restore_newest(ckpts.latest, state, log, model_config=mcfg.to_dict(),
-                                     model_defaults=ModelConfig.defaults(),
-                                     tokenizers=tok_fingerprint) if resuming else None
-  skips = 0   # non-finite batches skipped (train.skip_nonfinite)
+  s.open()
+  restored = s.newest(state)
   if restored is not None:
-    state, meta, step0 = restored
-    it.set_state(meta['data_state'])
-    best_score = meta.get('best_score', meta.get('best_bleu', -1.0))   # (runs before 11-27)
-    train_time = meta.get('train_seconds', 0.0)
-    skips = meta.get('nonfinite_skipped', 0)
-    log(f'resumed from {latest_dir} step {step0}')
-    if use_ema and 'ema' not in state:   # EMA switched on for a run saved without one
-      state['ema'] = jax.tree.map(lambda x: x.copy(), state['params'])
-      log(f'  train.ema_decay={t.ema_decay}: the EMA starts from the step-{step0} parameters')
-    elif not use_ema and 'ema' in state:
-      del state['ema']
-      log('  train.ema_decay=0: the saved EMA of the parameters is dropped; evaluation uses '
-          'the trained parameters')
-  if lead():   # only once the run is accepted (a refused resume changes nothing)
-    run.write_config(cfg.to_json(indent=2), mcfg.to_dict())
-
-  writer = _writer(run.tensorboard_dir)
+    state = s.adopt(restored)
+  s.start(steps)
   step = int(state['step'])
-  progress = Progress(t.steps, step, t.log_every, writer)
-  log(f'[{steps.mode}: {jax.process_count()} process(es), {jax.device_count()} {jax.devices()[0].platform} device(s)] '
-        f'training {mcfg.describe()} on '
-        f'{task.name}: {t.steps} steps of {d.batch_size} sentences, '
-        f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters')
-  evaluate_ = functools.partial(
-      eval_lib.evaluate, tf_fn=steps.eval, decode_fn=steps.predict, batch_size=d.batch_size,
-      factor=t.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize,
-      length_edges=cfg.eval.length_edges)
-
-  def meta_now(step, extra=None):
-    return {'step': step, 'data_state': it.get_state(), 'config': json.loads(cfg.to_json()),
-            'model_config': mcfg.to_dict(), 'best_score': best_score, 'train_seconds': train_time,
-            'nonfinite_skipped': skips, 'tokenizers': tok_fingerprint, **(extra or {})}
-
-  def check_finite(pending) -> int:
-    """1 if the step in `pending` (step, metrics, batch) was skipped as non-finite, else 0;
-    raises unless train.skip_nonfinite."""
-    if pending is None or bool(pending[1]['finite']):
-      return 0
-    at, m, batch = pending
-    where = (f'non-finite training loss {float(m["loss"])} (gradient norm '
-             f'{float(m["grad_norm"])}) at step {at}, batch of training examples '
-             f'{batch["index"][batch["weight"] > 0].tolist()}')
-    if not t.get('skip_nonfinite', False):
-      raise FloatingPointError(
-          f'{where}; parameters were not updated and the last checkpoint in {latest_dir} '
-          f'is untouched (set train.skip_nonfinite=True to skip such batches)')
-    log(f'  skipped ({skips + 1} so far): {where}')
-    return 1
-
+  progress = Progress(t.steps, step, t.log_every, s.writer)
+  log(f'[{steps.mode}: {jax.process_count()} process(es), {jax.device_count()} '
+      f'{jax.devices()[0].platform} device(s)] training {s.mcfg.describe()} on '
+      f'{s.task.name}: {t.steps} steps of {d.batch_size} sentences, '
+      f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters')
   pending = None   # the last step whose finiteness is not yet read
   stop = preemption.StopRequest()
   with stop.installed():
     while step < t.steps:
       if stop.signum is not None:   # SIGTERM / SIGINT: save where we are, then exit
-        skips += check_finite(pending)
-        if step != ckpts.latest.latest_step():
-          ckpts.save_latest(step, state, meta_now(step))
-        ckpts.close()
-        writer.close()
-        raise preemption.Interrupted(stop.signum, step, latest_dir)
+        s.check_finite(pending)
+        s.stop(step, state)
+        raise preemption.Interrupted(stop.signum, step, s.latest_dir)
       t_step = time.time()
-      batch = next(it)
+      batch = next(s.it)
       state, m = steps.train(state, batch)
       step += 1
       # the previous step's finiteness is read once this one is dispatched, so the device
       # never idles on the host between steps; a non-finite step leaves the state unchanged
-      skips += check_finite(pending)
+      s.check_finite(pending)
       pending = (step, m, batch)
-      train_time += time.time() - t_step
+      s.train_time += time.time() - t_step
       progress.update(step, m)
       evaluating = step % t.eval_every == 0 or step == t.steps
       saving = step % t.checkpoint_every == 0 or step == t.steps
       if evaluating or saving:
-        skips += check_finite(pending)   # before anything is evaluated or saved
+        s.check_finite(pending)   # before anything is evaluated or saved
         pending = None
       if evaluating:
         t_eval = time.time()
-        val, _, _ = evaluate_(local(eval_params(state)), task, 'validation')
+        s.validate(step, state)
         progress.t0 += time.time() - t_eval  # rates and ETA count training time only
-        log(f'  validation @ {step}: loss {val["loss"]:.4f}  exact {val["exact_match"]:.2f}%  '
-            f'BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}'
-            + (f'  WER {val["wer"]:.2f}%  PER {val["per"]:.2f}%' if 'wer' in val else ''))
-        for k in eval_lib.report_keys(val):
-          writer.add_scalar(f'validation/{k}', val[k], step)
-        score = eval_lib.selection_score(val)
-        if score > best_score:
-          best_score = score
-          ckpts.save_best(step, state, meta_now(step, {'validation': val}), score)
       if saving:
-        ckpts.save_latest(step, state, meta_now(step))
+        s.save_latest(step, state)
       hold.point('train_step', lambda: stop.signum is not None, step=step, workdir=workdir)
-  writer.flush()
-
-  # final evaluation with the best checkpoint
-  best_step = ckpts.best.best_step()
-  params = local(eval_params(state))
-  if best_step is not None and best_step != step:
-    params = eval_params(ckpt_lib.restore(ckpts.best, best_step, state)[0])
-  results, sentences = {}, {}
-  kept = {}
-  for split in ('validation', *task.test_splits):   # image_dates: also test_heldout_fonts
-    results[split], kept[split], sentences[split] = evaluate_(
-        params, task, split, keep_outputs=cfg.eval.heatmaps if split != 'validation' else 0)
-  if lead() and cfg.eval.get('attribution'):   # implicit attention against gold alignments
-    log(f'attributing {cfg.eval.get("attribution_num", 200)} test sentences '
-        f'({cfg.eval.attribution})')
-    results['test']['attribution'] = alignment.from_config(graphdef, params, task, cfg, mcfg)
-  heads = functools.partial(inference.layer_weights, graphdef, params) \
-      if mcfg.arch == 'transformer' else None
-  paths = [path for split in task.test_splits if lead() and kept[split]
-           for path in eval_lib.heatmaps(task, kept[split], run.heatmaps_dir, split, heads,
-                                         functools.partial(encoders.grid_shape, mcfg))]
-  summary = {'step': step, 'best_step': best_step, 'results': results,
-             'nonfinite_skipped': skips,
-             'train_steps_per_s': step / train_time if train_time else None,
-             'model_config': mcfg.to_dict(), 'heatmaps': paths}
-  if lead():
-    for split, (header, recs) in sentences.items():   # for comparisons later (records.py)
-      records_lib.write(run.sentences_path(split), header, recs)
-    run.write_results(summary)   # last: it marks the run finished
-  for split, m in results.items():
-    for k in ('exact_match', 'bleu', 'chrf'):
-      writer.add_scalar(f'final_{split}/{k}', m[k], step)
-  writer.close()
-  ckpts.close()
-  log(f'\nresults (best checkpoint, step {best_step}); BLEU signature '
-        f'{results["test"]["bleu_signature"]}\n{format_table(results)}')
-  log(f'results: {run.results_path}' + (f'\nheatmaps: {run.heatmaps_dir}/' if paths else ''))
-  return summary
+  return s.finish(graphdef, state, step)

@@ -12,6 +12,10 @@ reads and writes them; no other module spells a file name of a run.
   <workdir>/tensorboard/, heatmaps/      training curves, the final attention heatmaps
   <workdir>/train.log, wall_time.json    a sweep's log of the run and its attempts (sweep.py)
 
+Several runs of one config that differ in their seed (a sweep's variant under --seeds, a
+population: population_loop.py) live side by side as <parent>/seed_<k>/ (seed_dir), each a
+run directory as above.
+
 One run per workdir: an advisory lock held for the life of the training process; files
 in it written atomically.
 
@@ -41,6 +45,7 @@ CONFIG, MODEL_CONFIG, RESULTS = 'config.json', 'model_config.json', 'results.jso
 TOKENIZERS, CHECKPOINTS, TENSORBOARD, HEATMAPS = 'tokenizers', 'checkpoints', 'tensorboard', 'heatmaps'
 TRAIN_LOG, WALL_TIME = 'train.log', 'wall_time.json'
 ATTRIBUTIONS = 'attributions'   # experiments/attribute.py
+SEED_DIR = 'seed_{}'            # the run of seed k among a variant's seeds (seed_dir)
 # what a run of this project holds: `--overwrite` clears a directory only if it is one
 RUN_ENTRIES = (CONFIG, MODEL_CONFIG, TOKENIZERS, CHECKPOINTS, RESULTS, TENSORBOARD, HEATMAPS,
                TRAIN_LOG, WALL_TIME, LOCK_FILE, MARKER, ATTRIBUTIONS)
@@ -143,8 +148,15 @@ class Run:
   @property
   def resumable(self) -> bool:
     """The latest-checkpoint directory holds a step to resume from."""
+    return self.newest_step is not None
+
+  @property
+  def newest_step(self) -> int | None:
+    """The newest step in the latest-checkpoint directory, None if none (whether it can be
+    read is checkpoint.restore_newest's to find out)."""
     d = self.latest_dir
-    return os.path.isdir(d) and any(n.isdigit() for n in os.listdir(d))
+    steps = [int(n) for n in os.listdir(d) if n.isdigit()] if os.path.isdir(d) else []
+    return max(steps, default=None)
 
   @property
   def finished(self) -> bool:
@@ -203,6 +215,12 @@ class Run:
   def open_log(self):
     """train.log, for appending (a sweep's log of the run's process)."""
     return open(self.train_log_path, 'a')
+
+
+def seed_dir(parent: str, seed: int) -> str:
+  """<parent>/seed_<seed>: the run of `seed` among several seeds of one config (a sweep's
+  variant, a population's member)."""
+  return os.path.join(parent, SEED_DIR.format(seed))
 
 
 class WorkdirInUse(RuntimeError):

@@ -4,6 +4,9 @@
   python -m experiments.main --config=experiments/configs/reverse.py:smoke \
       --config.model.score=general --config.model.decoder=luong --workdir=runs/rev
 
+  python -m experiments.main --config=experiments/configs/reverse.py:smoke --config.seed=1 \
+      --config.train.population=3 --workdir=runs/rev   # seeds 1-3 as one program: runs/rev/seed_k
+
 Re-running the same command with the same workdir resumes from its latest checkpoint.
 SIGTERM / SIGINT: the run saves a checkpoint at the current step and exits with status
 143 / 130 (128 + the signal number); see attention_jax/preemption.py.
@@ -15,7 +18,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from attention_jax import model as model_lib
-from attention_jax import parallel, preemption, train
+from attention_jax import parallel, population_loop, preemption, train
 from experiments import cli
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (path[:arg]), e.g. '
@@ -42,7 +45,10 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   parallel.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
   try:
-    train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
+    if FLAGS.config.train.get('population', 1) > 1:   # seeds as one program, <workdir>/seed_k
+      population_loop.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
+    else:
+      train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
   except preemption.Interrupted as e:
     print(e, file=sys.stderr, flush=True)
     sys.exit(e.exit_status)

@@ -4,6 +4,7 @@
   bash launch.sh sweep experiments/configs/length_study.py
   bash launch.sh sweep experiments/configs/length_study.py --only='transformer_*'
   bash launch.sh sweep experiments/configs/score_sweep.py --seeds=3    # 3 seeds per variant
+  bash launch.sh sweep experiments/configs/score_sweep.py --seeds=3 --population  # as one program
   bash launch.sh sweep experiments/configs/score_sweep.py --executor=ray --ray_address=auto
 
 Re-running skips finished variants and resumes interrupted ones; a finished variant whose
@@ -33,6 +34,11 @@ flags.DEFINE_integer('runs_per_device', 1, 'Runs at once on each GPU (local exec
 flags.DEFINE_integer('seeds', None, 'Run every variant under seeds 1..N (config.seed), each '
                      'into <variant>/seed_<k>; default: the sweep file\'s SEEDS, else one run '
                      'at the config\'s seed.', lower_bound=1)
+flags.DEFINE_bool('population', False, 'Train each variant\'s seeds as one process, a '
+                  'population (--config.train.population: one vmapped program; '
+                  'attention_jax/population_loop.py), into the same <variant>/seed_<k> runs, '
+                  'with the same report. Needs --seeds (or the sweep file\'s SEEDS); local '
+                  'executor only.')
 flags.DEFINE_enum('executor', 'local', ('local', 'ray'), 'local: subprocesses of this '
                   'machine; ray: one Ray task per run on a Ray cluster '
                   '(attention_jax/ray_executor.py).')
@@ -58,6 +64,8 @@ def main(argv):
   if FLAGS.executor == 'ray' and FLAGS.runs_per_device > 1:
     raise app.UsageError('--runs_per_device is the local executor\'s; with --executor=ray ask '
                          'for a share of a GPU per run: --trial_gpus=0.25 (4 per GPU)')
+  if FLAGS.executor == 'ray' and FLAGS.population:
+    raise app.UsageError('--population runs with the local executor (--executor=local) only')
   if FLAGS.executor == 'local' and options:
     raise app.UsageError(f'{", ".join("--" + f for f in RAY_FLAGS if FLAGS[f].value is not None)}'
                          ' only apply to --executor=ray')
@@ -66,7 +74,8 @@ def main(argv):
   try:
     sweep_dir, status = sweep.run(FLAGS.sweep, FLAGS.root, extra_flags=argv[1:],
                                   only=FLAGS.only, seeds=FLAGS.seeds, execute=execute,
-                                  rerun_changed=FLAGS.rerun_changed)
+                                  rerun_changed=FLAGS.rerun_changed,
+                                  population=FLAGS.population)
   except KeyboardInterrupt:
     print('error: sweep stopped by Ctrl-C; run the same command again to resume it',
           file=sys.stderr, flush=True)

@@ -1,13 +1,27 @@
 """Populations (attention_jax/population.py): member k of a vmapped population is the run of
-seed k trained alone, step by step, with its own batch order."""
+seed k trained alone, step by step, with its own batch order; in the training loop
+(population_loop.py, sweep --population) each member is written as that run, resumes bit for
+bit, and a member that diverges does not stop the others."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_jax import data, objective, population, steps, train
-from experiments.configs import reverse
+from attention_jax import checkpoint as ckpt_lib
+from attention_jax import data, objective, population, population_loop, steps, sweep, train
+from attention_jax import workdir as workdir_lib
+from attention_jax.model import ModelConfig
+from experiments.configs import dates, reverse
+
+import helpers
 
 SEEDS = (1, 2, 3)
 MODELS = {
@@ -89,3 +103,265 @@ def test_stack_batches_pads_each_member_to_the_common_shape_and_refuses_other_fi
     population.stack_batches([a, {'src': a['src']}])
   with pytest.raises(ValueError, match='distinct seeds'):
     population.init_population(None, None, (1, 1))
+
+
+# ---- the training loop: train.population=N, sweep --seeds=N --population ------------------------
+# (population_loop.py) one variant of the dates smoke config (8 steps, checkpoints and
+# validation at 4 and 8; one length bucket, so dropout keeps members exact: population.py)
+POP_SWEEP = """
+from experiments.configs import dates
+
+def get_config(arg=None):
+  return dates.get_config(arg)
+
+def get_sweep(arg=None):
+  return [('additive', {'model.score': 'additive'})]
+"""
+
+
+@pytest.fixture(scope='module')
+def pop_sweep(tmp_path_factory, data_dir):
+  """`sweep --seeds=2 --population` of POP_SWEEP: (sweep file, sweep dir, the process)."""
+  tmp = tmp_path_factory.mktemp('pop_sweep')
+  path = tmp / 'pop_sweep.py'
+  path.write_text(POP_SWEEP)
+  proc = helpers.run_module('experiments.sweep', f'--sweep={path}:smoke', f'--root={tmp}',
+                            '--seeds=2', '--population', '--',
+                            f'--config.data.data_dir={data_dir}', timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  return path, tmp / 'pop_sweep_smoke', proc
+
+
+def _config(data_dir, **overrides):
+  return helpers.smoke(dates, data_dir, **{'model.score': 'additive', **overrides})
+
+
+_TEMPLATES = {}   # model config -> a train state to restore into (the runs here share one)
+
+
+def _params(workdir: str, step: int):
+  """The parameters of the latest checkpoint `step` of a run."""
+  run = workdir_lib.Run(workdir)
+  key = json.dumps(run.model_config(), sort_keys=True)
+  if key not in _TEMPLATES:
+    _TEMPLATES[key] = steps.init_state(ModelConfig.from_dict(run.model_config()),
+                                       steps.make_optimizer(_config('').train), 0)[1]
+  ckpts = ckpt_lib.Checkpoints(run)
+  try:
+    return ckpt_lib.restore(ckpts.latest, step, _TEMPLATES[key])[0]['params']
+  finally:
+    ckpts.close()
+
+
+def _steps(workdir: str, which: str = 'latest') -> list[int]:
+  run = workdir_lib.Run(workdir)
+  d = run.latest_dir if which == 'latest' else run.best_dir
+  return sorted(int(n) for n in os.listdir(d) if n.isdigit())
+
+
+def _same_tree(a, b) -> None:
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def _close_results(a: dict, b: dict) -> None:
+  """Two results' metrics (results.json 'results'), floats to 1e-4."""
+  assert a.keys() == b.keys()
+  for split in a:
+    for k, x in a[split].items():
+      if isinstance(x, float):
+        np.testing.assert_allclose(x, b[split][k], rtol=1e-4, atol=1e-4, err_msg=f'{split} {k}')
+      elif k != 'by_length':
+        assert x == b[split][k], (split, k)
+
+
+# seed 2, the member whose seed the population derives (cfg.seed + 1); seed 1: slow
+@pytest.mark.parametrize('k', [2, pytest.param(1, marks=pytest.mark.slow)])
+def test_population_of_two_writes_each_member_as_the_run_of_its_seed_alone(pop_sweep, data_dir,
+                                                                            tmp_path, k):
+  """The sweep's population (one process, seeds 1 and 2): member k against seed k trained
+  alone by train.train_and_evaluate: the same config saved, the same files, the same
+  checkpoint steps, parameters to 1e-5 and final metrics to 1e-4."""
+  _, sweep_dir, proc = pop_sweep
+  assert '[additive/seed_1..2] starting' in proc.stdout, proc.stdout
+  member = str(sweep_dir / 'additive' / f'seed_{k}')
+  alone = str(tmp_path / f'seed_{k}')
+  ref = train.train_and_evaluate(_config(data_dir, seed=k), alone)
+  assert workdir_lib.Run(member).config() == workdir_lib.Run(alone).config()  # seed k, population 1
+  assert sorted(os.listdir(member)) == sorted(os.listdir(alone) + [   # + the sweep's own
+      os.path.basename(workdir_lib.Run(member).train_log_path),
+      os.path.basename(workdir_lib.Run(member).wall_time_path)])
+  assert _steps(member) == _steps(alone) == [4, 8]
+  assert _steps(member, 'best') == _steps(alone, 'best')
+  got = workdir_lib.Run(member).results()
+  assert got['population'] == {'seeds': [1, 2], 'member': k - 1}
+  assert got['nonfinite_skipped'] == 0 and got['step'] == ref['step'] == 8
+  _close_results(got['results'], ref['results'])
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               _params(member, 8), _params(alone, 8))
+  other = str(sweep_dir / 'additive' / f'seed_{3 - k}')
+  assert not np.allclose(jax.tree.leaves(_params(member, 8))[0],
+                         jax.tree.leaves(_params(other, 8))[0])   # two seeds, two models
+
+
+def test_sweep_population_gives_the_runs_and_report_of_seeds(pop_sweep, data_dir):
+  """`--seeds=2` after `--seeds=2 --population` finds both runs finished and unchanged, and
+  writes the same report; each member's log holds the population's log, and its attempt half
+  of the population's time."""
+  path, sweep_dir, _ = pop_sweep
+  report = (sweep_dir / 'summary.md').read_text()
+  assert '| additive | 2 |' in report
+  for k in (1, 2):
+    run = workdir_lib.Run(str(sweep_dir / 'additive' / f'seed_{k}'))
+    log = open(run.train_log_path).read()
+    assert '[population of 2: seeds 1..2' in log and f'seed_{k} validation @ 8' in log
+    (attempt,) = run.attempts()
+    assert attempt['population'] == 2 and attempt['returncode'] == 0
+  plain = helpers.run_module('experiments.sweep', f'--sweep={path}:smoke',
+                             f'--root={sweep_dir.parent}', '--seeds=2', '--',
+                             f'--config.data.data_dir={data_dir}')
+  assert plain.returncode == 0, plain.stdout[-2000:] + plain.stderr[-2000:]
+  assert 'sweep pop_sweep_smoke: 0 finished, 2 skipped, 0 failed' in plain.stdout
+  assert (sweep_dir / 'summary.md').read_text() == report
+
+
+@pytest.mark.scenario   # a signal to a running command (CI: bash launch.sh test -m scenario)
+def test_population_stopped_by_sigterm_resumes_to_the_uninterrupted_one_bit_for_bit(
+    pop_sweep, data_dir, tmp_path):
+  """SIGTERM at step 3 (held there: hold.py): every member saves step 3, exit 143; the same
+  command resumes both from step 3 and ends with the uninterrupted population's parameters
+  and results, bit for bit."""
+  path, sweep_dir, _ = pop_sweep
+  workdir = tmp_path / 'pop'
+  args = [f'--config={path}:smoke', '--config.model.score=additive', '--config.seed=1',
+          '--config.train.population=2', f'--workdir={workdir}',
+          f'--config.data.data_dir={data_dir}']
+  held = tmp_path / 'held'
+  proc = subprocess.Popen([sys.executable, '-m', 'experiments.main', *args], cwd=helpers.ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**helpers.hold_env(held, step=3, workdir=workdir),
+                               'PYTHONUNBUFFERED': '1'})
+  helpers.wait_held(held, proc)
+  proc.send_signal(signal.SIGTERM)
+  out = proc.stdout.read()
+  assert proc.wait(timeout=300) == 128 + signal.SIGTERM, out
+  assert 'stopped by SIGTERM at step 3' in out
+  assert [_steps(str(workdir / f'seed_{k}')) for k in (1, 2)] == [[3], [3]], out
+  done = helpers.run_module('experiments.main', *args)
+  assert done.returncode == 0, done.stderr[-3000:]
+  for k in (1, 2):
+    member, ref = str(workdir / f'seed_{k}'), str(sweep_dir / 'additive' / f'seed_{k}')
+    assert f'resumed from {member}/checkpoints/latest step 3' in done.stdout
+    _same_tree(_params(member, 8), _params(ref, 8))
+    assert workdir_lib.Run(member).results()['results'] == workdir_lib.Run(ref).results()['results']
+
+
+@pytest.mark.slow
+def test_members_saved_at_different_steps_resume_from_the_step_they_all_hold(pop_sweep, data_dir,
+                                                                             tmp_path, capsys):
+  """A kill between two members' saves (seed_2's step 8 missing): both restart from step 4,
+  the newest step both hold (each keeps >= 2 latest steps), and end where the uninterrupted
+  population ended."""
+  _, sweep_dir, _ = pop_sweep
+  shutil.copytree(sweep_dir / 'additive', tmp_path / 'pop')
+  shutil.rmtree(workdir_lib.Run(str(tmp_path / 'pop' / 'seed_2')).latest_dir + '/8')
+  population_loop.train_and_evaluate(_config(data_dir, seed=1, **{'train.population': 2}),
+                                     str(tmp_path / 'pop'))
+  assert 'seed_1: from step 4, the newest step all members hold (its newest is 8)' in (
+      capsys.readouterr().out)
+  for k in (1, 2):
+    _same_tree(_params(str(tmp_path / 'pop' / f'seed_{k}'), 8),
+               _params(str(sweep_dir / 'additive' / f'seed_{k}'), 8))
+
+
+@pytest.mark.parametrize('skip', [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_a_member_with_a_non_finite_step_does_not_stop_the_others(pop_sweep, data_dir, tmp_path,
+                                                                  monkeypatch, skip):
+  """A NaN in member 2's parameters for step 6 (removed after it): its step is non-finite and
+  keeps its state; member 1 trains on to the uninterrupted population's parameters; member 2's
+  step is counted (train.skip_nonfinite) or it stops with its last checkpoint (step 4)
+  untouched, the call failing at the end naming it."""
+  _, sweep_dir, _ = pop_sweep
+  real = population.make_population_step
+
+  def with_member(states, k, value):
+    leaves, treedef = jax.tree.flatten(states['params'])
+    leaves[0] = leaves[0].at[k].set(value)
+    return {**states, 'params': jax.tree.unflatten(treedef, leaves)}
+
+  def poisoned(*args, **kwargs):
+    step, calls = real(*args, **kwargs), [0]
+
+    def run(seeds, states, batches):
+      calls[0] += 1
+      if calls[0] != 6:
+        return step(seeds, states, batches)
+      kept = np.array(jax.tree.leaves(states['params'])[0][1])
+      states, m = step(seeds, with_member(states, 1, jnp.nan), batches)
+      assert list(np.asarray(m['finite'])) == [True, False]
+      assert np.isnan(jax.tree.leaves(states['params'])[0][1]).all()   # kept as it was given
+      return with_member(states, 1, kept), m
+    return run
+
+  monkeypatch.setattr(population, 'make_population_step', poisoned)
+  cfg = _config(data_dir, seed=1, **{'train.population': 2, 'train.skip_nonfinite': skip})
+  workdir = tmp_path / 'pop'
+  if skip:
+    population_loop.train_and_evaluate(cfg, str(workdir))
+    assert workdir_lib.Run(str(workdir / 'seed_2')).results()['nonfinite_skipped'] == 1
+    assert not np.allclose(jax.tree.leaves(_params(str(workdir / 'seed_2'), 8))[0],
+                           jax.tree.leaves(_params(str(sweep_dir / 'additive' / 'seed_2'), 8))[0])
+  else:
+    with pytest.raises(FloatingPointError, match=r'1 of 2 members stopped .*seed_2: non-finite '
+                                                 r'training loss nan .* at step 6'):
+      population_loop.train_and_evaluate(cfg, str(workdir))
+    assert not workdir_lib.Run(str(workdir / 'seed_2')).finished
+    assert _steps(str(workdir / 'seed_2')) == [4]
+  assert workdir_lib.Run(str(workdir / 'seed_1')).results()['nonfinite_skipped'] == 0
+  _same_tree(_params(str(workdir / 'seed_1'), 8),   # the uninterrupted population's, bit for bit
+             _params(str(sweep_dir / 'additive' / 'seed_1'), 8))
+
+
+def test_bad_population_input_is_one_line_before_any_work(data_dir, tmp_path):
+  """population < 1, a population with data parallelism, `--population` without seeds, a
+  member's folder in use: one line each, nothing written."""
+  with pytest.raises(ValueError, match=r'^train.population must be a positive integer .*got 0$'):
+    population_loop.train_and_evaluate(_config(data_dir, **{'train.population': 0}),
+                                       str(tmp_path / 'a'))
+  with pytest.raises(ValueError, match="parallel='shard_map' .* does not compose"):
+    population_loop.train_and_evaluate(
+        _config(data_dir, parallel='shard_map', **{'train.population': 2}), str(tmp_path / 'a'))
+  assert not (tmp_path / 'a').exists()
+  with pytest.raises(ValueError, match='train.population=2 trains several seeds: use '
+                                       'attention_jax.population_loop.train_and_evaluate'):
+    train.train_and_evaluate(_config(data_dir, **{'train.population': 2}), str(tmp_path / 'a'))
+  assert not (tmp_path / 'a').exists()
+  with workdir_lib.WorkdirLock(str(tmp_path / 'b' / 'seed_2')):
+    with pytest.raises(workdir_lib.WorkdirInUse, match='seed_2 is in use'):
+      population_loop.train_and_evaluate(_config(data_dir, seed=1, **{'train.population': 2}),
+                                         str(tmp_path / 'b'))
+  assert os.listdir(tmp_path / 'b') == ['seed_2']   # seed_1: not left behind
+  out = helpers.run_module('experiments.main', '--config=experiments/configs/dates.py:smoke',
+                           '--config.train.population=0', f'--workdir={tmp_path / "c"}')
+  assert out.returncode == 2 and out.stderr.strip().splitlines()[-1] == (
+      'error: train.population must be a positive integer (the seeds trained as one program; '
+      '1: a run alone), got 0'), out.stderr
+  sweep_file = tmp_path / 'one.py'
+  sweep_file.write_text(POP_SWEEP)
+  out = helpers.run_module('experiments.sweep', f'--sweep={sweep_file}', f'--root={tmp_path}',
+                           '--population')
+  assert out.returncode == 2 and 'give --seeds=N' in out.stderr.strip().splitlines()[-1], out.stderr
+
+
+def test_sweep_groups_consecutive_seeds_at_the_same_step_into_populations(tmp_path):
+  runs = [sweep.Variant('a', {}, str(tmp_path / 'a' / f'seed_{k}'), k) for k in (1, 2, 3)]
+  runs += [sweep.Variant('b', {'model.score': 'dot'}, str(tmp_path / 'b' / f'seed_{k}'), k)
+           for k in (1, 2, 4, 5)]
+  os.makedirs(workdir_lib.Run(runs[4].workdir).latest_dir + '/5')   # b/seed_2 resumes at 5
+  jobs = sweep.populations(runs)
+  assert [(v.label, v.population) for v in jobs] == [
+      ('a/seed_1..3', 3), ('b/seed_1', 1), ('b/seed_2', 1), ('b/seed_4..5', 2)]
+  assert [m.workdir for m in jobs[0].members] == [r.workdir for r in runs[:3]]
+  cmd = sweep.command('x.py', jobs[3])
+  assert cmd[-4:] == ['--config.model.score=dot', '--config.seed=4',
+                      '--config.train.population=2', f'--workdir={tmp_path / "b"}']
