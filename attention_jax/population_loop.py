@@ -135,23 +135,19 @@ def _resume(sessions: list[session_lib.Session], states):
                  for s, tpl, r in zip(sessions, templates, restored)])
 
 
-class _Progress:
+class _Progress(train.Progress):
   """A progress line every `every` steps (each member's loss; steps/s; tokens/s of all
   members), and each member's training curves in its own TensorBoard."""
 
   def __init__(self, total: int, start: int, every: int, writers: list):
-    self.total, self.every, self.writers = total, every, writers
-    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), start, 0.0, 0.0, 0
+    super().__init__(total, start, every, None)
+    self.writers = writers
 
   def update(self, step: int, m: dict, live: list[int]) -> None:
-    self.loss = self.loss + m['loss']   # [N], on the device until a line is printed
-    self.tokens = self.tokens + m['tokens']
-    self.n += 1
-    if step % self.every and step != self.total:
+    due = self.tick(step, m)       # m['loss'], m['tokens']: [N]
+    if due is None:
       return
-    dt = max(time.time() - self.t0, 1e-9)
-    rate = (step - self.s0) / dt
-    eta = (self.total - step) / max(rate, 1e-9)
+    dt, rate, eta = due
     losses = np.asarray(self.loss) / max(self.n, 1)
     grad_norms = np.asarray(m['grad_norm'])
     log(f'step {step:>6}/{self.total}  loss {" ".join(f"{x:.4f}" for x in losses)}  '
@@ -161,7 +157,7 @@ class _Progress:
       self.writers[k].add_scalar('train/loss', float(losses[k]), step)
       self.writers[k].add_scalar('train/steps_per_sec', rate, step)
       self.writers[k].add_scalar('train/grad_norm', float(grad_norms[k]), step)
-    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), step, 0.0, 0.0, 0
+    self.restart(step)
 
 
 def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> list[dict]:

@@ -166,17 +166,29 @@ class Progress:
     self.total, self.every, self.writer = total, every, writer
     self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), start, 0.0, 0.0, 0
 
-  def update(self, step: int, m: dict) -> None:
+  def tick(self, step: int, m: dict) -> tuple[float, float, float] | None:
+    """Adds the step's loss and tokens (m['loss'] a scalar, or [N] for a population) ->
+    (seconds, steps/s, ETA seconds) since the last line when a line is due, else None."""
     # sums stay on the device until a line is printed: no host sync per step (an accelerator
     # then runs ahead of the host instead of waiting for it between steps)
     self.loss = self.loss + m['loss']
     self.tokens = self.tokens + m['tokens']
     self.n += 1
     if step % self.every and step != self.total:
-      return
+      return None
     dt = max(time.time() - self.t0, 1e-9)
     rate = (step - self.s0) / dt
-    eta = (self.total - step) / max(rate, 1e-9)
+    return dt, rate, (self.total - step) / max(rate, 1e-9)
+
+  def restart(self, step: int) -> None:
+    """A new window of sums after a line at `step`."""
+    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), step, 0.0, 0.0, 0
+
+  def update(self, step: int, m: dict) -> None:
+    due = self.tick(step, m)
+    if due is None:
+      return
+    dt, rate, eta = due
     loss, tokens = float(self.loss) / max(self.n, 1), float(self.tokens)
     log(f'step {step:>6}/{self.total}  loss {loss:.4f}  {rate:.2f} steps/s  '
           f'{tokens / dt:,.0f} tok/s  ETA {eta / 60:.1f} min')
@@ -184,7 +196,7 @@ class Progress:
       self.writer.add_scalar('train/loss', loss, step)
       self.writer.add_scalar('train/steps_per_sec', rate, step)
       self.writer.add_scalar('train/grad_norm', float(m['grad_norm']), step)
-    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), step, 0.0, 0.0, 0
+    self.restart(step)
 
 
 def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
