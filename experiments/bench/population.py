@@ -2,11 +2,14 @@
 (attention_jax/population.py), on the `reverse` smoke task's real batches.
 
   python -m experiments.bench.population --archs=rnn,transformer --members=3 --steps=200
+  python -m experiments.bench.population --archs=rnn --sizes=1,4,16 --steps=30
 
 Per architecture: the wall time of N runs of `steps` steps each, one after another (each its
 own compiled step, as `sweep` runs them) and of one population of N, compile included and
 apart; tokens per second; the share of the machine's matmul ceiling (FLOPs counted on the
-jaxpr, bench/measure.py). Writes --out (JSON) and prints a table.
+jaxpr, bench/measure.py). With --sizes: one population of each size alone, its tokens per
+second in all and per member (how far one program of N members fills the device). Writes
+--out (JSON) and prints a table.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ def _train(n_steps: int, next_batch, step, flops_of) -> dict:
   """n_steps of `step(batch)` -> its loss (blocked on), batches from next_batch() ->
   {'compile_s', 'step_s', 'tokens', 'flops'}: a batch shape's first call compiles and is
   timed apart; flops_of(batch): one step's FLOPs at that shape (counted once per shape)."""
-  out = {'compile_s': 0.0, 'step_s': 0.0, 'tokens': 0, 'flops': 0.0}
+  out = {'compile_s': 0.0, 'step_s': 0.0, 'tokens': 0, 'flops': 0.0, 'shapes': 0,
+         'step_tokens': 0, 'step_flops': 0.0}   # step_*: of the steps that did not compile
   flops = {}
   for _ in range(n_steps):
     batch = next_batch()
@@ -52,12 +56,59 @@ def _train(n_steps: int, next_batch, step, flops_of) -> dict:
     first = shape not in flops
     if first:
       flops[shape] = flops_of(batch)
+      out['shapes'] += 1
     t0 = time.perf_counter()
     jax.block_until_ready(step(batch))
     out['compile_s' if first else 'step_s'] += time.perf_counter() - t0
     out['tokens'] += int((batch['tgt_out'] != 0).sum())
     out['flops'] += flops[shape]
+    if not first:
+      out['step_tokens'] += int((batch['tgt_out'] != 0).sum())
+      out['step_flops'] += flops[shape]
   return out
+
+
+def _population(task, mcfg, tx, obj, seeds, b: int, n_steps: int) -> dict:
+  """n_steps of one population of `seeds` (_train's figures), each member its own batches."""
+  graphdef, states = population.init_population(mcfg, tx, seeds)
+  pop_step = population.make_population_step(graphdef, tx, obj)
+  its = [task.train_iterator(b, seed=s) for s in seeds]
+  seed_arr = jnp.asarray(seeds, jnp.int32)
+  held = {'state': states}
+
+  def step_all(batches):
+    held['state'], m = pop_step(seed_arr, held['state'], batches)
+    return m['loss']
+
+  def flops_all(batches):
+    return sum(count_flops(jax.make_jaxpr(
+        lambda st, bt: population.population_step(graphdef, tx, obj, seed_arr, st, bt))(
+            held['state'], batches)))
+  return _train(n_steps, lambda: population.stack_batches([next(it) for it in its]), step_all,
+                flops_all)
+
+
+def sizes(arch: str, members: list[int], n_steps: int, data_dir: str | None = None) -> list:
+  """Populations of each size in `members` (seeds 1..N), n_steps each -> rows {'arch',
+  'members', 'compile_s', 'step_s', 'tokens_per_s' (all members, steps after each shape's
+  first), 'tokens_per_s_per_member', 'gflops_per_s'}: how far one program of N members fills
+  the device (bench's population rows)."""
+  cfg, task, mcfg = setup(arch, data_dir)
+  tx, obj = steps.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
+  rows = []
+  for n in members:
+    if n < 1:
+      raise ValueError(f'a population has at least 1 member, got {n}')
+    r = _population(task, mcfg, tx, obj, list(range(1, n + 1)), cfg.data.batch_size, n_steps)
+    if not r['step_s']:
+      raise ValueError(f'every one of the {n_steps} steps compiled a shape: raise --steps')
+    # the rates count the steps that did not compile (each shape's first is timed apart)
+    r.update(arch=arch, members=n, steps=n_steps,
+             tokens_per_s=r['step_tokens'] / r['step_s'],
+             gflops_per_s=r['step_flops'] / r['step_s'] / 1e9)
+    r['tokens_per_s_per_member'] = r['tokens_per_s'] / n
+    rows.append(r)
+  return rows
 
 
 def compare(arch: str, members: int, n_steps: int, data_dir: str | None = None) -> dict:
@@ -86,22 +137,7 @@ def compare(arch: str, members: int, n_steps: int, data_dir: str | None = None) 
     runs.append(_train(n_steps, lambda it=it: next(it), step, flops_of))
   alone = {k: sum(r[k] for r in runs) for k in runs[0]}
 
-  graphdef, states = population.init_population(mcfg, tx, seeds)
-  pop_step = population.make_population_step(graphdef, tx, obj)
-  its = [task.train_iterator(b, seed=s) for s in seeds]
-  seed_arr = jnp.asarray(seeds, jnp.int32)
-  held = {'state': states}
-
-  def step_all(batches):
-    held['state'], m = pop_step(seed_arr, held['state'], batches)
-    return m['loss']
-
-  def flops_all(batches):
-    return sum(count_flops(jax.make_jaxpr(
-        lambda st, bt: population.population_step(graphdef, tx, obj, seed_arr, st, bt))(
-            held['state'], batches)))
-  pop = _train(n_steps, lambda: population.stack_batches([next(it) for it in its]), step_all,
-               flops_all)
+  pop = _population(task, mcfg, tx, obj, seeds, b, n_steps)
   out['alone'], out['population'] = alone, pop
   for way in (alone, pop):
     way['total_s'] = way['compile_s'] + way['step_s']
@@ -122,6 +158,21 @@ def main(argv):
   del argv
   f = flags.FLAGS
   ceiling = matmul_flops_per_s(1024) / 1e9
+  if f.sizes:
+    rows = [r for a in f.archs for r in sizes(a, [int(n) for n in f.sizes], f.steps, f.data_dir)]
+    print(f'matmul ceiling (1024, float32): {ceiling:.1f} GFLOP/s')
+    print('| arch | members | compile s | tok/s, all members | tok/s per member | GFLOP/s | '
+          '% of ceiling |')
+    print('|---|---|---|---|---|---|---|')
+    for r in rows:
+      print(f'| {r["arch"]} | {r["members"]} | {r["compile_s"]:.1f} | {r["tokens_per_s"]:,.0f} | '
+            f'{r["tokens_per_s_per_member"]:,.0f} | {r["gflops_per_s"]:.2f} | '
+            f'{100 * r["gflops_per_s"] / ceiling:.1f}% |')
+    if f.out:
+      with open(f.out, 'w') as fh:
+        json.dump({'machine': machine_info(), 'matmul_gflops_per_s': ceiling, 'rows': rows}, fh,
+                  indent=2)
+    return
   rows = [compare(a, f.members, f.steps, f.data_dir) for a in f.archs]
   print(f'matmul ceiling (1024, float32): {ceiling:.1f} GFLOP/s')
   print('| arch | way | compile s | step s | total s | tok/s | GFLOP/s | % of ceiling |')
@@ -146,6 +197,8 @@ if __name__ == '__main__':
   flags.DEFINE_list('archs', ['rnn', 'transformer'], 'architectures: ' + ', '.join(ARCHS))
   flags.DEFINE_integer('members', 3, 'seeds in the population (and runs one after another)')
   flags.DEFINE_integer('steps', 200, 'train steps per run')
+  flags.DEFINE_list('sizes', None, 'population sizes, e.g. 1,4,16: the rate of one population '
+                    'of each size alone (no runs one after another)')
   flags.DEFINE_string('data_dir', None, 'TFDS data dir (default: the config\'s)')
   flags.DEFINE_string('out', None, 'a JSON file for the figures')
   app.run(main)
