@@ -112,14 +112,21 @@ def plot_bars(intervals: dict[str, tuple[float, float, float]], path: str,
 
 
 # ---- attention over an image (Xu et al. 2015, the figures of §5) ---------------------------
+def _interpolation(n_in: int, n_out: int) -> np.ndarray:
+  """[n_out, n_in]: linear interpolation between the centres of n_in cells onto n_out
+  pixels (edges held), as a matrix, so that a whole map is resampled by two products."""
+  x = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+  lo = np.floor(x).astype(np.int64)
+  hi = np.minimum(lo + 1, n_in - 1)
+  m = np.zeros((n_out, n_in), np.float64)
+  np.add.at(m, (np.arange(n_out), lo), 1 - (x - lo))
+  np.add.at(m, (np.arange(n_out), hi), x - lo)
+  return m
+
+
 def _upsample(grid: np.ndarray, h: int, w: int) -> np.ndarray:
   """grid [H', W'] -> [h, w], bilinear between cell centres (edges held)."""
-  def axis(n_in, n_out):
-    return np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
-  cols = np.stack([np.interp(axis(grid.shape[1], w), np.arange(grid.shape[1]), r)
-                   for r in grid])                                                # [H', w]
-  return np.stack([np.interp(axis(grid.shape[0], h), np.arange(grid.shape[0]), c)
-                   for c in cols.T], axis=1)                                      # [h, w]
+  return _interpolation(grid.shape[0], h) @ grid @ _interpolation(grid.shape[1], w).T
 
 
 def _overlay(image, grid) -> np.ndarray:

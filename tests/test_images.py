@@ -500,6 +500,11 @@ def test_image_heatmaps_put_each_steps_attention_on_its_cells_and_grow_with_the_
   cell it attends (and as bright across the cell's rows); a constant grid upsamples to a
   constant; the heatmap PNG has a row per output token."""
   np.testing.assert_allclose(plots._upsample(np.full((2, 8), 0.3), 16, 64), 0.3)
+  grid = np.random.RandomState(0).rand(3, 5)       # NumPy's np.interp along each axis in turn
+  centres = lambda n_in, n_out: np.clip((np.arange(n_out) + .5) * n_in / n_out - .5, 0, n_in - 1)
+  rows = np.stack([np.interp(centres(5, 11), np.arange(5), r) for r in grid])     # [3, 11]
+  want = np.stack([np.interp(centres(3, 7), np.arange(3), c) for c in rows.T], axis=1)
+  np.testing.assert_allclose(plots._upsample(grid, 7, 11), want, rtol=1e-12, atol=1e-12)
   image = np.zeros((16, 64), np.float32)
   grid = np.zeros((2, 8), np.float32)
   grid[:, 5] = 1.0                                   # cell column 5: pixels 40..47
