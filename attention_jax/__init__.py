@@ -27,6 +27,7 @@ from attention_jax.model import ARCHS, ModelConfig, Seq2Seq, build
 from attention_jax.multihead import MultiHeadAttention
 from attention_jax.transformer import Transformer
 from attention_jax.scores import SCORES, Score, register
+from attention_jax import metrics   # metrics.register(metrics.Metric(...)): a new metric
 
 __all__ = ['ARCHS', 'MultiHeadAttention', 'Transformer', 'build', 'Attention', 'Hypotheses', 'beam_search', 'evaluate_run', 'greedy', 'CELLS', 'DECODERS', 'MODES', 'ModelConfig',
            'NORMALISERS', 'SCORES', 'Score', 'Seq2Seq', 'Translator', 'load', 'masked_softmax',

@@ -30,9 +30,6 @@ from attention_jax import stats
 from attention_jax import workdir as workdir_lib
 
 ALPHA = 0.05
-LABELS = {name: m.label for name, m in metrics_lib.METRICS.items()}
-# every metric of a run's results that the summary reports where all runs have it
-REPORTED = tuple(metrics_lib.METRICS)
 # data fields that do not change which sentences a split holds
 _NOT_THE_SPLIT = ('data_dir', 'batch_size', 'num_buckets', 'bucket_multiple', 'max_src_len',
                   'max_tgt_len')
@@ -237,13 +234,14 @@ def compare(groups: Sequence[Group], split: str = 'test', metrics: Sequence[str]
   sentences = check_same_split(groups, split)
   metrics = list(metrics) or default_metrics(groups, split)
   for m in metrics:
-    if m not in records_lib.KEYS:
-      raise ValueError(f'unknown metric {m!r}; valid: {", ".join(records_lib.KEYS)}')
+    if m not in records_lib.keys():
+      raise ValueError(f'unknown metric {m!r}; valid: {", ".join(records_lib.keys())}')
     missing = [g.name for g in groups if not np.isfinite(values(g, split, m)).all()]
     if missing:
       raise ValueError(f'metric {m!r} is not in the {split} results of {", ".join(missing)}')
-  lower = {m: m in records_lib.LOWER_IS_BETTER for m in metrics}
-  reported = metrics + [m for m in REPORTED if m not in metrics and all(
+  lower = {m: metrics_lib.lower_is_better(m) for m in metrics}
+  # every metric of the runs' results that all of them have, in metrics.METRICS' order
+  reported = metrics + [m for m in metrics_lib.METRICS if m not in metrics and all(
       np.isfinite(values(g, split, m)).all() for g in groups)]
   summary = [{'variant': g.name, 'seeds': len(g.runs),
               **{f'{m}_{k}': v for m in reported
@@ -309,7 +307,7 @@ def _sentence(row: dict, split: str, lower_better: bool, sentences: int) -> str:
   """One plain sentence: which is better, by how much, on what, how sure. Its figures come
   in the order of its words (the first-named side's mean first; the difference and its
   interval are first minus second)."""
-  m, v, b, d = LABELS[row['metric']], row['variant'], row['baseline'], row['diff']
+  m, v, b, d = metrics_lib.label(row['metric']), row['variant'], row['baseline'], row['diff']
   better = (d < 0) == lower_better
   # a sentence that names the baseline first turns the variant-minus-baseline figures round
   sign = 1 if better or not row['significant'] else -1
@@ -362,7 +360,7 @@ def markdown(c: dict, title: str = '') -> str:
   out = [title or f'{split.capitalize()} split: {len(c["summary"])} variants, '
          f'{"/".join(map(str, seeds))} seed(s) each, {c["sentences"]:,} sentences.', '',
          'Mean ± standard deviation over seeds [95% t interval]:', '',
-         '| variant | seeds | ' + ' | '.join(LABELS[m] for m in c['reported'])
+         '| variant | seeds | ' + ' | '.join(metrics_lib.label(m) for m in c['reported'])
          + ' | steps/s | wall (s, all seeds) |',
          '|---|---|' + '---|' * (len(c['reported']) + 2)]
   for s in c['summary']:
@@ -375,21 +373,23 @@ def markdown(c: dict, title: str = '') -> str:
   for rows in curves.values():
     buckets += [r['bucket'] for r in rows if r['bucket'] not in buckets]
   if buckets:
-    out += ['', f'{LABELS[ms[0]]} by source length, mean over seeds [95% t interval]:', '',
+    out += ['', f'{metrics_lib.label(ms[0])} by source length, mean over seeds '
+                '[95% t interval]:', '',
             '| variant | ' + ' | '.join(buckets) + ' |', '|---|' + '---|' * len(buckets)]
     for name, rows in curves.items():
       got = {r['bucket']: r for r in rows}
       out.append(f'| {name} | ' + ' | '.join(
           _cell(got[b][ms[0]], got[b]['ci_lo'], got[b]['ci_hi']) if b in got else ''
           for b in buckets) + ' |')
-  why = 'named as the baseline' if c['baseline_named'] else f'the best mean {LABELS[ms[0]]}'
+  why = ('named as the baseline' if c['baseline_named']
+         else f'the best mean {metrics_lib.label(ms[0])}')
   out += ['', f'Against **{c["baseline"]}** ({why}); difference = variant - baseline:', '',
           '| variant | metric | mean | baseline | difference | 95% CI, seeds | '
           '95% CI, sentences | p seeds (Holm) | p sentences (Holm) | significant |',
           '|---|---|---|---|---|---|---|---|---|---|']
   for r in c['comparisons']:
     out.append(
-        f'| {r["variant"]} | {LABELS[r["metric"]]} | {r["variant_mean"]:.2f} | '
+        f'| {r["variant"]} | {metrics_lib.label(r["metric"])} | {r["variant_mean"]:.2f} | '
         f'{r["baseline_mean"]:.2f} | {r["diff"]:+.2f} | '
         + ' | '.join('-' if not np.isfinite(r[f'ci_{k}_lo']) else
                      f'{r[f"ci_{k}_lo"]:+.2f} to {r[f"ci_{k}_hi"]:+.2f}'

@@ -25,8 +25,12 @@ from attention_jax.symbols import EOS
 
 
 DEFAULT_LENGTH_EDGES = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
-# reported where the task has them (G2P's several references, gold alignments)
-EXTRA_METRICS = tuple(n for n, m in metrics_lib.METRICS.items() if not m.always)
+
+
+def extra_metrics() -> tuple[str, ...]:
+  """The metrics reported only where the task has them (G2P's several references, gold
+  alignments, a registered metric that says so)."""
+  return tuple(n for n, m in metrics_lib.METRICS.items() if not m.always)
 
 
 def report_keys(*reports: dict) -> list[str]:
@@ -110,6 +114,8 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
   report.update(metrics_lib.text_metrics(hyps, refs, bleu_tokenize))
   if all_refs is not None:
     report.update(metrics_lib.g2p_metrics(hyps, [x[5] for x in rows]))
+  ref_lists = [x[5] for x in rows] if all_refs is not None else None
+  report.update(metrics_lib.registered_scores(hyps, refs, ref_lists))
   report['sentences'] = len(rows)
   skipped = task.too_long(split)
   if skipped:   # beyond task.eval_limits: not decoded, not scored, counted
@@ -129,6 +135,9 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
                'exact_match': m['exact_match'], 'bleu': m['bleu'], 'chrf': m['chrf']}
       if all_refs is not None:
         entry.update(metrics_lib.g2p_metrics([x[1] for x in sel], [x[5] for x in sel]))
+      entry.update(metrics_lib.registered_scores(
+          [x[1] for x in sel], [x[2] for x in sel],
+          [x[5] for x in sel] if all_refs is not None else None))
       steps = sum(x[4] for x in sel)
       if steps:
         entry['alignment_accuracy'] = 100.0 * sum(x[3] for x in sel) / steps
@@ -141,7 +150,7 @@ def selection_score(report: dict) -> float:
   """What picks the best checkpoint on validation (higher is better): 100 - WER where the task
   has several references per source (G2P), else corpus BLEU."""
   metric = records_lib.primary_metrics(report)[0]
-  return 100.0 - report[metric] if metric in records_lib.LOWER_IS_BETTER else report[metric]
+  return 100.0 - report[metric] if metrics_lib.lower_is_better(metric) else report[metric]
 
 
 def heatmaps(task, kept, directory: str, prefix: str, heads: Callable | None = None,

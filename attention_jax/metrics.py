@@ -1,13 +1,23 @@
 """Metrics as sums and counts (so they add up across batches and devices), the text metrics
-of decoded outputs (exact match, sacrebleu BLEU and chrF), and METRICS: the one list of the
-figures that evaluations report, with what records, comparisons, reports and plots need to
-know of each (its label, its direction, its per-sentence record)."""
+of decoded outputs (exact match, sacrebleu BLEU and chrF), and METRICS: the one registry of
+the figures that evaluations report, with what records, comparisons, reports and plots need
+to know of each (its label, its direction, its per-sentence record).
+
+A new text metric is one `register(Metric(...))`: its per-sentence statistics (`statistics`)
+and the corpus score of their sum (`from_stats`). Evaluation reports it per split and per
+source length, the per-sentence records keep its statistics, and `compare` resamples them:
+
+  metrics.register(metrics.Metric(
+      'longer', 'outputs longer than the reference', ' (%)', lower_is_better=True,
+      record='longer', stats=('longer', 'sentences'),
+      statistics=lambda hyps, refs, ref_lists: [[len(h) > len(r), 1] for h, r in zip(hyps, refs)]))
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +28,14 @@ import sacrebleu
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
-  """A figure of an evaluation's report (a percentage or a score, per split)."""
+  """A figure of an evaluation's report (a percentage or a score, per split).
+
+  statistics(hyps, refs, ref_lists) -> one row of numbers per sentence (`stats` names them),
+  or None where the metric does not apply to the split (ref_lists: each source's several
+  references, or None); from_stats(summed row) -> the corpus score (default: 100 * first /
+  second, a percentage of a count). The built-in BLEU, chrF, exact match, WER, PER, token and
+  alignment accuracy are computed by evaluate.py and records.py themselves (sacrebleu's own
+  statistics); a registered metric needs `statistics`."""
   name: str
   label: str                      # in tables ("exact match") and, with unit, on axes
   unit: str = ''                  # ' (%)' for percentages
@@ -26,10 +43,19 @@ class Metric:
   always: bool = True             # False: reported only where the task has it (G2P, gold)
   record: str = ''                # its per-sentence value's key in records.py ('' = none)
   stats: tuple[str, ...] = ()     # its per-sentence statistics (summed over sentences)
+  statistics: Callable[..., Sequence[Sequence[float]] | None] | None = None
+  from_stats: Callable[[np.ndarray], float] | None = None
+
+  def score(self, summed) -> float:
+    """The corpus score from this metric's statistics summed over sentences."""
+    summed = np.asarray(summed, np.float64)
+    if self.from_stats is not None:
+      return float(self.from_stats(summed))
+    return 100.0 * float(summed[0]) / max(float(summed[1]), 1.0)
 
 
-# report order; registered here and nowhere else (records, compare, report, plots and the
-# training's tables read this)
+# report order; the built-in figures (records, compare, report, plots and the training's
+# tables read this registry, never a list of their own)
 METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric('bleu', 'BLEU', record='bleu'),
     Metric('chrf', 'chrF', record='chrf'),
@@ -42,6 +68,59 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric('alignment_accuracy', 'alignment accuracy', ' (%)', always=False, record='align',
            stats=('hits', 'steps')),
 )}
+_RESERVED_RECORD_KEYS = ('id', 'src_len', 'hyp')
+
+
+def register(metric: Metric) -> Metric:
+  """Adds a text metric to METRICS (after the built-in ones): reported by every evaluation from
+  now on. Refused in one line: a name or record key already taken, no statistics."""
+  if metric.name in METRICS:
+    raise ValueError(f'metric {metric.name!r} is already registered; registered: '
+                     f'{", ".join(METRICS)}')
+  if metric.statistics is None or not metric.record or not metric.stats:
+    raise ValueError(f'metric {metric.name!r} needs statistics (per-sentence rows), a record '
+                     'key and the names of its statistics (stats)')
+  taken = {m.record for m in METRICS.values()} | set(_RESERVED_RECORD_KEYS)
+  if metric.record in taken:
+    raise ValueError(f'metric {metric.name!r}: record key {metric.record!r} is taken; taken: '
+                     f'{", ".join(sorted(k for k in taken if k))}')
+  METRICS[metric.name] = metric
+  return metric
+
+
+def registered_statistics(hyps: Sequence[str], refs: Sequence[str],
+                          ref_lists: Sequence[Sequence[str]] | None
+                          ) -> dict[str, np.ndarray]:
+  """{name: [sentences, len(stats)] float64} of every metric with `statistics` that applies."""
+  out = {}
+  for name, m in METRICS.items():
+    if m.statistics is None:
+      continue
+    rows = m.statistics(list(hyps), list(refs), None if ref_lists is None else list(ref_lists))
+    if rows is None:
+      continue
+    rows = np.asarray(rows, np.float64).reshape(len(hyps), -1)
+    if rows.shape[1] != len(m.stats):
+      raise ValueError(f'metric {name!r}: {rows.shape[1]} statistics per sentence, but stats '
+                       f'names {len(m.stats)}: {m.stats}')
+    out[name] = rows
+  return out
+
+
+def registered_scores(hyps: Sequence[str], refs: Sequence[str],
+                      ref_lists: Sequence[Sequence[str]] | None) -> dict[str, float]:
+  """{name: corpus score} of every metric with `statistics` that applies to these outputs."""
+  return {name: METRICS[name].score(rows.sum(0))
+          for name, rows in registered_statistics(hyps, refs, ref_lists).items()}
+
+
+def label(name: str) -> str:
+  """A metric's label in tables ('exact match'); an unknown name as itself."""
+  return METRICS[name].label if name in METRICS else name
+
+
+def lower_is_better(name: str) -> bool:
+  return name in METRICS and METRICS[name].lower_is_better
 
 
 def token_losses(logits: jax.Array, tgt_out: jax.Array, label_smoothing: float = 0.0):

@@ -61,7 +61,6 @@ def plot_attention_grid(items, path: str, cols: int = 3) -> str:
   return _save(fig, path, dpi=100)
 
 
-YLABELS = {name: m.label + m.unit for name, m in metrics_lib.METRICS.items()}
 
 
 def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu',
@@ -84,7 +83,8 @@ def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu
     ax.text(train_max_len, ax.get_ylim()[0], ' longest training sentence', color='grey',
             fontsize=8, va='bottom')
   ax.set_xlabel('source length (tokens)')
-  ax.set_ylabel(YLABELS.get(metric, metric.replace('_', ' ')))
+  m = metrics_lib.METRICS.get(metric)
+  ax.set_ylabel(m.label + m.unit if m else metric.replace('_', ' '))
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   if title:

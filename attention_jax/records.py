@@ -12,7 +12,8 @@ order:
 
 Every metric is a function of the sum of its per-sentence statistics over the corpus
 (`score(name, summed)`): BLEU and chrF by sacrebleu's own formula (Papineni et al. 2002;
-Popović 2015), exact match and WER as means, PER as edits over reference length. So a
+Popović 2015), exact match and WER as means, PER as edits over reference length, a
+registered metric by its `from_stats` (metrics.register). So a
 corpus score, a length bucket's score and every resample of a significance test come from
 these numbers alone.
 """
@@ -32,12 +33,17 @@ from attention_jax import workdir as workdir_lib
 
 KIND = 'attention_jax.sentences'
 VERSION = 1
-_METRICS = metrics_lib.METRICS
-LOWER_IS_BETTER = tuple(n for n, m in _METRICS.items() if m.lower_is_better)
-# metric (as named in a report) -> its key in a record
-KEYS = {n: m.record for n, m in _METRICS.items() if m.record}
-# metric -> the names of its per-sentence statistics (BLEU / chrF: sacrebleu's)
-STATS = {n: m.stats for n, m in _METRICS.items() if m.stats}
+
+
+def keys() -> dict[str, str]:
+  """metric (as named in a report) -> its key in a record, from metrics.METRICS (read at each
+  call: a metric registered later is included)."""
+  return {n: m.record for n, m in metrics_lib.METRICS.items() if m.record}
+
+
+def stat_names() -> dict[str, tuple[str, ...]]:
+  """metric -> the names of its per-sentence statistics (BLEU / chrF: sacrebleu's)."""
+  return {n: m.stats for n, m in metrics_lib.METRICS.items() if m.stats}
 
 
 def primary_metrics(report) -> tuple[str, str]:
@@ -84,13 +90,19 @@ def build(split: str, rows: Sequence[dict], bleu_tokenize: str) -> tuple[dict, l
     if r.get('align') is not None and r['align'][1]:
       rec['align'] = [int(x) for x in r['align']]
     records.append(rec)
+  ref_lists = [r['refs'] for r in rows] if rows and all(
+      r.get('refs') is not None for r in rows) else None
+  for name, table in metrics_lib.registered_statistics(hyps, refs, ref_lists).items():
+    key = metrics_lib.METRICS[name].record
+    for rec, row in zip(records, table):
+      rec[key] = [int(x) if float(x).is_integer() else float(x) for x in row]
   header = {'kind': KIND, 'version': VERSION, 'split': split, 'sentences': len(records),
             'fingerprint': fingerprint([(r['id'], r['src'], r['ref'], r.get('refs'))
                                         for r in rows]),
             'bleu_signature': str(bleu.get_signature()),
             'chrf_signature': str(chrf.get_signature()), 'bleu_tokenize': bleu_tokenize,
             'stats': {'bleu': "sacrebleu BLEU's sentence statistics",
-                      'chrf': "sacrebleu chrF's sentence statistics", **STATS}}
+                      'chrf': "sacrebleu chrF's sentence statistics", **stat_names()}}
   return header, records
 
 
@@ -116,20 +128,21 @@ def read(file: str) -> tuple[dict, list[dict]]:
 
 def metrics_of(records: Sequence[dict]) -> list[str]:
   """The metrics these records support, in report order."""
-  return [m for m, k in KEYS.items() if any(k in r for r in records)]
+  return [m for m, k in keys().items() if any(k in r for r in records)]
 
 
 def stats(records: Sequence[dict], metric: str) -> np.ndarray:
-  """[sentences, k] float64 statistics of one metric (a name of KEYS)."""
-  if metric not in KEYS:
-    raise ValueError(f'unknown metric {metric!r}; valid: {", ".join(KEYS)}')
+  """[sentences, k] float64 statistics of one metric (a name of keys())."""
+  if metric not in keys():
+    raise ValueError(f'unknown metric {metric!r}; valid: {", ".join(keys())}')
   if metric == 'exact_match':
     return np.array([[r['exact'], 1] for r in records], np.float64)
   if metric == 'alignment_accuracy':   # sentences without a gold alignment count nothing
     return np.array([r.get('align', [0, 0]) for r in records], np.float64)
-  if any(metric not in r for r in records):
+  key = keys()[metric]
+  if any(key not in r for r in records):
     raise ValueError(f'these records have no {metric!r} statistics')
-  return np.array([r[metric] for r in records], np.float64).reshape(len(records), -1)
+  return np.array([r[key] for r in records], np.float64).reshape(len(records), -1)
 
 
 def score(metric: str, summed: np.ndarray, bleu_tokenize: str = '13a') -> float:
@@ -138,4 +151,4 @@ def score(metric: str, summed: np.ndarray, bleu_tokenize: str = '13a') -> float:
     return bleu_metric(bleu_tokenize)._compute_score_from_stats(list(summed)).score
   if metric == 'chrf':
     return chrf_metric()._compute_score_from_stats(list(summed)).score
-  return 100.0 * summed[0] / max(summed[1], 1)   # exact match, WER, PER, alignment
+  return metrics_lib.METRICS[metric].score(summed)   # exact match, WER, PER, alignment, ...

@@ -30,9 +30,11 @@ from attention_jax import metrics as metrics_lib
 from attention_jax import plots
 from attention_jax import workdir as workdir_lib
 
-# the per-run table's metric columns: lower-is-better ones (G2P's WER, PER) first
-RUN_COLUMNS = tuple(sorted(metrics_lib.METRICS,
-                           key=lambda name: not metrics_lib.METRICS[name].lower_is_better))
+
+
+def run_columns() -> tuple[str, ...]:
+  """The per-run table's metric columns: lower-is-better ones (G2P's WER, PER) first."""
+  return tuple(sorted(metrics_lib.METRICS, key=lambda n: not metrics_lib.lower_is_better(n)))
 
 
 def _train_max_len(workdir: str) -> int | None:
@@ -79,13 +81,13 @@ def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
     paths['comparisons'] = _write_csv(os.path.join(sweep_dir, 'comparisons.csv'),
                                       c['comparisons'])
   run_rows = [{'variant': g.name, 'run': os.path.relpath(r.workdir, sweep_dir),
-               **{k: r.split(split).get(k, float('nan')) for k in RUN_COLUMNS},
+               **{k: r.split(split).get(k, float('nan')) for k in run_columns()},
                'steps_per_s': r.results.get('train_steps_per_s'), 'wall_s': r.wall_s,
                'attempts': r.attempts, 'ran_on': r.ran_on}
               for g in groups for r in g.runs]
   paths['runs'] = _write_csv(os.path.join(sweep_dir, 'runs.csv'), run_rows)
   metric = c['metrics'][0]
-  label = f'{split} {compare_lib.LABELS[metric]}'
+  label = f'{split} {metrics_lib.label(metric)}'
   paths['bars'] = plots.plot_bars(
       {s['variant']: (s[f'{metric}_mean'], s[f'{metric}_ci_lo'], s[f'{metric}_ci_hi'])
        for s in c['summary']}, os.path.join(sweep_dir, 'bars.png'),

@@ -23,6 +23,7 @@ from attention_jax import encoders
 from attention_jax import ensemble
 from attention_jax import evaluate as eval_lib
 from attention_jax import inference
+from attention_jax import metrics as metrics_lib
 from attention_jax import plots
 from attention_jax import records as records_lib
 from attention_jax import workdir as workdir_lib
@@ -156,8 +157,9 @@ def format_report(report: dict, workdir: str, name: str,
   dec = 'greedy' if report['beam'] == 1 else f'beam {report["beam"]}, alpha {report["alpha"]}'
   what = report['split'] or f'{report["src"]} -> {report["ref"]}'
   keys = eval_lib.report_keys(report)
-  cols = ['sentences', 'exact_match', 'bleu', 'chrf'] + [
-      k for k in eval_lib.EXTRA_METRICS if k in report]
+  first = ['exact_match', 'bleu', 'chrf']
+  cols = ['sentences'] + first + [k for k in metrics_lib.METRICS if k not in first and all(
+      k in r for r in report['by_length']) and report['by_length']]
   lines = [f'{workdir} step {report["step"]}, {what} ({report["sentences"]} sentences, {dec})',
            f'sacrebleu signature: {report["bleu_signature"]}',
            '| ' + ' | '.join(keys) + ' |', '|' + '---|' * len(keys),

@@ -22,7 +22,7 @@ from experiments import cli
 flags.DEFINE_enum('split', 'test', ['validation', 'test', 'test_heldout_fonts'],
                   'Which split to compare (test_heldout_fonts: image_dates).')
 flags.DEFINE_list('metric', [], 'Metrics, the first one leading (default: bleu,exact_match; '
-                  f'wer,per for G2P). Valid: {", ".join(records_lib.KEYS)}.')
+                  f'wer,per for G2P). Valid: {", ".join(records_lib.keys())}.')
 flags.DEFINE_string('baseline', None, 'The run or group every other is compared with '
                     '(default: the best on the first metric).')
 flags.DEFINE_integer('trials', 10_000, 'Approximate-randomisation trials.', lower_bound=100)

@@ -25,3 +25,20 @@ def test_a_score_registered_at_test_time_is_picked_up_by_the_parametrized_tests(
                          'tests/test_scores.py'], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=600)
   assert 'negdot' not in proc.stdout.replace('-k negdot', '')
+
+
+def test_a_metric_registered_at_test_time_is_reported_recorded_and_scored():
+  """tests/throwaway_metric.py registers a metric (one `metrics.register`): the registry-driven
+  metric tests collect it (its statistics' score) and find it in evaluation's report, each
+  length band and the per-sentence records, with no list edited."""
+  env = {**os.environ, 'PYTHONPATH': os.pathsep.join([os.path.join(ROOT, 'tests'), ROOT])}
+  proc = subprocess.run(
+      [sys.executable, '-m', 'pytest', '-p', 'throwaway_metric', '-q', '-rA', '-p',
+       'no:cacheprovider', 'tests/test_metrics.py'],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+  assert 'PASSED tests/test_metrics.py::test_a_metric_is_the_score_of_its_summed_sentence_' \
+         'statistics[longer]' in proc.stdout
+  assert 'PASSED tests/test_metrics.py::test_every_reported_metric_is_the_score' in proc.stdout
+  from attention_jax import metrics  # pylint: disable=g-import-not-at-top
+  assert 'longer' not in metrics.METRICS        # without the plugin: no such metric
