@@ -29,14 +29,45 @@ def write_corpus(directory, pairs=PAIRS):
 
 
 def test_a_data_set_is_one_loader_and_one_registry_line(monkeypatch, data_cfg):
-  """data.name picks its loader from tasks.LOADERS: one registered at test time is a task."""
+  """data.name picks its loader from the registry: one registered at test time is a task; a
+  name taken is refused in one line."""
   pairs = {'train': PAIRS['train'], 'validation': PAIRS['valid'], 'test': PAIRS['test']}
-  monkeypatch.setitem(tasks.LOADERS, 'in_memory', lambda d: tasks.Loaded(pairs, {}, 'this test'))
+  monkeypatch.setattr(tasks, 'LOADERS', dict(tasks.LOADERS))     # undone after the test
+  data.register_task('in_memory', lambda d: data.Loaded(pairs, {}, 'this test'))
   task = data.load_task(data_cfg('in_memory', tokenizer='char'))
   assert task.texts('validation') == PAIRS['valid'] and task.location == 'this test'
   with pytest.raises(ValueError, match=r"unknown data.name 'nope'; valid: dates, .*cmudict, .*"
-                                       r"textfiles, tfds, in_memory"):
+                                       r"textfiles, tfds, .*in_memory"):
     data.load_task(data_cfg('nope'))
+  with pytest.raises(ValueError, match=r"task 'dates' is already registered; registered: dates"):
+    data.register_task('dates', lambda d: None)
+
+
+# the registered tasks that read a user's files or a TFDS set (tested above and below with
+# their inputs) or the whole CMUdict (tests/test_cmudict.py); every other one, a task
+# registered later included (tests/throwaway_task.py), loads from the test config alone
+NEEDS_INPUTS = ('textfiles', 'tfds', 'cmudict')
+
+
+@pytest.mark.parametrize('name', [n for n in data.TASKS if n not in NEEDS_INPUTS])
+def test_every_registered_task_gives_three_splits_that_batch(name, data_cfg):
+  """A registered task loads from a small config: three non-empty splits whose batches hold
+  the tokens of their texts, a training iterator and its statistics."""
+  task = data.load_task(data_cfg(name, num_train=48, num_valid=8, num_test=8))
+  assert [len(task.texts(s)) > 0 for s in ('train', 'validation', 'test')] == [True] * 3
+  batch = next(iter(task.eval_batches('test', 4)))
+  rows = np.flatnonzero(batch['weight'])
+  assert len(rows) and batch['tgt_in'].shape == batch['tgt_out'].shape
+  for r in rows:
+    src, tgt = task.texts('test')[int(batch['index'][r])]
+    assert task.tgt_tok.decode(batch['tgt_out'][r]) == task.tgt_tok.decode(
+        task.tgt_tok.encode(tgt)), name
+    if task.source == 'tokens':
+      assert task.src_tok.decode(batch['src'][r]) == task.src_tok.decode(
+          task.src_tok.encode(src))
+  train = next(iter(task.train_iterator(4, seed=0)))
+  assert train['src'].shape[0] == 4 and (train['tgt_out'] != 0).any()
+  assert task.stats(4)['splits']['train']['size'] == len(task.texts('train'))
 
 
 def test_textfiles_round_trip(tmp_path, data_cfg):

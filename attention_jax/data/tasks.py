@@ -343,7 +343,8 @@ def _tfds(d) -> Loaded:
   return Loaded(pairs, {}, f'{d.tfds_name} ({d.src_lang} -> {d.tgt_lang})')
 
 
-# data.name -> loader(cfg.data) -> Loaded. A new data set is one loader and one line here.
+# data.name -> loader(cfg.data) -> Loaded: the built-in data sets. A new one is one
+# register_task(name, loader), here or in the researcher's own module (tests/throwaway_task.py)
 LOADERS: dict[str, Callable[[Any], Loaded]] = {
     **{name: _builder(functools.partial(builders.prepare, name)) for name in builders.BUILDERS},
     'cmudict': _builder(cmudict.prepare),
@@ -352,7 +353,19 @@ LOADERS: dict[str, Callable[[Any], Loaded]] = {
     'textfiles': lambda d: Loaded(textfiles.read_corpus(d.textfiles_dir), {}, d.textfiles_dir),
     'tfds': _tfds,
 }
-TASKS = tuple(LOADERS)
+TASKS = LOADERS.keys()   # the registered names, as they are now (a view: register_task adds)
+
+
+def register_task(name: str, loader: Callable[[Any], Loaded]) -> Callable[[Any], Loaded]:
+  """Makes `data.name=name` load with `loader(cfg.data) -> Loaded` (texts per split 'train',
+  'validation', 'test'; extras; where it came from; images for image tasks). A name already
+  taken is refused in one line naming the registered ones."""
+  if not name or not name.replace('_', '').isalnum():
+    raise ValueError(f'a task name is letters, digits and _, got {name!r}')
+  if name in LOADERS:
+    raise ValueError(f'task {name!r} is already registered; registered: {", ".join(LOADERS)}')
+  LOADERS[name] = loader
+  return loader
 
 
 def _load(d) -> Loaded:

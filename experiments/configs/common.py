@@ -31,8 +31,7 @@ def base_config() -> ml_collections.ConfigDict:
 
   # ---- data: see attention_jax/data --------------------------------------
   d = c.data = ml_collections.ConfigDict()
-  d.name = 'dates'          # dates | copy | reverse | sort | addition | cmudict | textfiles | tfds
-                            # | image_dates (attention_jax.data.LOADERS)
+  d.name = 'dates'          # a name of attention_jax.data.TASKS (data.register_task adds one)
   d.data_dir = ''           # TFDS data dir; '' = ~/tensorflow_datasets
   d.seed = 0                # generation seed of the offline tasks
   d.num_train = 20_000      # examples per split for the offline tasks
