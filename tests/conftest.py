@@ -26,8 +26,9 @@ import pytest
 
 # -O0, and XLA:CPU's older elemental emitters instead of its fusion emitters: a small model's
 # gradient compiled in 1.0 s instead of 2.5 s here (jaxlib 0.10.2); the LLVM module compiled
-# as one piece, not split for threads that two busy pytest-xdist workers leave no core for
-# (test_model.py's gradient tests: XLA's compile time 36.2 -> 32.3 s, 2026-11-27)
+# as one piece, not split across threads (test_model.py's gradient tests in one process: XLA's
+# compile time 36.2 -> 32.3 s; under two pytest-xdist workers test_model + test_modes took the
+# same time either way, 126 vs 129 s, 2026-11-27)
 TEST_XLA_FLAGS = ('--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false '
                   '--xla_cpu_parallel_codegen_split_count=1')
 
