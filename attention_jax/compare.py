@@ -299,7 +299,8 @@ def compare(groups: Sequence[Group], split: str = 'test', metrics: Sequence[str]
                             for row in by_length(g, split, m)]}
 
 
-def _fmt_p(p: float) -> str:
+def format_p(p: float) -> str:
+  """A p-value as tables and sentences print it."""
   return 'n/a' if not np.isfinite(p) else ('< 0.0001' if p < 1e-4 else f'{p:.2g}')
 
 
@@ -321,8 +322,8 @@ def _sentence(row: dict, split: str, lower_better: bool, sentences: int) -> str:
         if np.isfinite(row['ci_seeds_lo']) else
         f'95% CI {interval("ci_sentences_lo", "ci_sentences_hi")} over sentences'
         if np.isfinite(row['ci_sentences_lo']) else 'no interval')
-  how = (f'Holm-adjusted p = {_fmt_p(row["p_seeds_holm"])} over {row["seeds"]} seeds, '
-         f'{_fmt_p(row["p_sentences_holm"])} over {sentences:,} sentences'
+  how = (f'Holm-adjusted p = {format_p(row["p_seeds_holm"])} over {row["seeds"]} seeds, '
+         f'{format_p(row["p_sentences_holm"])} over {sentences:,} sentences'
          + ('; with one seed on a side, seed-to-seed variation is untested'
             if not np.isfinite(row['p_seeds']) else ''))
   figures = f'{means[0]:.2f} vs {means[1]:.2f} ({sign * d:+.2f}; {ci}'
@@ -334,80 +335,8 @@ def _sentence(row: dict, split: str, lower_better: bool, sentences: int) -> str:
   return f'{v} and {b} do not differ significantly on {split} {m}: {figures}; {how}).'
 
 
-def _cell(mean: float, lo: float, hi: float, std: float = float('nan')) -> str:
-  if not np.isfinite(mean):
-    return '-'
-  return (f'{mean:.2f}' + (f' ± {std:.2f}' if np.isfinite(std) else '')
-          + (f' [{lo:.2f}, {hi:.2f}]' if np.isfinite(lo) else ''))
-
-
 def _sum_known(xs) -> float:
   """The sum of the known (finite) values; nan if none is known (runs not run by a sweep
   have no wall time)."""
   known = [x for x in xs if np.isfinite(x)]
   return float(sum(known)) if known else float('nan')
-
-
-def _known(x: float, fmt: str) -> str:
-  return format(x, fmt) if np.isfinite(x) else '-'
-
-
-def markdown(c: dict, title: str = '') -> str:
-  """The comparison as markdown: summary table, by-length table, comparisons, sentences, and
-  how it was tested."""
-  ms, split = c['metrics'], c['split']
-  seeds = sorted({s['seeds'] for s in c['summary']})
-  out = [title or f'{split.capitalize()} split: {len(c["summary"])} variants, '
-         f'{"/".join(map(str, seeds))} seed(s) each, {c["sentences"]:,} sentences.', '',
-         'Mean ± standard deviation over seeds [95% t interval]:', '',
-         '| variant | seeds | ' + ' | '.join(metrics_lib.label(m) for m in c['reported'])
-         + ' | steps/s | wall (s, all seeds) |',
-         '|---|---|' + '---|' * (len(c['reported']) + 2)]
-  for s in c['summary']:
-    out.append(f'| {s["variant"]} | {s["seeds"]} | ' + ' | '.join(
-        _cell(s[f'{m}_mean'], s[f'{m}_ci_lo'], s[f'{m}_ci_hi'], s[f'{m}_std'])
-        for m in c['reported'])
-        + f' | {_known(s["steps_per_s"], ".1f")} | {_known(s["wall_s"], ".0f")} |')
-  curves = c['by_length']
-  buckets = []
-  for rows in curves.values():
-    buckets += [r['bucket'] for r in rows if r['bucket'] not in buckets]
-  if buckets:
-    out += ['', f'{metrics_lib.label(ms[0])} by source length, mean over seeds '
-                '[95% t interval]:', '',
-            '| variant | ' + ' | '.join(buckets) + ' |', '|---|' + '---|' * len(buckets)]
-    for name, rows in curves.items():
-      got = {r['bucket']: r for r in rows}
-      out.append(f'| {name} | ' + ' | '.join(
-          _cell(got[b][ms[0]], got[b]['ci_lo'], got[b]['ci_hi']) if b in got else ''
-          for b in buckets) + ' |')
-  why = ('named as the baseline' if c['baseline_named']
-         else f'the best mean {metrics_lib.label(ms[0])}')
-  out += ['', f'Against **{c["baseline"]}** ({why}); difference = variant - baseline:', '',
-          '| variant | metric | mean | baseline | difference | 95% CI, seeds | '
-          '95% CI, sentences | p seeds (Holm) | p sentences (Holm) | significant |',
-          '|---|---|---|---|---|---|---|---|---|---|']
-  for r in c['comparisons']:
-    out.append(
-        f'| {r["variant"]} | {metrics_lib.label(r["metric"])} | {r["variant_mean"]:.2f} | '
-        f'{r["baseline_mean"]:.2f} | {r["diff"]:+.2f} | '
-        + ' | '.join('-' if not np.isfinite(r[f'ci_{k}_lo']) else
-                     f'{r[f"ci_{k}_lo"]:+.2f} to {r[f"ci_{k}_hi"]:+.2f}'
-                     for k in ('seeds', 'sentences'))
-        + f' | {_fmt_p(r["p_seeds"])} ({_fmt_p(r["p_seeds_holm"])}) | '
-          f'{_fmt_p(r["p_sentences"])} ({_fmt_p(r["p_sentences_holm"])}) | '
-          f'{"yes" if r["significant"] else "no"} |')
-  out += [''] + [f'- {r["sentence"]}' for r in c['comparisons']]
-  out += ['', f'How this was tested: over seeds, Welch\'s t-test and t intervals (few seeds: '
-          'a permutation test over 3+3 seeds cannot reach p < 0.1); over the '
-          f'{c["sentences"]:,} {split} sentences, paired approximate randomisation '
-          f'({c["trials"]:,} trials, scipy.stats.permutation_test; Riezler & Maxwell 2005 found '
-          'it less prone to false positives than the paired bootstrap) on per-sentence statistics '
-          '(a system with several seeds is the mean of its seeds\' statistics per sentence; '
-          'ties count as extreme, so identical systems get p = 1), and a paired percentile '
-          'bootstrap (scipy.stats.bootstrap, '
-          '1,000 resamples) for the interval. p-values are Holm-adjusted within each metric\'s '
-          f'family of {max(len(c["summary"]) - 1, 0)} comparisons; "significant" means every '
-          f'available adjusted p is below {ALPHA} (over seeds and over sentences: a difference '
-          'must hold beyond both seed-to-seed variation and the choice of test sentences).']
-  return '\n'.join(out) + '\n'

@@ -16,6 +16,7 @@ from absl import app, flags
 
 from attention_jax import compare as compare_lib
 from attention_jax import records as records_lib
+from attention_jax import report
 from attention_jax import workdir as workdir_lib
 from experiments import cli
 
@@ -42,7 +43,7 @@ def main(argv):
     groups = compare_lib.resolve([r.workdir for r in groups[0].runs], FLAGS.split)
   c = compare_lib.compare(groups, FLAGS.split, FLAGS.metric, baseline=FLAGS.baseline,
                           trials=FLAGS.trials)
-  text = compare_lib.markdown(c)
+  text = report.markdown(c)
   print(text)
   if FLAGS.out:
     workdir_lib.write_atomic(FLAGS.out, text)

@@ -97,7 +97,7 @@ def test_wall_time_is_the_sum_of_the_known_ones_and_unknown_shows_as_a_dash(swee
   c = compare.compare(compare.sweep_groups(sweep_dir), 'test', ['bleu'], trials=100)
   wall = {s['variant']: s['wall_s'] for s in c['summary']}
   assert wall['good'] == 42.5 and np.isnan(wall['bad'])
-  lines = compare.markdown(c).splitlines()   # the summary table comes first
+  lines = report.markdown(c).splitlines()   # the summary table comes first
   good, bad = (next(x for x in lines if x.startswith(f'| {v} | 3 |')) for v in ('good', 'bad'))
   assert good.endswith('| 10.0 | 42 |') and bad.endswith('| 10.0 | - |')
 
