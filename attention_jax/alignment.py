@@ -33,8 +33,6 @@ import numpy as np
 from flax import nnx
 
 from attention_jax import attribution
-from attention_jax import encoders
-from attention_jax.data import builders
 
 EXPLICIT = 'attention'   # the explicit weights' row in a report
 RANDOM = 'random'        # a random ranking: the chance level of every figure
@@ -345,12 +343,6 @@ def attribute_images(graphdef, params, task, split: str, methods: Sequence[str],
           'bands': [band]}
 
 
-def train_max_len(data_cfg) -> int | None:
-  """The longest training source of a task with gold alignments (copy, reverse, sort: their
-  test sentences go beyond it), else None."""
-  return int(data_cfg.max_len) if data_cfg.name in builders.ALIGNMENTS else None
-
-
 def format_report(report: dict, split: str) -> str:
   """An attribute_split report as markdown: a table per band (all; within and beyond the
   training lengths), random positions last."""
@@ -374,49 +366,3 @@ def format_report(report: dict, split: str) -> str:
           f'{fig[c]:.4g}' if c in fig else '-' for c in cols) + ' | '
           + (f'{secs:.1f}' if secs is not None else '-') + ' |')
   return '\n'.join(lines)
-
-
-def config_methods(spec: str, source: str | None = None) -> list[str]:
-  """eval.attribution ('' | 'all' | 'gradient,integrated_gradients') -> method names (those
-  that apply to `source`, 'tokens' or 'images', where given); an unknown name, or one that
-  cannot apply, fails naming the valid ones."""
-  names = [m.strip() for m in str(spec or '').split(',') if m.strip()]
-  if names == ['all']:
-    return attribution.names(source) if source else sorted(attribution.METHODS)
-  for m in names:
-    if source:
-      attribution.check(m, source)
-    else:
-      attribution.lookup(m)
-  return names
-
-
-def check_task(task, spec: str) -> list[str]:
-  """eval.attribution's methods for this task; one line if the task has no gold alignment."""
-  methods = config_methods(spec, task.source)
-  if methods and not (task.has_alignment and task.source == 'tokens'
-                      or getattr(task, 'has_boxes', False)):
-    raise ValueError(f'eval.attribution={spec!r} measures attributions against gold '
-                     f'alignments, which task {task.name!r} does not have (copy, reverse, '
-                     "sort and digit_strips' boxes have them); set eval.attribution=''")
-  return methods
-
-
-def from_config(graphdef, params, task, cfg, model_config, split: str = 'test',
-                progress=None) -> dict | None:
-  """The attribute_split (token tasks) or attribute_images (digit_strips, over the grid that
-  model_config's encoder makes of the task's images) report that a run's eval.attribution*
-  fields ask for; None when eval.attribution is empty; a task without gold fails with one
-  line."""
-  methods = check_task(task, cfg.eval.get('attribution', ''))
-  if not methods:
-    return None
-  steps = int(cfg.eval.get('attribution_steps', 32))
-  common = dict(num=int(cfg.eval.get('attribution_num', 200)),
-                batch_size=int(cfg.data.batch_size),
-                options=attribution.Options(steps=steps, samples=steps), progress=progress)
-  if task.source != 'tokens':
-    grid = encoders.grid_shape(model_config, task.image_shape)
-    return attribute_images(graphdef, params, task, split, methods, grid, **common)
-  return attribute_split(graphdef, params, task, split, methods,
-                         train_max_len=train_max_len(cfg.data), **common)

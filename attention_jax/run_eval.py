@@ -21,6 +21,7 @@ from attention_jax import alignment
 from attention_jax import data as data_lib
 from attention_jax import encoders
 from attention_jax import ensemble
+from attention_jax import eval_attribution
 from attention_jax import evaluate as eval_lib
 from attention_jax import inference
 from attention_jax import metrics as metrics_lib
@@ -114,7 +115,7 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
     attribution = cfg.eval.get('attribution', '')
   if attribution:
     cfg.eval.attribution = attribution
-    report['attribution'] = alignment.from_config(graphdef, params, task, cfg,
+    report['attribution'] = eval_attribution.from_config(graphdef, params, task, cfg,
                                                   translator.config, split)
   report.update({'split': split if src is None else None, 'src': src, 'ref': ref,
                  'beam': beam, 'alpha': alpha, 'step': translator.step,

@@ -15,10 +15,10 @@ import os
 import jax
 import ml_collections
 
-from attention_jax import alignment
 from attention_jax import checkpoint as ckpt_lib
 from attention_jax import data as data_lib
 from attention_jax import encoders
+from attention_jax import eval_attribution
 from attention_jax import evaluate as eval_lib
 from attention_jax import inference
 from attention_jax import records as records_lib
@@ -149,7 +149,7 @@ class Session:
     self.task = task
     self.mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
     check_source(task, self.mcfg)
-    alignment.check_task(task, cfg.eval.get('attribution', ''))   # before training, not after
+    eval_attribution.check_task(task, cfg.eval.get('attribution', ''))   # before training, not after
     self.use_ema = cfg.train.ema_decay > 0
     self.tok_fingerprint = ckpt_lib.fingerprint(tok_dir) if os.path.isdir(tok_dir) else None
     self.ckpts: ckpt_lib.Checkpoints | None = None
@@ -279,7 +279,7 @@ class Session:
     if lead() and cfg.eval.get('attribution'):   # implicit attention against gold alignments
       log(f'attributing {cfg.eval.get("attribution_num", 200)} test sentences '
           f'({cfg.eval.attribution})')
-      results['test']['attribution'] = alignment.from_config(graphdef, params, task, cfg, mcfg)
+      results['test']['attribution'] = eval_attribution.from_config(graphdef, params, task, cfg, mcfg)
     heads = functools.partial(inference.layer_weights, graphdef, params) \
         if mcfg.arch == 'transformer' else None
     paths = [path for split in task.test_splits if lead() and kept[split]

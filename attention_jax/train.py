@@ -16,8 +16,8 @@ import jax
 import ml_collections
 import sacrebleu
 
-from attention_jax import alignment
 from attention_jax import data as data_lib
+from attention_jax import eval_attribution
 from attention_jax import evaluate as eval_lib
 from attention_jax import hold
 from attention_jax import inference
@@ -82,7 +82,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   if not isinstance(shown, int) or isinstance(shown, bool) or shown < 0:
     raise ValueError(f'eval.heatmaps must be an integer >= 0 (test sentences drawn), got '
                      f'{shown!r}')
-  alignment.config_methods(e.get('attribution', ''))   # names, before any training
+  eval_attribution.config_methods(e.get('attribution', ''))   # names, before any training
   if not isinstance(e.get('attribution_num', 1), int) or e.get('attribution_num', 1) < 1:
     raise ValueError(f'eval.attribution_num must be a positive integer, got '
                      f'{e.attribution_num!r}')

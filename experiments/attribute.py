@@ -29,7 +29,7 @@ import ml_collections
 import numpy as np
 from absl import app, flags
 
-from attention_jax import alignment, api, attribution, encoders, plots
+from attention_jax import alignment, api, attribution, encoders, eval_attribution, plots
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from experiments import cli
@@ -117,7 +117,7 @@ def on_split(t: api.Translator, methods, opts, out_dir: str) -> None:
   if t.config.source == 'tokens':
     report = alignment.attribute_split(
         t.graphdef, t.params, task, FLAGS.split, methods, num=FLAGS.num, k=FLAGS.k,
-        options=attribution.Options(**opts), train_max_len=alignment.train_max_len(cfg.data),
+        options=attribution.Options(**opts), train_max_len=eval_attribution.train_max_len(cfg.data),
         progress=progress)
   else:   # digit_strips: the pointing game in each digit's recorded box
     report = alignment.attribute_images(
