@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attention_jax import data
-from attention_jax.data import tasks, textfiles, tfds_translation
+from attention_jax.data import loaders, textfiles, tfds_translation
 from experiments import data_info
 
 import helpers
@@ -32,7 +32,7 @@ def test_a_data_set_is_one_loader_and_one_registry_line(monkeypatch, data_cfg):
   """data.name picks its loader from the registry: one registered at test time is a task; a
   name taken is refused in one line."""
   pairs = {'train': PAIRS['train'], 'validation': PAIRS['valid'], 'test': PAIRS['test']}
-  monkeypatch.setattr(tasks, 'LOADERS', dict(tasks.LOADERS))     # undone after the test
+  monkeypatch.setattr(loaders, 'LOADERS', dict(loaders.LOADERS))   # undone after the test
   data.register_task('in_memory', lambda d: data.Loaded(pairs, {}, 'this test'))
   task = data.load_task(data_cfg('in_memory', tokenizer='char'))
   assert task.texts('validation') == PAIRS['valid'] and task.location == 'this test'

@@ -11,8 +11,8 @@ Token ids: PAD=0, BOS=1, EOS=2, UNK=3 in every vocabulary.
 
 from attention_jax.data.batching import Buckets, TrainIterator
 from attention_jax.data.builders import BUILDERS, gold_alignment, prepare
-from attention_jax.data.tasks import (FIELD_DEFAULTS, SPLITS, TASKS, Loaded, Task,
-                                      decode_limit, load_task, register_task)
+from attention_jax.data.loaders import TASKS, Loaded, register_task
+from attention_jax.data.tasks import FIELD_DEFAULTS, SPLITS, Task, decode_limit, load_task
 from attention_jax.data.textfiles import CorpusError, read_corpus
 from attention_jax.data.tokenizers import (BOS, EOS, PAD, TOKENIZERS, UNK, Tokenizer,
                                            load_tokenizer, load_tokenizers, save_tokenizers,

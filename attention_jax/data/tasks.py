@@ -6,25 +6,21 @@
   for batch in task.eval_batches('test', 64): ...
   save_tokenizers(task, workdir)                 # what a checkpoint needs to decode
 
-Tasks (data.name): dates, copy, reverse, sort, addition (our TFDS builders, see builders.py),
-cmudict (English G2P from the CMU Pronouncing Dictionary, see cmudict.py), textfiles (a
-user's corpus, see textfiles.py) and tfds (any TFDS translation data set by name, see
-tfds_translation.py).
+Tasks (data.name): the names of loaders.LOADERS (our TFDS builders, CMUdict, a user's text
+files, any TFDS translation set; loaders.register_task adds one).
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 from absl import logging
 
-from attention_jax.data import (batching, builders, cmudict, image_builders, textfiles,
-                                 tfds_translation)
+from attention_jax.data import batching, builders, cmudict, image_builders, loaders
 from attention_jax.data import tokenizers as tok_lib
 
-SPLITS = ('train', 'validation', 'test')
+SPLITS = loaders.SPLITS
 # data fields added after runs were saved, with the value a saved config without them means
 FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT, 'image_height': 32, 'image_width': 256,
                   'digit_distortion': 0.0, 'digit_distortion_p': 1.0,
@@ -32,36 +28,6 @@ FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT, 'image_height': 32, 'image_wid
                   'image_augment_p': 1.0,
                   **{f'image_{f}': 0.0 for f in ('stroke', 'blur', 'contrast', 'noise',
                                                  'affine', 'elastic', 'baseline')}}
-
-
-def _text(x: Any) -> str:
-  return x.decode('utf-8') if isinstance(x, bytes) else str(x)
-
-
-class Loaded(NamedTuple):
-  """What a data set's loader gives: (source, target) strings per split, per-split extra
-  string features (references, locales, ...), where the data came from, and for image tasks
-  the source images per split (uint8 [N, H, W]; the strings then say what is drawn)."""
-  texts: dict[str, list[tuple[str, str]]]
-  extras: dict[str, dict[str, list[str]]]
-  location: str
-  images: dict[str, np.ndarray] | None = None
-
-
-def _read_builder(builder) -> Loaded:
-  """All examples of a prepared builder."""
-  sources = builder.as_data_source()
-  features = builder.info.features
-  extra_keys = [k for k in features if k not in ('src', 'tgt', 'image')]
-  texts, extras, images = {}, {}, {}
-  # the three splits, then any a builder adds (image_dates: test_heldout_fonts)
-  for split in (*SPLITS, *sorted(set(builder.info.splits) - set(SPLITS))):
-    examples = tfds_translation.read_all(sources[split])
-    texts[split] = [(_text(ex['src']), _text(ex['tgt'])) for ex in examples]
-    extras[split] = {k: [_text(ex[k]) for ex in examples] for k in extra_keys}
-    if 'image' in features:
-      images[split] = np.stack([np.asarray(ex['image'], np.uint8) for ex in examples])
-  return Loaded(texts, extras, str(builder.data_dir), images or None)
 
 
 def _encode(tok, texts: Sequence[str]) -> batching.Ragged:
@@ -333,47 +299,6 @@ class Task:
     return out
 
 
-def _builder(prepare: Callable) -> Callable:
-  """A loader of one of our offline TFDS builders (`prepare(cfg.data)` builds it once)."""
-  return lambda d: _read_builder(prepare(d))
-
-
-def _tfds(d) -> Loaded:
-  pairs = tfds_translation.load_pairs(d.tfds_name, d.src_lang, d.tgt_lang, data_dir=d.data_dir)
-  return Loaded(pairs, {}, f'{d.tfds_name} ({d.src_lang} -> {d.tgt_lang})')
-
-
-# data.name -> loader(cfg.data) -> Loaded: the built-in data sets. A new one is one
-# register_task(name, loader), here or in the researcher's own module (tests/throwaway_task.py)
-LOADERS: dict[str, Callable[[Any], Loaded]] = {
-    **{name: _builder(functools.partial(builders.prepare, name)) for name in builders.BUILDERS},
-    'cmudict': _builder(cmudict.prepare),
-    **{name: _builder(functools.partial(image_builders.prepare_image_task, name))
-       for name in image_builders.IMAGE_BUILDERS},
-    'textfiles': lambda d: Loaded(textfiles.read_corpus(d.textfiles_dir), {}, d.textfiles_dir),
-    'tfds': _tfds,
-}
-TASKS = LOADERS.keys()   # the registered names, as they are now (a view: register_task adds)
-
-
-def register_task(name: str, loader: Callable[[Any], Loaded]) -> Callable[[Any], Loaded]:
-  """Makes `data.name=name` load with `loader(cfg.data) -> Loaded` (texts per split 'train',
-  'validation', 'test'; extras; where it came from; images for image tasks). A name already
-  taken is refused in one line naming the registered ones."""
-  if not name or not name.replace('_', '').isalnum():
-    raise ValueError(f'a task name is letters, digits and _, got {name!r}')
-  if name in LOADERS:
-    raise ValueError(f'task {name!r} is already registered; registered: {", ".join(LOADERS)}')
-  LOADERS[name] = loader
-  return loader
-
-
-def _load(d) -> Loaded:
-  if d.name not in LOADERS:
-    raise ValueError(f'unknown data.name {d.name!r}; valid: {", ".join(LOADERS)}')
-  return LOADERS[d.name](d)
-
-
 def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Task:
   """Prepares (offline) and opens the data set of `data_cfg` (cfg.data) as a Task.
 
@@ -383,7 +308,7 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
   with a checkpoint (`load_tokenizers(workdir)`).
   """
   d = data_cfg
-  texts, extras, location, images = _load(d)
+  texts, extras, location, images = loaders.load(d)
   if not texts['train']:
     raise ValueError(f'{d.name}: the training split is empty')
   if tokenizers is None:
