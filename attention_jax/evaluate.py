@@ -27,12 +27,6 @@ from attention_jax.symbols import EOS
 DEFAULT_LENGTH_EDGES = (0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100)
 
 
-def extra_metrics() -> tuple[str, ...]:
-  """The metrics reported only where the task has them (G2P's several references, gold
-  alignments, a registered metric that says so)."""
-  return tuple(n for n, m in metrics_lib.METRICS.items() if not m.always)
-
-
 def report_keys(*reports: dict) -> list[str]:
   """The figures every one of these reports holds, in table order: loss and perplexity,
   then metrics.METRICS' (those a task may lack only where every report has them)."""
@@ -112,10 +106,15 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
   report = metrics_lib.summarise(total)
   hyps, refs = [x[1] for x in rows], [x[2] for x in rows]
   report.update(metrics_lib.text_metrics(hyps, refs, bleu_tokenize))
-  if all_refs is not None:
-    report.update(metrics_lib.g2p_metrics(hyps, [x[5] for x in rows]))
   ref_lists = [x[5] for x in rows] if all_refs is not None else None
-  report.update(metrics_lib.registered_scores(hyps, refs, ref_lists))
+  if ref_lists is not None:
+    report.update(metrics_lib.g2p_metrics(hyps, ref_lists))
+  # registered metrics: per-sentence statistics once, summed for the split, each length band
+  # and (kept with each sentence) the records
+  registered = metrics_lib.registered_statistics(hyps, refs, ref_lists)   # {name: [N, k]}
+  report.update({n: metrics_lib.METRICS[n].score(t.sum(0)) for n, t in registered.items()})
+  for i, sentence in enumerate(per_sentence):
+    sentence['registered'] = {n: t[i] for n, t in registered.items()}
   report['sentences'] = len(rows)
   skipped = task.too_long(split)
   if skipped:   # beyond task.eval_limits: not decoded, not scored, counted
@@ -127,7 +126,8 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
   if length_edges:
     by_len = []
     for lo, hi in _buckets(length_edges, max((x[0] for x in rows), default=0)):
-      sel = [x for x in rows if lo < x[0] <= hi]
+      chosen = [i for i, x in enumerate(rows) if lo < x[0] <= hi]
+      sel = [rows[i] for i in chosen]
       if not sel:
         continue
       m = metrics_lib.text_metrics([x[1] for x in sel], [x[2] for x in sel], bleu_tokenize)
@@ -135,9 +135,8 @@ def evaluate(params, task, split: str, *, tf_fn: Callable, decode_fn: Callable,
                'exact_match': m['exact_match'], 'bleu': m['bleu'], 'chrf': m['chrf']}
       if all_refs is not None:
         entry.update(metrics_lib.g2p_metrics([x[1] for x in sel], [x[5] for x in sel]))
-      entry.update(metrics_lib.registered_scores(
-          [x[1] for x in sel], [x[2] for x in sel],
-          [x[5] for x in sel] if all_refs is not None else None))
+      entry.update({n: metrics_lib.METRICS[n].score(t[chosen].sum(0))
+                    for n, t in registered.items()})
       steps = sum(x[4] for x in sel)
       if steps:
         entry['alignment_accuracy'] = 100.0 * sum(x[3] for x in sel) / steps

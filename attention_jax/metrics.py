@@ -107,13 +107,6 @@ def registered_statistics(hyps: Sequence[str], refs: Sequence[str],
   return out
 
 
-def registered_scores(hyps: Sequence[str], refs: Sequence[str],
-                      ref_lists: Sequence[Sequence[str]] | None) -> dict[str, float]:
-  """{name: corpus score} of every metric with `statistics` that applies to these outputs."""
-  return {name: METRICS[name].score(rows.sum(0))
-          for name, rows in registered_statistics(hyps, refs, ref_lists).items()}
-
-
 def label(name: str) -> str:
   """A metric's label in tables ('exact match'); an unknown name as itself."""
   return METRICS[name].label if name in METRICS else name

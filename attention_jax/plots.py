@@ -61,8 +61,6 @@ def plot_attention_grid(items, path: str, cols: int = 3) -> str:
   return _save(fig, path, dpi=100)
 
 
-
-
 def plot_by_length(curves: dict[str, list[dict]], path: str, metric: str = 'bleu',
                    title: str = '', train_max_len: int | None = None) -> str:
   """curves: {variant: report['by_length']} -> one line per variant, metric vs source length

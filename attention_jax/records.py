@@ -73,7 +73,8 @@ def fingerprint(items: Sequence[tuple]) -> str:
 
 def build(split: str, rows: Sequence[dict], bleu_tokenize: str) -> tuple[dict, list[dict]]:
   """rows: {'id', 'src', 'src_len', 'hyp', 'ref', 'refs' (list or None), 'align' ([hits,
-  steps] or None)} per sentence -> (header, records sorted by id)."""
+  steps] or None), optionally 'registered' ({metric: its statistics} of the registered
+  metrics, else computed here)} per sentence -> (header, records sorted by id)."""
   rows = sorted(rows, key=lambda r: r['id'])
   hyps, refs = [r['hyp'] for r in rows], [r['ref'] for r in rows]
   bleu, chrf = bleu_metric(bleu_tokenize), chrf_metric()
@@ -90,9 +91,13 @@ def build(split: str, rows: Sequence[dict], bleu_tokenize: str) -> tuple[dict, l
     if r.get('align') is not None and r['align'][1]:
       rec['align'] = [int(x) for x in r['align']]
     records.append(rec)
-  ref_lists = [r['refs'] for r in rows] if rows and all(
-      r.get('refs') is not None for r in rows) else None
-  for name, table in metrics_lib.registered_statistics(hyps, refs, ref_lists).items():
+  if rows and all('registered' in r for r in rows):   # computed by the evaluation already
+    tables = {n: [r['registered'][n] for r in rows] for n in rows[0]['registered']}
+  else:
+    ref_lists = [r['refs'] for r in rows] if rows and all(
+        r.get('refs') is not None for r in rows) else None
+    tables = metrics_lib.registered_statistics(hyps, refs, ref_lists)
+  for name, table in tables.items():
     key = metrics_lib.METRICS[name].record
     for rec, row in zip(records, table):
       rec[key] = [int(x) if float(x).is_integer() else float(x) for x in row]

@@ -116,7 +116,7 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
   if attribution:
     cfg.eval.attribution = attribution
     report['attribution'] = eval_attribution.from_config(graphdef, params, task, cfg,
-                                                  translator.config, split)
+                                                         translator.config, split)
   report.update({'split': split if src is None else None, 'src': src, 'ref': ref,
                  'beam': beam, 'alpha': alpha, 'step': translator.step,
                  'workdir': ([os.path.abspath(w) for w in workdir] if several
@@ -158,9 +158,9 @@ def format_report(report: dict, workdir: str, name: str,
   dec = 'greedy' if report['beam'] == 1 else f'beam {report["beam"]}, alpha {report["alpha"]}'
   what = report['split'] or f'{report["src"]} -> {report["ref"]}'
   keys = eval_lib.report_keys(report)
-  first = ['exact_match', 'bleu', 'chrf']
-  cols = ['sentences'] + first + [k for k in metrics_lib.METRICS if k not in first and all(
-      k in r for r in report['by_length']) and report['by_length']]
+  first, bands = ['exact_match', 'bleu', 'chrf'], report['by_length']
+  cols = ['sentences'] + first + [k for k in metrics_lib.METRICS if k not in first and bands
+                                  and all(k in r for r in bands)]
   lines = [f'{workdir} step {report["step"]}, {what} ({report["sentences"]} sentences, {dec})',
            f'sacrebleu signature: {report["bleu_signature"]}',
            '| ' + ' | '.join(keys) + ' |', '|' + '---|' * len(keys),

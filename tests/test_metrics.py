@@ -25,7 +25,8 @@ def corpus_figures(hyps, refs, ref_lists, align) -> dict:
   out.update(metrics.g2p_metrics(hyps, ref_lists))
   steps = [a for a in align if a]
   out['alignment_accuracy'] = 100.0 * sum(a[0] for a in steps) / sum(a[1] for a in steps)
-  out.update(metrics.registered_scores(hyps, refs, ref_lists))
+  out.update({n: metrics.METRICS[n].score(t.sum(0))
+              for n, t in metrics.registered_statistics(hyps, refs, ref_lists).items()})
   return out
 
 
