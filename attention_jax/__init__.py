@@ -14,20 +14,20 @@
   aj.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
 """
 
-from attention_jax.api import Hypotheses, Translator
-from attention_jax.ensemble import Ensemble, EnsembleTranslator, load, load_ensemble
-from attention_jax.run_eval import evaluate_run
-from attention_jax.plots import plot_attention, plot_attention_grid
-from attention_jax.beam import beam_search
-from attention_jax.decode import greedy
-from attention_jax.attention import MODES, NORMALISERS, Attention, masked_softmax, masked_sparsemax
-from attention_jax.cells import CELLS
-from attention_jax.decoder import DECODERS
-from attention_jax.model import ARCHS, ModelConfig, Seq2Seq, build
-from attention_jax.multihead import MultiHeadAttention
-from attention_jax.transformer import Transformer
-from attention_jax.scores import SCORES, Score, register
-from attention_jax import metrics   # metrics.register(metrics.Metric(...)): a new metric
+from attention_jax.decoding.beam import beam_search
+from attention_jax.decoding.ensemble import Ensemble, EnsembleTranslator, load, load_ensemble
+from attention_jax.decoding.greedy import greedy
+from attention_jax.decoding.translator import Hypotheses, Translator
+from attention_jax.evaluation import metrics  # metrics.register(metrics.Metric(...)): a new metric
+from attention_jax.evaluation.plots import plot_attention, plot_attention_grid
+from attention_jax.evaluation.run_eval import evaluate_run
+from attention_jax.models.attention import MODES, NORMALISERS, Attention, masked_softmax, masked_sparsemax
+from attention_jax.models.cells import CELLS
+from attention_jax.models.model import ARCHS, ModelConfig, Seq2Seq, build
+from attention_jax.models.multihead import MultiHeadAttention
+from attention_jax.models.rnn_decoder import DECODERS
+from attention_jax.models.scores import SCORES, Score, register
+from attention_jax.models.transformer import Transformer
 
 __all__ = ['ARCHS', 'MultiHeadAttention', 'Transformer', 'build', 'Attention', 'Hypotheses', 'beam_search', 'evaluate_run', 'greedy', 'CELLS', 'DECODERS', 'MODES', 'ModelConfig',
            'NORMALISERS', 'SCORES', 'Score', 'Seq2Seq', 'Translator', 'load', 'masked_softmax',

@@ -14,9 +14,9 @@ tau and JSD against the explicit weights, and faithfulness (AOPC: the drop of lo
 when the top 1..--k positions are zeroed, against random positions), within and beyond the
 training lengths; on digit_strips, whose digits' boxes are recorded, the pointing game (the
 argmax in the output digit's box) and the mass in the box; written to
-OUT_DIR/alignment_<split>.json and printed as tables (attention_jax/alignment.py).
+OUT_DIR/alignment_<split>.json and printed as tables (attention_jax/implicit/alignment.py).
 
-Methods: attention_jax/attribution.py (default: every method the run's source allows).
+Methods: attention_jax/implicit/attribution.py (default: every method the run's source allows).
 Expected failures (bad flags, an unknown method, a run without gold alignments) print one
 line `error: ...` and exit with status 2.
 """
@@ -29,9 +29,12 @@ import ml_collections
 import numpy as np
 from absl import app, flags
 
-from attention_jax import alignment, api, attribution, encoders, eval_attribution, plots
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.decoding import loading, translator
+from attention_jax.evaluation import plots
+from attention_jax.implicit import alignment, attribution, eval_attribution
+from attention_jax.models import encoders
 from experiments import cli
 
 flags.DEFINE_string('workdir', None, 'A training run directory.', required=True)
@@ -52,7 +55,7 @@ CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
 
 
-def draw(saliencies: list[api.Saliency], path: str) -> str:
+def draw(saliencies: list[translator.Saliency], path: str) -> str:
   """One sentence: the explicit weights, then each method's magnitudes, side by side."""
   first = saliencies[0]
   items = [(first.weights, first.src_tokens, first.tgt_tokens, 'explicit attention')]
@@ -63,7 +66,7 @@ def draw(saliencies: list[api.Saliency], path: str) -> str:
   return plots.plot_attention_grid(items, path, cols=len(items))
 
 
-def draw_image(saliencies: list[api.Saliency], image: np.ndarray, path: str) -> str:
+def draw_image(saliencies: list[translator.Saliency], image: np.ndarray, path: str) -> str:
   """One image: a column for the explicit weights over its grid, one per method (pixels or
   grid), a row per output token."""
   first = saliencies[0]
@@ -82,7 +85,7 @@ def read_lines(path: str) -> list[str]:
     raise ValueError(f'{path}: cannot read it as UTF-8 text ({type(e).__name__}: {e})') from None
 
 
-def on_lines(t: api.Translator, methods, opts, out_dir: str) -> None:
+def on_lines(t: translator.Translator, methods, opts, out_dir: str) -> None:
   lines = read_lines(FLAGS.input)
   refs = read_lines(FLAGS.reference) if FLAGS.reference else [None] * len(lines)
   if len(refs) != len(lines):
@@ -109,7 +112,7 @@ def on_lines(t: api.Translator, methods, opts, out_dir: str) -> None:
         f'in {out_dir}/')
 
 
-def on_split(t: api.Translator, methods, opts, out_dir: str) -> None:
+def on_split(t: translator.Translator, methods, opts, out_dir: str) -> None:
   cfg = ml_collections.ConfigDict(t.run_config)
   task = data_lib.load_task(cfg.data, seed=cfg.seed, tokenizers=(t.src_tok, t.tgt_tok))
   def progress(n):
@@ -136,7 +139,7 @@ def on_split(t: api.Translator, methods, opts, out_dir: str) -> None:
 def main(argv):
   del argv
   cli.use_compilation_cache(CACHE)
-  t = api.load(FLAGS.workdir, step=FLAGS.step)
+  t = loading.load(FLAGS.workdir, step=FLAGS.step)
   methods = FLAGS.methods or attribution.names(t.config.source)
   for m in methods:
     attribution.check(m, t.config.source)

@@ -17,8 +17,8 @@ decoder) it measures
                    models by about the sequence length; it is recorded as `xla_cost_flops`.)
   matmul_ratio     achieved FLOP/s / FLOP/s of a 2048x2048 float32 matmul (the machine's
                    practical ceiling), measured right before and after the variant's windows
-  greedy / beam5   decoding sentences/s of `attention_jax.decode.greedy` and
-                   `attention_jax.beam.beam_search` (beam 5) on a batch of the config's sources,
+  greedy / beam5   decoding sentences/s of `attention_jax.decoding.greedy.greedy` and
+                   `attention_jax.decoding.beam.beam_search` (beam 5) on a batch of the config's sources,
                    max_len = the padded target length, the median of timed calls after an
                    untimed first one (`first_call_s`). The weights are untrained, and EOS is
                    suppressed, so every sentence takes exactly max_len output steps (a real
@@ -73,8 +73,10 @@ import jax
 from absl import app, flags
 from flax import nnx
 
-from attention_jax import attribution, beam, decode, parallel, train
-from attention_jax.scores import SCORES
+from attention_jax.decoding import beam, greedy
+from attention_jax.implicit import attribution
+from attention_jax.models.scores import SCORES
+from attention_jax.training import parallel, train
 from experiments import cli
 from experiments.bench import attribution as bench_attribution
 from experiments.bench import end_to_end
@@ -108,7 +110,7 @@ def decoders(graphdef, max_len: int) -> dict[str, Callable]:
   """The decodings timed: name -> fn(params, src [B, S]) -> tokens [B, max_len]; with several
   devices each decodes its rows of the batch (parallel.rows_apart), as inference does."""
   fns = {
-      'greedy': lambda p, s: decode.greedy(nnx.merge(graphdef, p), s, max_len)[0],
+      'greedy': lambda p, s: greedy.greedy(nnx.merge(graphdef, p), s, max_len)[0],
       'beam5': lambda p, s: beam.beam_search(nnx.merge(graphdef, p), s, beam_size=5,
                                              max_len=max_len)[0]}
   if jax.local_device_count() > 1:

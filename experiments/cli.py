@@ -17,8 +17,10 @@ import sys
 import jax
 from absl import app, flags
 
-from attention_jax import checkpoint, compile_cache, parallel, workdir
+from attention_jax import workdir
 from attention_jax.data import textfiles
+from attention_jax.decoding import compile_cache
+from attention_jax.training import checkpoint, parallel
 
 EXPECTED = (ValueError, OSError, checkpoint.CheckpointError, workdir.WorkdirInUse,
             textfiles.CorpusError, FloatingPointError, MemoryError)
@@ -97,7 +99,7 @@ def define_compilation_cache_flag() -> flags.FlagHolder:
 
 
 def use_compilation_cache(flag: flags.FlagHolder) -> None:
-  """The flag, when given, is this process's $ATTENTION_JAX_CACHE (api.load reads it)."""
+  """The flag, when given, is this process's $ATTENTION_JAX_CACHE (loading.load reads it)."""
   if flag.value is not None:
     os.environ[compile_cache.ENV] = flag.value
 

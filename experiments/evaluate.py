@@ -11,7 +11,7 @@ eval.length_edges) and, for tasks with a gold alignment (copy, reverse, sort), a
 accuracy. Writes <workdir>/eval_<split or src file>.json, its by-length plot and heatmaps
 (into --out instead, when given).
 
-Several runs, comma-separated, are evaluated as their ensemble (attention_jax/ensemble.py: the
+Several runs, comma-separated, are evaluated as their ensemble (attention_jax/decoding/ensemble.py: the
 mean of their log-probabilities at each step, weights averaged; the first run's data and
 settings, --step for every run, no attribution). An ensemble never writes into a member's run:
 its files go to --out, and without --out it only prints its report.
@@ -21,7 +21,7 @@ its files go to --out, and without --out it only prints its report.
 
 from absl import app, flags, logging
 
-from attention_jax import run_eval
+from attention_jax.evaluation import run_eval
 from experiments import cli
 
 flags.DEFINE_list('workdir', None, 'A training run directory, or several, comma-separated: '

@@ -9,7 +9,7 @@
 
 Re-running the same command with the same workdir resumes from its latest checkpoint.
 SIGTERM / SIGINT: the run saves a checkpoint at the current step and exits with status
-143 / 130 (128 + the signal number); see attention_jax/preemption.py.
+143 / 130 (128 + the signal number); see attention_jax/training/preemption.py.
 """
 
 import sys
@@ -17,8 +17,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from attention_jax import model as model_lib
-from attention_jax import parallel, population_loop, preemption, train
+from attention_jax.models import model as model_lib
+from attention_jax.training import parallel, population_loop, preemption, train
 from experiments import cli
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (path[:arg]), e.g. '

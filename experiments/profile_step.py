@@ -30,7 +30,7 @@ from typing import Any
 import jax
 from absl import flags
 
-from attention_jax import train
+from attention_jax.training import train
 from experiments import benchmark
 from experiments import cli
 from experiments.bench.measure import median_window

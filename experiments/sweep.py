@@ -9,7 +9,7 @@
 
 Re-running skips finished variants and resumes interrupted ones; a finished variant whose
 config changed since is named and left out of the report (--rerun_changed runs it again).
-See attention_jax/sweep.py.
+See attention_jax/sweeps/sweep.py.
 """
 
 import functools
@@ -18,7 +18,8 @@ import sys
 
 from absl import app, flags
 
-from attention_jax import ray_executor, report, sweep
+from attention_jax.evaluation import report
+from attention_jax.sweeps import local_executor, ray_executor, sweep
 from experiments import cli
 
 flags.DEFINE_string('sweep', None, 'Sweep file (path[:arg]).', required=True)
@@ -36,12 +37,12 @@ flags.DEFINE_integer('seeds', None, 'Run every variant under seeds 1..N (config.
                      'at the config\'s seed.', lower_bound=1)
 flags.DEFINE_bool('population', False, 'Train each variant\'s seeds as one process, a '
                   'population (--config.train.population: one vmapped program; '
-                  'attention_jax/population_loop.py), into the same <variant>/seed_<k> runs, '
+                  'attention_jax/training/population_loop.py), into the same <variant>/seed_<k> runs, '
                   'with the same report. Needs --seeds (or the sweep file\'s SEEDS); local '
                   'executor only.')
 flags.DEFINE_enum('executor', 'local', ('local', 'ray'), 'local: subprocesses of this '
                   'machine; ray: one Ray task per run on a Ray cluster '
-                  '(attention_jax/ray_executor.py).')
+                  '(attention_jax/sweeps/ray_executor.py).')
 flags.DEFINE_string('ray_address', None, 'Ray cluster to join (auto, HOST:PORT); default: '
                     'start a local one for the sweep.')
 flags.DEFINE_float('trial_cpus', None, 'CPUs one run asks the Ray cluster for (default 1).')
@@ -70,10 +71,10 @@ def main(argv):
     raise app.UsageError(f'{", ".join("--" + f for f in RAY_FLAGS if FLAGS[f].value is not None)}'
                          ' only apply to --executor=ray')
   execute = (functools.partial(ray_executor.run, **options) if FLAGS.executor == 'ray'
-             else sweep.local(FLAGS.parallel, FLAGS.runs_per_device))
+             else local_executor.local(FLAGS.parallel, FLAGS.runs_per_device))
   try:
-    sweep_dir, status = sweep.run(FLAGS.sweep, FLAGS.root, extra_flags=argv[1:],
-                                  only=FLAGS.only, seeds=FLAGS.seeds, execute=execute,
+    sweep_dir, status = sweep.run(FLAGS.sweep, execute, FLAGS.root, extra_flags=argv[1:],
+                                  only=FLAGS.only, seeds=FLAGS.seeds,
                                   rerun_changed=FLAGS.rerun_changed,
                                   population=FLAGS.population)
   except KeyboardInterrupt:

@@ -6,7 +6,7 @@ r"""Translate text with a trained run: one sentence per line in, one translation
   bash launch.sh translate --workdir=runs/rev/seed_1,runs/rev/seed_2 --beam=5 < test.src
 
 --workdir takes one run, or several, comma-separated, decoded as an ensemble (the mean of
-their log-probabilities at each step, attention weights averaged; attention_jax/ensemble.py;
+their log-probabilities at each step, attention weights averaged; attention_jax/decoding/ensemble.py;
 --step then applies to every run): their tokenizers must be identical.
 
 Input: UTF-8, one sentence per line (stdin by default, or --input=FILE); a line that is not
@@ -22,7 +22,7 @@ UTF-8 stops the command before anything is translated, with an error naming the 
   .npz:   arrays weights_<line> [T, S] float32, src_tokens_<line>, tgt_tokens_<line> (str).
 Every line is checked before anything is decoded or written (an over-long line stops the
 command naming its 1-based line number). Sentences are decoded in chunks of --batch lines,
-each sorted by length into length buckets (attention_jax/shapes.py: few compiled shapes; a
+each sorted by length into length buckets (attention_jax/decoding/shapes.py: few compiled shapes; a
 2,000-line file of 10-250 characters compiles 12-14 of them in one chunk, 28 in 256-line
 chunks), and the programs are kept in a persistent compilation cache for the next command
 (--compilation_cache; --verbose says what was compiled). --output and --attention files are
@@ -43,7 +43,9 @@ import numpy as np
 import tqdm
 from absl import app, flags, logging
 
-from attention_jax import api, compile_cache, ensemble, hold
+from attention_jax import hold
+from attention_jax.decoding import compile_cache, ensemble
+from attention_jax.decoding.translator import Hypotheses, Translator
 from experiments import cli
 
 flags.DEFINE_list('workdir', None, 'A training run directory, or several, comma-separated: '
@@ -84,7 +86,7 @@ def read_lines(data: bytes, name: str) -> list[str]:
   return lines
 
 
-def format_hypotheses(h: api.Hypotheses, nbest: int) -> list[str]:
+def format_hypotheses(h: Hypotheses, nbest: int) -> list[str]:
   if nbest == 1:
     return [h.outputs[0]]
   return [f'{out}\t{score:.6g}' for out, score in zip(h.outputs, h.scores)]
@@ -125,7 +127,7 @@ class AttentionWriter:
     self.out = Output(path) if self.kind == '.jsonl' else None
     self.file = self.out.file if self.out else None
 
-  def add(self, line: int, source: str, h: api.Hypotheses) -> None:
+  def add(self, line: int, source: str, h: Hypotheses) -> None:
     w, src, tgt = h.weights[0], h.src_tokens, h.tgt_tokens[0]
     if self.file is not None:
       self.file.write(json.dumps({'line': line, 'source': source, 'output': h.outputs[0],
@@ -150,7 +152,7 @@ class AttentionWriter:
       os.replace(tmp, self.path)
 
 
-def translate(translator: api.Translator, lines: list[str], out, *, beam: int, alpha: float,
+def translate(translator: Translator, lines: list[str], out, *, beam: int, alpha: float,
               nbest: int, batch: int, attention: AttentionWriter | None = None,
               progress: bool = False, done: list[int] | None = None) -> int:
   """Translates `lines` chunk by chunk into the text stream `out`; returns the line count.
@@ -230,7 +232,7 @@ def run():
     print(compile_report(translator), file=sys.stderr)
 
 
-def compile_report(translator: api.Translator) -> str:
+def compile_report(translator: Translator) -> str:
   """The --verbose lines: shapes decoded, programs compiled or read from the cache, where."""
   c, folder = compile_cache.counts, compile_cache.active_dir()
   shapes = sorted({s[3:] for s in translator.shapes_used})

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import scores as scores_lib
-from attention_jax.attention import Attention, masked_softmax
+from attention_jax.models import scores as scores_lib
+from attention_jax.models.attention import Attention, masked_softmax
 
 B, T, Q, K, A = 3, 2, 6, 6, 4
 ATTENDING = sorted(n for n, cls in scores_lib.SCORES.items() if cls.attends)

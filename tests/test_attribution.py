@@ -17,9 +17,11 @@ from scipy import stats
 from scipy.spatial import distance
 
 import attention_jax as aj
-from attention_jax import alignment, attribution, encoders, train
-from attention_jax.model import ModelConfig, build
-from attention_jax.data import image_builders
+from attention_jax.data import strips
+from attention_jax.implicit import alignment, attribution
+from attention_jax.models import encoders
+from attention_jax.models.model import ModelConfig, build
+from attention_jax.training import train
 from experiments.configs import dates, digit_strips, reverse
 
 import helpers
@@ -444,7 +446,7 @@ def test_attribute_images_plays_the_pointing_game_on_digit_strips(tmp_path):
     assert fig['steps'] == digits and 0 <= fig['alignment_accuracy'] <= 100
   share = np.mean([(b[2] - b[0]) * (b[3] - b[1]) / np.prod(task.image_shape)
                    for x in task.features('test')['boxes']
-                   for b in image_builders.parse_boxes(x)])
+                   for b in strips.parse_boxes(x)])
   assert abs(report['random']['gold_mass'] - 100 * share) < 5
   assert '| gradcam |' in alignment.format_report(report, 'test')
   reverse_task = aj.data.load_task(smoke(reverse, str(tmp_path / 'tfds')).data, seed=0)

@@ -12,8 +12,9 @@ import pytest
 from flax import nnx
 
 import attention_jax as aj
-from attention_jax import beam, contract, decode
 from attention_jax.data.tokenizers import BOS, EOS, PAD
+from attention_jax.decoding import beam, greedy
+from attention_jax.models import contract
 
 A, B = 3, 4          # the chain's two content tokens (V = 5: PAD, BOS, EOS, A, B)
 V = 5
@@ -142,7 +143,7 @@ def chain_beam(k, alpha, max_len=MAX_LEN):
 
 @functools.cache
 def chain_greedy(max_len=MAX_LEN):
-  return jax.jit(lambda src: decode.greedy(Chain(), src, max_len))
+  return jax.jit(lambda src: greedy.greedy(Chain(), src, max_len))
 
 
 def padded(y):
@@ -240,7 +241,7 @@ def test_a_confident_model_with_ties_below_gets_its_output_from_every_beam(k):
   in any hypothesis (they tied with EOS and the other unlikely symbols)."""
   src = jnp.asarray([[5, 6, 7], [8, 9, 3]], jnp.int32)
   max_len, alpha, target = 12, 0.6, np.asarray(Smoothed.TARGET)
-  g_tok, _ = decode.greedy(Smoothed(), src, max_len)
+  g_tok, _ = greedy.greedy(Smoothed(), src, max_len)
   np.testing.assert_array_equal(np.asarray(g_tok)[:, :9], np.tile(target, (2, 1)))
   greedy_score = Smoothed.log_p(target) / lp(9, alpha)
   tok, score, _ = jax.jit(functools.partial(beam.beam_search, Smoothed(), beam_size=k,
@@ -286,7 +287,7 @@ def beam_step(graphdef, params, src, k, max_len, alpha):
 
 @functools.partial(jax.jit, static_argnums=(0, 3))
 def greedy_step(graphdef, params, src, max_len):
-  return decode.greedy(nnx.merge(graphdef, params), src, max_len)
+  return greedy.greedy(nnx.merge(graphdef, params), src, max_len)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -340,15 +341,15 @@ def test_padding_does_not_change_beam_outputs_and_weights_are_distributions(deco
 
 @pytest.mark.parametrize('k', [1, 3])
 def test_an_output_does_not_depend_on_the_batch_it_is_decoded_in(k):
-  """With the run's length factor each sentence stops at its own limit (decode.output_limits):
+  """With the run's length factor each sentence stops at its own limit (greedy.output_limits):
   a batch padded wider, as beside a longer sentence, changes no output, also of outputs that
   run to their limit without EOS (they used to run to the batch's limit)."""
-  from attention_jax import inference
+  from attention_jax.decoding import inference
   graphdef, params = tiny('bahdanau', seed=2)
   fn = inference.make_decoder(graphdef, beam=k)
   factor, wide = 1.0, np.pad(SRC, ((0, 0), (0, 6)))
-  narrow_tok = np.asarray(fn(params, SRC, decode.max_output_len(6, factor), factor)[0])
-  wide_tok = np.asarray(fn(params, wide, decode.max_output_len(12, factor), factor)[0])
+  narrow_tok = np.asarray(fn(params, SRC, greedy.max_output_len(6, factor), factor)[0])
+  wide_tok = np.asarray(fn(params, wide, greedy.max_output_len(12, factor), factor)[0])
   np.testing.assert_array_equal(wide_tok[:, :narrow_tok.shape[1]], narrow_tok)
   assert (wide_tok[:, narrow_tok.shape[1]:] == PAD).all()
   n = (SRC != PAD).sum(1)

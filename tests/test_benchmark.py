@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_jax import attribution
+from attention_jax.implicit import attribution
 from attention_jax.symbols import EOS
 from experiments import benchmark
 from experiments.bench import attribution as bench_attribution

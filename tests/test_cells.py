@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import cells
+from attention_jax.models import cells
 
 B, T, I, H = 5, 7, 6, 8
 LENGTHS = np.array([7, 3, 1, 0, 5])     # full, padded, one token, empty (filler), padded

@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from attention_jax import compare, metrics, records, report
 from attention_jax import workdir as workdir_lib
+from attention_jax.evaluation import compare, metrics, records, report
 
 import helpers
 

@@ -10,9 +10,11 @@ import runpy
 import ml_collections
 import pytest
 
-from attention_jax import model, sweep, train
-from attention_jax.model import ModelConfig
-from attention_jax.objective import Objective
+from attention_jax.models import model
+from attention_jax.models.model import ModelConfig
+from attention_jax.sweeps import sweep
+from attention_jax.training import train
+from attention_jax.training.objective import Objective
 from experiments.configs import common
 
 

@@ -1,4 +1,4 @@
-"""digit_strips' gold boxes (image_builders.draw_strip, the builder's `boxes` feature,
+"""digit_strips' gold boxes (strips.draw_strip, the builder's `boxes` feature,
 Task.batch_boxes): each box is its own digit's ink, in output order; the strips themselves are
 the ones drawn before the boxes existed; batches map every target digit to its box."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attention_jax import data
-from attention_jax.data import builders, image_builders
+from attention_jax.data import builders, strips
 from experiments.configs import digit_strips
 
 # (split, distortion, p, (height, width)): plain test strips, half-distorted training strips,
@@ -20,21 +20,21 @@ SETTINGS = [('test', 0.0, 1.0, (32, 160)), ('train', 0.6, 0.5, (32, 160)),
 DIGESTS = ['942ee248bda262e5', '02a64e1617840b0e', '5357bfd6c8798941']
 
 
-def strips(setting, count, seed=7, digits=None):
+def draw(setting, count, seed=7, digits=None):
   """count draw_strip outputs of one setting, from default_rng([seed, 1])."""
   split, distortion, p, (h, w) = setting
-  all_digits, labels = image_builders.mnist_5k()
+  all_digits, labels = strips.mnist_5k()
   digits = all_digits if digits is None else digits
-  pool = image_builders.digit_pool(split, len(all_digits))
+  pool = strips.digit_pool(split, len(all_digits))
   rng = np.random.default_rng([seed, 1])
-  return [image_builders.draw_strip(rng, digits, labels, pool, h, w, distortion, p)
+  return [strips.draw_strip(rng, digits, labels, pool, h, w, distortion, p)
           for _ in range(count)]
 
 
 @pytest.mark.parametrize('setting,digest', list(zip(SETTINGS, DIGESTS)))
 def test_strips_are_the_images_and_strings_drawn_before_the_boxes(setting, digest):
   h = hashlib.sha256()
-  for image, text, rows, _ in strips(setting, 12):
+  for image, text, rows, _ in draw(setting, 12):
     h.update(image.tobytes())
     h.update(text.encode())
     h.update(str(rows).encode())
@@ -50,11 +50,11 @@ def test_each_box_is_the_ink_of_its_own_digit_in_output_order(setting, monkeypat
   has all its ink (> INK) inside its box, and ink on each of the box's four edges; a digit
   with no box has no ink on the canvas. Boxes lie in the canvas, left to right, -1 only after
   the last digit that shows."""
-  monkeypatch.setattr(image_builders, 'NOISE', 0.0)
-  all_digits = image_builders.mnist_5k()[0]
+  monkeypatch.setattr(strips, 'NOISE', 0.0)
+  all_digits = strips.mnist_5k()[0]
   height, width = setting[3]
   checked = 0
-  for k, (image, text, rows, boxes) in enumerate(strips(setting, 25)):
+  for k, (image, text, rows, boxes) in enumerate(draw(setting, 25)):
     assert boxes.shape == (len(text), 4) and boxes.dtype == np.int32
     shown = boxes[:, 0] >= 0
     assert shown[0] and not np.any(np.diff(shown.astype(int)) > 0), boxes   # -1s: a suffix
@@ -67,8 +67,8 @@ def test_each_box_is_the_ink_of_its_own_digit_in_output_order(setting, monkeypat
         continue                             # the same image twice: its ink is not its own
       alone = np.zeros_like(all_digits)
       alone[r] = all_digits[r]
-      ink = strips(setting, k + 1, digits=alone)[k][0]        # uint8: round(255 * value)
-      assert strips(setting, k + 1, digits=alone)[k][1] == text
+      ink = draw(setting, k + 1, digits=alone)[k][0]        # uint8: round(255 * value)
+      assert draw(setting, k + 1, digits=alone)[k][1] == text
       if not shown[i]:
         assert ink.max() == 0, (k, i)
         continue
@@ -84,9 +84,9 @@ def test_each_box_is_the_ink_of_its_own_digit_in_output_order(setting, monkeypat
 
 def test_format_and_parse_boxes_round_trip():
   boxes = np.asarray([[3, 0, 29, 17], [-1, -1, -1, -1]], np.int32)
-  assert image_builders.format_boxes(boxes) == '3 0 29 17;-1 -1 -1 -1'
-  np.testing.assert_array_equal(image_builders.parse_boxes('3 0 29 17;-1 -1 -1 -1'), boxes)
-  assert image_builders.parse_boxes('').shape == (0, 4)
+  assert strips.format_boxes(boxes) == '3 0 29 17;-1 -1 -1 -1'
+  np.testing.assert_array_equal(strips.parse_boxes('3 0 29 17;-1 -1 -1 -1'), boxes)
+  assert strips.parse_boxes('').shape == (0, 4)
 
 
 @pytest.fixture(scope='module')
@@ -102,12 +102,12 @@ def test_batch_boxes_give_each_target_digit_its_box_and_minus_one_elsewhere(stri
   assert task.has_boxes and task.location.rstrip('/').endswith('1.1.0')
   # the builder stores draw_strip's boxes: the test split drawn again from its generator
   # (the records are shuffled when prepared: matched by their digit rows)
-  digits, labels = image_builders.mnist_5k()
-  pool = image_builders.digit_pool('test', len(digits))
+  digits, labels = strips.mnist_5k()
+  pool = strips.digit_pool('test', len(digits))
   rng = np.random.default_rng([strips_cfg.seed, builders.SPLITS.index('test')])
   drawn = {}
   for _ in range(10):
-    image, text, rows, boxes = image_builders.draw_strip(rng, digits, labels, pool, 32, 160)
+    image, text, rows, boxes = strips.draw_strip(rng, digits, labels, pool, 32, 160)
     drawn[' '.join(map(str, rows))] = image, text, boxes
   features = task.features('test')
   assert sorted(features['digit_ids']) == sorted(drawn)
@@ -115,7 +115,7 @@ def test_batch_boxes_give_each_target_digit_its_box_and_minus_one_elsewhere(stri
     image, text, boxes = drawn[ids]
     assert task.texts('test')[i][1] == text
     np.testing.assert_array_equal(np.round(task.image('test', i) * 255), image)
-    np.testing.assert_array_equal(image_builders.parse_boxes(stored), boxes)
+    np.testing.assert_array_equal(strips.parse_boxes(stored), boxes)
   batches = [(b, 'test') for b in task.eval_batches('test', 8)] + [
       (next(task.train_iterator(8)), 'train')]
   assert (batches[1][0]['weight'] == 0).any()                     # 10 strips: filler rows
@@ -132,7 +132,7 @@ def test_batch_boxes_give_each_target_digit_its_box_and_minus_one_elsewhere(stri
       n = len(text)
       assert task.tgt_tok.decode(tgt[r, :n].tolist()) == text        # token t is digit t
       np.testing.assert_array_equal(
-          gold[r, :n], image_builders.parse_boxes(task.features(split)['boxes'][index]))
+          gold[r, :n], strips.parse_boxes(task.features(split)['boxes'][index]))
       np.testing.assert_array_equal(gold[r, n:], -1)                 # EOS and padding
       image = task.image(split, index)
       for y0, x0, y1, x1 in gold[r, :n]:                              # on the stored image

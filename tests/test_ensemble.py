@@ -15,9 +15,11 @@ import pytest
 from flax import nnx
 
 import attention_jax as aj
-from attention_jax import api, decode, ensemble, inference, run_eval, train
 from attention_jax.data import tokenizers
+from attention_jax.decoding import ensemble, greedy, inference, loading, translator
+from attention_jax.evaluation import run_eval
 from attention_jax.symbols import BOS, EOS, PAD
+from attention_jax.training import train
 from experiments.configs import reverse
 
 import helpers
@@ -119,11 +121,11 @@ def test_beam_scores_are_the_teacher_forced_ensemble_and_greedy_its_argmax():
   assert model.cache_lengths(n) == model.members[1].cache_lengths(n)
   assert model.members[0].cache_lengths(n) == (n,)
   tok, scores, _ = run_decoder(model, 3, 3, n)                 # [B, 3, n], [B, 3]
-  greedy, weights = run_decoder(model, 1, 0, n)                 # [B, n], [B, n, S]
+  greedy_ids, weights = run_decoder(model, 1, 0, n)             # [B, n], [B, n, S]
   rows = np.flatnonzero(REAL)
   r = len(rows)
   # one teacher-forced batch: the R*3 beam hypotheses, then the R greedy outputs
-  hyps = np.concatenate([tok[rows].reshape(-1, n), greedy[rows]])          # [R*4, n]
+  hyps = np.concatenate([tok[rows].reshape(-1, n), greedy_ids[rows]])      # [R*4, n]
   src = np.concatenate([np.repeat(SRC[rows], 3, axis=0), SRC[rows]])
   logp, full, w = _members_teacher_forced(src, hyps)
   real = _real_steps(hyps)
@@ -133,11 +135,11 @@ def test_beam_scores_are_the_teacher_forced_ensemble_and_greedy_its_argmax():
   np.testing.assert_allclose(scores[rows].ravel(), expected[:3 * r], rtol=1e-5, atol=1e-5)
   assert not np.allclose(logp[0], logp[1], atol=1e-2)          # the members do differ
 
-  g, real, w, mean = greedy[rows], real[3 * r:], w[:, 3 * r:], full.mean(0)
+  g, real, w, mean = greedy_ids[rows], real[3 * r:], w[:, 3 * r:], full.mean(0)
   ens_logits, ens_w = map(np.asarray, _teacher_forced(*nnx.split(model), src, hyps))
   np.testing.assert_allclose(ens_logits, mean, atol=1e-5)       # the mean, not renormalised
   mean, ens_w = mean[3 * r:], ens_w[3 * r:]                     # greedy's rows: [R, L, ...]
-  best = np.asarray(jnp.argmax(decode.emittable(jnp.asarray(mean.reshape(-1, V_TGT))), -1))
+  best = np.asarray(jnp.argmax(greedy.emittable(jnp.asarray(mean.reshape(-1, V_TGT))), -1))
   np.testing.assert_array_equal(best.reshape(g.shape)[real], g[real])
   assert weights.shape == (len(SRC), n, SRC.shape[1])
   np.testing.assert_allclose(weights[rows][real], w.mean(0)[real], atol=1e-5)
@@ -150,8 +152,8 @@ def test_an_empty_ensemble_is_refused():
     ensemble.Ensemble([])
   with pytest.raises(ValueError, match=r'^an ensemble needs at least one run, got an empty list'):
     aj.load([])
-  with pytest.raises(TypeError, match='api.load reads one run'):
-    api.load(['a', 'b'])
+  with pytest.raises(TypeError, match='loading.load reads one run'):
+    loading.load(['a', 'b'])
 
 
 # ---- saved runs -----------------------------------------------------------------------------
@@ -171,7 +173,7 @@ TEXTS = ['a b c', '', 'tsrq', 'abcabca']   # one length bucket (8 tokens): one c
 def test_a_loaded_ensemble_of_one_run_twice_translates_as_the_run(run):
   run, _ = run
   one, two = aj.load(run), aj.load([run, run])
-  assert type(aj.load([run])) is api.Translator                # a list of one: api.load
+  assert type(aj.load([run])) is translator.Translator                # a list of one: loading.load
   assert isinstance(two, ensemble.EnsembleTranslator) and two.step == (one.step, one.step)
   outputs = lambda t: [[out for out, _ in h] for h in t.translate(TEXTS, beam=3, nbest=2)]
   assert outputs(two) == outputs(one)

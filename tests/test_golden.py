@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from attention_jax import steps, train
+from attention_jax.training import steps, train
 from experiments.bench import workload
 from experiments.configs import dates
 

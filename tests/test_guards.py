@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from attention_jax import model as model_lib
-from attention_jax import sweep, workdir
+from attention_jax import workdir
+from attention_jax.models import model as model_lib
+from attention_jax.sweeps import sweep
 from experiments import cli
 
 import helpers
@@ -105,7 +106,7 @@ def test_sweep_variant_names_are_plain_directory_names(name, tmp_path):
 def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, monkeypatch,
                                                                       capfd):
   import numpy as np
-  from attention_jax import checkpoint as ckpt_lib
+  from attention_jax.training import checkpoint as ckpt_lib
   ckpts = ckpt_lib.Checkpoints(str(tmp_path))
   state = {'w': np.ones(3, np.float32)}
   ckpts.save_latest(20, state, {'step': 20})
@@ -133,7 +134,7 @@ def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, 
 
 
 def test_evaluation_skips_and_counts_examples_beyond_its_limits(tmp_path):
-  from attention_jax import train
+  from attention_jax.training import train
   from experiments.configs import textfiles
   corpus = tmp_path / 'corpus'
   corpus.mkdir()

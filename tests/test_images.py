@@ -14,12 +14,15 @@ import PIL.Image
 import pytest
 from flax import nnx
 
-from attention_jax import (api, beam, data, decode, encoders, evaluate, images, objective,
-                           plots, run_eval, train)
-from attention_jax import steps as steps_lib
-from attention_jax.attention import Attention
-from attention_jax.data import image_builders
-from attention_jax.model import ModelConfig, build
+from attention_jax import data
+from attention_jax.data import image_builders, strips
+from attention_jax.decoding import beam, greedy, loading
+from attention_jax.evaluation import evaluator, plots, run_eval
+from attention_jax.models import encoders, images
+from attention_jax.models.attention import Attention
+from attention_jax.models.model import ModelConfig, build
+from attention_jax.training import objective, train
+from attention_jax.training import steps as steps_lib
 from experiments import data_info
 from experiments.configs import digit_strips, image_dates
 from helpers import run_module, smoke
@@ -104,8 +107,8 @@ def test_padding_gets_no_attention_and_changes_no_output(name, kw, decoder):
   np.testing.assert_allclose(np.asarray(w[1])[:, mask[1]], w1[0], rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(logits[1, :4], logits1[0, :4], rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(np.asarray(w).sum(-1)[:, :4], 1.0, rtol=1e-5)   # weights sum to 1
-  toks, ws = decode.greedy(model, src, 6)
-  toks1, _ = decode.greedy(model, alone, 6)
+  toks, ws = greedy.greedy(model, src, 6)
+  toks1, _ = greedy.greedy(model, alone, 6)
   np.testing.assert_array_equal(toks[1], toks1[0])
   cfg = config(name, decoder, **kw)
   assert ws.shape == (2, 6, int(np.prod(encoders.lookup(name).grid_shape(cfg, (8, 16)))))
@@ -122,9 +125,9 @@ def test_rnn_decoders_read_an_image_with_scores_and_modes(name, score, mode, nor
                dec_hidden=12)
   model = build(cfg, rngs=nnx.Rngs(2))
   src, _ = batch_of((8, 16), (8, 8), seed=2)
-  greedy, _ = decode.greedy(model, src, 5)
+  greedy_ids, _ = greedy.greedy(model, src, 5)
   best, _, weights = beam.beam_search(model, src, beam_size=1, max_len=5)
-  np.testing.assert_array_equal(best, greedy)
+  np.testing.assert_array_equal(best, greedy_ids)
   assert weights.shape == (2, 5, 8)
 
 
@@ -335,7 +338,7 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(da
   report = run_eval.evaluate_run(workdir, split=heldout, beam=2, num_heatmaps=0, verbose=False)
   assert report['split'] == heldout and report['sentences'] == 32
   # reloaded in Python: images as arrays or files, weights over each image's own grid
-  t = api.load(workdir)
+  t = loading.load(workdir)
   task = data.load_task(dict_cfg(cfg.data, data_dir))
   image = task.image('test', 0)                                   # float32 [32, 256]
   u8 = np.round(image * 255).astype(np.uint8)
@@ -404,14 +407,14 @@ def test_image_heatmaps_draw_the_encoder_s_own_grid(tmp_path, monkeypatch):
   image (model.cnn_columns) as 1 x 32, not as the 2 x 16 square cells that 32 would also tile."""
   cfg = config('cnn', cnn_layers=3, cnn_columns=True)
   drawn = []
-  monkeypatch.setattr(evaluate.plots, 'plot_image_attention',
+  monkeypatch.setattr(evaluator.plots, 'plot_image_attention',
                       lambda image, weights, *a, **k: drawn.append(weights.shape) or 'x.png')
-  monkeypatch.setattr(evaluate.plots, 'plot_image_attention_grid', lambda *a, **k: 'grid.png')
+  monkeypatch.setattr(evaluator.plots, 'plot_image_attention_grid', lambda *a, **k: 'grid.png')
   task = type('Task', (), {'tgt_tok': type('Tok', (), {'id_to_piece': staticmethod(str)})()})()
   ids = np.asarray([5, 6, 2])                                       # two tokens, then EOS
   weights = np.full((3, 32), 1 / 32, np.float32)
   kept = [('src', 'hyp', 'hyp', ids, weights, np.zeros((32, 256), np.float32))]
-  evaluate.heatmaps(task, kept, str(tmp_path), 'test',
+  evaluator.heatmaps(task, kept, str(tmp_path), 'test',
                     grid=functools.partial(encoders.grid_shape, cfg))
   assert drawn == [(3, 1, 32)]
 
@@ -429,7 +432,7 @@ def test_transformer_decoder_over_an_image_draws_each_layer_and_head(data_dir, t
   assert [os.path.basename(p) for p in summary['heatmaps']] == [
       f'{split}_{name}.png' for split in ('test', image_builders.HELDOUT_SPLIT)
       for name in ('0', 'grid', 'heads')]
-  t = api.load(workdir)
+  t = loading.load(workdir)
   image = data.load_task(dict_cfg(cfg.data, data_dir)).image('test', 0)
   out, heads, _, tokens = t.attend_heads(image)
   assert out == t.translate([image])[0] and tokens
@@ -439,9 +442,9 @@ def test_transformer_decoder_over_an_image_draws_each_layer_and_head(data_dir, t
 
 
 def test_digit_strips_read_their_digits_and_test_digit_images_are_never_trained_on(tmp_path):
-  digits, labels = image_builders.mnist_5k()
+  digits, labels = strips.mnist_5k()
   assert digits.shape == (5000, 28, 28) and set(labels) == set(range(10))
-  test_pool, train_pool = (set(image_builders.digit_pool(s, 5000)) for s in ('test', 'train'))
+  test_pool, train_pool = (set(strips.digit_pool(s, 5000)) for s in ('test', 'train'))
   assert len(test_pool) == 1000 and len(train_pool) == 4000 and not test_pool & train_pool
   assert len({labels[i] for i in test_pool}) == 10                  # every digit in both pools
   cfg = digit_strips.get_config('smoke').data
@@ -464,10 +467,10 @@ def test_digit_strips_read_their_digits_and_test_digit_images_are_never_trained_
 def test_distorted_training_digits_leave_validation_and_test_strips_as_they_were(tmp_path):
   """data.digit_distortion redraws the training strips through distort_digit; the validation and
   test strips are the same images whatever its value (results stay comparable)."""
-  digit = image_builders.mnist_5k()[0][7].astype(np.float32) / 255.0
-  same = image_builders.distort_digit(np.random.default_rng(0), digit, 0.0)
+  digit = strips.mnist_5k()[0][7].astype(np.float32) / 255.0
+  same = strips.distort_digit(np.random.default_rng(0), digit, 0.0)
   np.testing.assert_allclose(same, digit, atol=1e-6)                  # strength 0: the identity
-  moved = image_builders.distort_digit(np.random.default_rng(0), digit, 1.0)
+  moved = strips.distort_digit(np.random.default_rng(0), digit, 1.0)
   assert moved.shape == digit.shape and 0.0 <= moved.min() and moved.max() <= 1.0
   assert np.abs(moved - digit).mean() > 0.01
   tasks = {}

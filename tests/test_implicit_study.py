@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from attention_jax import compare, implicit_study, stats
+from attention_jax.evaluation import compare, stats
+from attention_jax.implicit import implicit_study
 
 
 def test_paired_t_test_against_scipy():

@@ -9,12 +9,13 @@ import os
 import shutil
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
 import attention_jax as aj
-from attention_jax import checkpoint as ckpt_lib
-from attention_jax import train
+from attention_jax.training import checkpoint as ckpt_lib
+from attention_jax.training import train
 from experiments.configs import dates
 
 import helpers
@@ -216,3 +217,34 @@ def test_a_checkpoint_older_than_a_config_field_counts_it_as_its_default():
       "arch: checkpoint 'rnn', expected 'transformer'"]
   assert ckpt_lib.differences({**old, 'd_model': 64}, new, defaults) == [
       'd_model: checkpoint 64, expected 128']
+
+
+SAVED_RUN = os.path.join(os.path.dirname(__file__), 'data', 'run_7840ce6')
+
+
+def test_a_run_saved_before_the_subpackages_loads_decodes_as_then_and_resumes(data_dir,
+                                                                                tmp_path, capsys):
+  """tests/data/run_7840ce6: a dates smoke run (4 steps) saved by the code of commit 7840ce6,
+  the last one with every module in one folder. Today's code loads it and decodes its test
+  sentences as its final evaluation did then (sentences_test.jsonl: greedy), and resumes its
+  training from step 4."""
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(SAVED_RUN, workdir)
+  with open(os.path.join(workdir, 'config.json')) as f:
+    cfg = ml_collections.ConfigDict(json.load(f))
+  cfg.data.data_dir = data_dir                     # the data set drawn again from its seed
+  with open(os.path.join(workdir, 'sentences_test.jsonl')) as f:
+    hyps = [r['hyp'] for r in map(json.loads, f.readlines()[1:])]
+  sources = [src for src, _ in aj.data.load_task(cfg.data, seed=cfg.seed).texts('test')]
+  t = aj.load(workdir)
+  assert t.step == 4 and len(hyps) == len(sources) == 32
+  assert t.translate(sources) == hyps             # greedy, as the final evaluation decodes
+  saved = json.loads(open(os.path.join(workdir, 'config.json')).read())
+  saved['data']['data_dir'] = data_dir             # its data set's place on this machine
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    json.dump(saved, f)
+  cfg.train.steps = 6
+  capsys.readouterr()
+  assert train.train_and_evaluate(cfg, workdir)['step'] == 6
+  assert f'resumed from {os.path.join(workdir, "checkpoints", "latest")} step 4' in (
+      capsys.readouterr().out)

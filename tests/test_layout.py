@@ -97,7 +97,7 @@ def test_find_cycle_finds_cycles():
 def test_no_import_cycle_among_the_package_modules():
   edges, _ = graph()
   assert len(edges) > 30
-  assert 'attention_jax.inference' in edges['attention_jax.api']
+  assert 'attention_jax.decoding.inference' in edges['attention_jax.decoding.translator']
   assert find_cycle(edges) is None, f'import cycle: {" -> ".join(find_cycle(edges))}'
 
 
@@ -131,13 +131,14 @@ def test_every_module_imports_on_its_own_in_a_fresh_interpreter():
 
 
 # the model and its decoding: they read token ids, never the data package (TFDS, Babel)
-MODEL_SIDE = ('scores', 'attention', 'multihead', 'cells', 'encoder', 'decoder', 'transformer',
-              'self_attention', 'model', 'layers', 'decode', 'beam', 'inference', 'symbols')
+MODEL_SIDE = ('decoding.greedy', 'decoding.beam', 'decoding.inference', 'symbols')
 
 
 def test_the_model_and_decoding_do_not_depend_on_the_data_package():
   edges, _ = graph()
-  for name in MODEL_SIDE:
+  models = [m[len(PACKAGE) + 1:] for m in edges if m.startswith(f'{PACKAGE}.models.')]
+  assert len(models) > 10
+  for name in (*models, *MODEL_SIDE):
     seen, todo = set(), [f'{PACKAGE}.{name}']
     while todo:
       u = todo.pop()
@@ -180,17 +181,49 @@ def test_run_file_names_are_spelled_by_the_run_directory_owner_only():
   assert not spelled, f'use attention_jax.workdir.Run for these: {spelled}'
 
 
-def test_docs_layout_names_every_module_and_its_layer_chains_hold():
-  """docs/layout.md's tree names every module of the package, and each arrow `a <- b` of its
-  `layers` block holds: b imports a, directly or through other modules."""
+def tree_paths(doc: str) -> set[str]:
+  """The paths of docs/layout.md's first tree (its first ``` block), from the indentation (two
+  spaces a level; a line indented further continues a description): 'attention_jax/',
+  'attention_jax/models/scores.py', 'attention_jax/data/', ..."""
+  block = re.search(r'```\n(.*?)```', doc, re.S).group(1)
+  paths, stack = set(), []                     # stack: (indent, folder)
+  for line in block.splitlines():
+    m = re.match(r'^( *)(\S+)', line)
+    if not m or not (m.group(2).endswith('/') or m.group(2).endswith('.py')):
+      continue
+    indent, entry = len(m.group(1)), m.group(2)
+    if indent > (stack[-1][0] + 2 if stack else 0):
+      continue                                 # a description's next line
+    while stack and stack[-1][0] >= indent:
+      stack.pop()
+    path = ''.join(folder for _, folder in stack) + entry
+    paths.add(path)
+    if entry.endswith('/'):
+      stack.append((indent, entry))
+  return paths
+
+
+def test_tree_paths_follow_the_indentation():
+  doc = '```\na/\n  b.py   text\n         more.py text\n  c/     text\n    d.py\n  e.py\nf/\n```'
+  assert tree_paths(doc) == {'a/', 'a/b.py', 'a/c/', 'a/c/d.py', 'a/e.py', 'f/'}
+
+
+def test_docs_layout_names_every_module_where_it_lives_and_its_layer_chains_hold():
+  """docs/layout.md's tree names every module of the package in its folder (and no module
+  that does not exist), and each arrow `a <- b` of its `layers` block holds: b imports a,
+  directly or through other modules."""
   with open(os.path.join(ROOT, 'docs', 'layout.md'), encoding='utf-8') as f:
     doc = f.read()
   edges, _ = graph()
-  top = sorted(m.split('.')[1] for m in edges if m.count('.') == 1)
-  assert len(top) > 30
-  missing = [m for m in top if m != 'data' and f'{m}.py' not in doc]
-  assert not missing, f'docs/layout.md does not name {missing}'
-  assert 'data/' in doc
+  listed = {p for p in tree_paths(doc) if p.startswith(f'{PACKAGE}/') and p.endswith('.py')}
+  files = {os.path.relpath(path, ROOT) for name, path in modules().items()
+           if not path.endswith('__init__.py') and not name.startswith(f'{PACKAGE}.data.')}
+  assert len(files) > 40
+  assert not files - listed, f'docs/layout.md does not name {sorted(files - listed)}'
+  assert not listed - files, f'docs/layout.md names modules that do not exist: {sorted(listed - files)}'
+  subpackages = {os.path.relpath(os.path.dirname(path), ROOT) + '/'
+                 for path in modules().values() if path.endswith('__init__.py')}
+  assert subpackages - {f'{PACKAGE}/'} <= tree_paths(doc), 'a subpackage is missing'
 
   def reaches(b: str, a: str) -> bool:
     seen, todo = set(), [f'{PACKAGE}.{b}']
@@ -207,7 +240,31 @@ def test_docs_layout_names_every_module_and_its_layer_chains_hold():
            for a, b in zip(chain.split(' <- '), chain.split(' <- ')[1:])
            if not reaches(b.strip(), a.strip())]
   assert not wrong, f'docs/layout.md claims imports that do not exist: {wrong}'
-  assert not reaches('model', 'train')           # the check can fail
+  assert not reaches('models.model', 'training.train')      # the check can fail
+
+
+def test_each_subpackage_says_what_lives_in_it_and_names_its_modules():
+  """Every subpackage has a docstring of a paragraph that names each of its modules."""
+  for name, path in modules().items():
+    if not path.endswith('__init__.py') or name == PACKAGE:
+      continue
+    doc = ast.get_docstring(ast.parse(open(path, encoding='utf-8').read())) or ''
+    assert len(doc) > 100, f'{name} has no docstring that says what lives in it'
+    if name == f'{PACKAGE}.data':
+      continue
+    inside = [m.rsplit('.', 1)[1] for m in modules() if m.startswith(name + '.')]
+    unnamed = [m for m in inside if not re.search(rf'\b{m}\b', doc)]
+    assert not unnamed, f'{name} docstring does not name {unnamed}'
+
+
+def test_no_two_modules_of_the_package_share_a_name():
+  """One name per idea: no two modules (in any folder of the package) of one file name."""
+  where: dict[str, list[str]] = {}
+  for name, path in modules().items():
+    if not path.endswith('__init__.py'):
+      where.setdefault(os.path.basename(path), []).append(name)
+  shared = {base: mods for base, mods in where.items() if len(mods) > 1}
+  assert not shared, f'modules of one name in several folders: {shared}'
 
 
 def test_no_two_public_classes_of_the_package_share_a_name():

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from attention_jax import data
-from attention_jax import evaluate
-from attention_jax import metrics
-from attention_jax import records
+from attention_jax.evaluation import evaluator
+from attention_jax.evaluation import metrics
+from attention_jax.evaluation import records
 
 # outputs against references, and each word's several references (G2P), gold-aligned steps
 HYPS = ['a b c', 'c b a', 'x', '', 'a b c d e', 'K AE T']
@@ -20,7 +20,7 @@ RECORDED = [n for n, m in metrics.METRICS.items() if m.record]
 
 
 def corpus_figures(hyps, refs, ref_lists, align) -> dict:
-  """What evaluate.evaluate reports for these outputs, by the same functions."""
+  """What evaluator.evaluate reports for these outputs, by the same functions."""
   out = metrics.text_metrics(hyps, refs)
   out.update(metrics.g2p_metrics(hyps, ref_lists))
   steps = [a for a in align if a]
@@ -44,7 +44,7 @@ def test_a_metric_is_the_score_of_its_summed_sentence_statistics(name):
 
 
 def test_every_reported_metric_is_the_score_of_its_summed_sentence_statistics(tmp_path):
-  """evaluate.evaluate on a split whose outputs are the references with a token more on every
+  """evaluator.evaluate on a split whose outputs are the references with a token more on every
   third sentence: each recorded metric of the report and of each length band equals the score
   of its records' statistics over those sentences; every registered metric is reported."""
   d = {'name': 'reverse', 'data_dir': str(tmp_path), 'num_train': 40, 'num_valid': 24,
@@ -71,7 +71,7 @@ def test_every_reported_metric_is_the_score_of_its_summed_sentence_statistics(tm
     return out, np.zeros((len(src), max_len, src.shape[1]), np.float32)
 
   batches = [list(b['index']) for b in task.eval_batches('validation', 8)]
-  report, _, (_, recs) = evaluate.evaluate(
+  report, _, (_, recs) = evaluator.evaluate(
       None, task, 'validation', tf_fn=tf_fn, decode_fn=decode_fn, batch_size=8, factor=2.0,
       bleu_tokenize='13a', length_edges=(0, 4, 8))
   assert report['sentences'] == len(recs) == 24 and 0 < report['exact_match'] < 100

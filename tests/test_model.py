@@ -238,7 +238,7 @@ def test_memorises_16_random_pairs(decoder):
 def test_every_model_implements_the_contract():
   """aj.Seq2Seq and aj.Transformer are contract.EncoderDecoder's: each overrides the methods
   the base leaves to it; only the Transformer's carry grows (its cache_lengths)."""
-  from attention_jax import contract   # pylint: disable=g-import-not-at-top
+  from attention_jax.models import contract  # pylint: disable=g-import-not-at-top
   base = contract.EncoderDecoder
   required = ('forward', 'source_mask', 'encode', 'start', 'step')   # the base raises
   for name in required:

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import objective
-from attention_jax.attention import MODES, Attention, masked_sparsemax
-from attention_jax.model import ModelConfig, Seq2Seq
-from attention_jax.self_attention import SelfAttentionLayer
+from attention_jax.models.attention import MODES, Attention, masked_sparsemax
+from attention_jax.models.model import ModelConfig, Seq2Seq
+from attention_jax.models.self_attention import SelfAttentionLayer
+from attention_jax.training import objective
 
 B, T, Q, K, A = 3, 4, 6, 6, 4
 LENGTHS = np.array([7, 3, 0])          # the last row is all padding (a batch filler)
@@ -296,7 +296,7 @@ def test_model_with_self_attention_is_padding_invariant(score):
 def test_each_mode_learns_to_copy(mode, extra):
   """A few steps of Adam on a tiny copy task lower the loss clearly, for every mode."""
   import optax
-  from attention_jax import train
+  from attention_jax.training import train
   mcfg = ModelConfig(src_vocab=12, tgt_vocab=12, emb_dim=16, enc_hidden=16, dec_hidden=32,
                      attn_dim=16, attention_mode=mode, window=2, **extra)
   tx = optax.adam(1e-2)

@@ -15,7 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = r'''
 import functools, sys, jax, jax.numpy as jnp, numpy as np, ml_collections
 import attention_jax as aj
-from attention_jax import inference, parallel, train
+from attention_jax.decoding import inference
+from attention_jax.training import parallel, train
 OBJ = train.objective.Objective()
 assert jax.device_count() == 8, jax.devices()
 assert parallel.resolve('auto') == 'shard_map'
@@ -96,7 +97,7 @@ def test_shard_map_and_single_device_agree_for_a_transformer_and_an_image_model(
 
 
 def test_unknown_parallel_mode_is_named():
-  from attention_jax import parallel
+  from attention_jax.training import parallel
   with pytest.raises(ValueError, match="'ring'.*shard_map"):
     parallel.resolve('ring')
 

@@ -1,4 +1,4 @@
-"""Populations (attention_jax/population.py): member k of a vmapped population is the run of
+"""Populations (attention_jax/training/population.py): member k of a vmapped population is the run of
 seed k trained alone, step by step, with its own batch order; in the training loop
 (population_loop.py, sweep --population) each member is written as that run, resumes bit for
 bit, and a member that diverges does not stop the others."""
@@ -15,10 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_jax import checkpoint as ckpt_lib
-from attention_jax import data, objective, population, population_loop, steps, sweep, train
+from attention_jax import data
 from attention_jax import workdir as workdir_lib
-from attention_jax.model import ModelConfig
+from attention_jax.models.model import ModelConfig
+from attention_jax.sweeps import sweep
+from attention_jax.training import checkpoint as ckpt_lib
+from attention_jax.training import objective, population, population_loop, steps, train
 from experiments.configs import dates, reverse
 
 import helpers
@@ -333,7 +335,7 @@ def test_bad_population_input_is_one_line_before_any_work(data_dir, tmp_path):
         _config(data_dir, parallel='shard_map', **{'train.population': 2}), str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
   with pytest.raises(ValueError, match='train.population=2 trains several seeds: use '
-                                       'attention_jax.population_loop.train_and_evaluate'):
+                                       'attention_jax.training.population_loop.train_and_evaluate'):
     train.train_and_evaluate(_config(data_dir, **{'train.population': 2}), str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
   with workdir_lib.WorkdirLock(str(tmp_path / 'b' / 'seed_2')):

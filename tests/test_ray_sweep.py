@@ -17,7 +17,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from attention_jax import ray_executor
+from attention_jax.sweeps import ray_executor
 from helpers import hold_env, sweep_cmd, wait_held
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

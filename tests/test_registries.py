@@ -11,7 +11,7 @@ import sys
 
 import attention_jax as aj
 from attention_jax import data
-from attention_jax import metrics
+from attention_jax.evaluation import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGINS = {'throwaway_score': 'negdot', 'throwaway_metric': 'longer', 'throwaway_task': 'swapcase'}

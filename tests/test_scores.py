@@ -1,6 +1,6 @@
 """Every registered score against a NumPy reference computed by hand from its parameters.
 
-A new score registered in attention_jax.scores is picked up here automatically; it then
+A new score registered in attention_jax.models.scores is picked up here automatically; it then
 needs a reference in NUMPY_REFERENCES (the test says so if it is missing).
 """
 
@@ -11,8 +11,8 @@ import pytest
 from flax import nnx
 
 import helpers
-from attention_jax import scores as scores_lib
-from attention_jax.attention import Attention
+from attention_jax.models import scores as scores_lib
+from attention_jax.models.attention import Attention
 
 B, T, S, Q, K, A, S_MAX = 2, 3, 5, 6, 6, 4, 7
 
@@ -33,7 +33,7 @@ def _p(score, *path):
 
 
 # score(q [B,T,Q], k [B,S,K], module) -> e [B,T,S], written from the formulas in
-# papers cited in attention_jax/scores.py, reading the module's parameters.
+# papers cited in attention_jax/models/scores.py, reading the module's parameters.
 NUMPY_REFERENCES = {
     'dot': lambda q, k, m: np.einsum('btd,bsd->bts', q, k),
     'scaled_dot': lambda q, k, m: np.einsum('btd,bsd->bts', q, k) / np.sqrt(k.shape[-1]),

@@ -13,8 +13,12 @@ import jax
 import numpy as np
 import pytest
 
-from attention_jax import api, multihead, parallel, records, stats, sweep
 from attention_jax import workdir as workdir_lib
+from attention_jax.decoding import loading
+from attention_jax.evaluation import records, stats
+from attention_jax.models import multihead
+from attention_jax.sweeps import local_executor, sweep
+from attention_jax.training import parallel
 from helpers import TINY_SWEEP, hold_env, run_module, sweep_cmd, wait_held
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -120,7 +124,7 @@ def test_seeds_give_other_parameters_on_the_same_test_set_and_more_seeds_run_onl
     local_sweep, tmp_path):
   path, root, data_dir, _ = local_sweep
   variant = root / 'tiny_sweep_smoke' / 'additive'
-  loaded = [api.load(str(variant / f'seed_{k}')) for k in (1, 2)]
+  loaded = [loading.load(str(variant / f'seed_{k}')) for k in (1, 2)]
   assert [json.loads((variant / f'seed_{k}' / 'config.json').read_text())['seed']
           for k in (1, 2)] == [1, 2]
   leaves = [jax.tree.leaves(t.params) for t in loaded]
@@ -242,12 +246,12 @@ def test_runs_per_device_share_each_accelerator_and_its_memory(monkeypatch, tmp_
   each told to preallocate 0.9 / K of the device's memory (a fraction the user set wins);
   refused on a machine without accelerators; a fractional Ray GPU gets its share too."""
   monkeypatch.delenv(parallel.MEMORY_ENV, raising=False)
-  monkeypatch.setattr(sweep, 'accelerators', lambda: ['0', '1'])
-  monkeypatch.setattr(sweep.subprocess, 'Popen', _FakeRun)
+  monkeypatch.setattr(local_executor, 'accelerators', lambda: ['0', '1'])
+  monkeypatch.setattr(local_executor.subprocess, 'Popen', _FakeRun)
   monkeypatch.setattr(sweep, 'finished', lambda v: True)
   _FakeRun.live, _FakeRun.started = {}, []
   queue = [sweep.Variant(f'v{i}', {}, str(tmp_path / f'v{i}')) for i in range(7)]
-  status = sweep.local(runs_per_device=3)('cfg.py', 'toy', queue, str(tmp_path), [])
+  status = local_executor.local(runs_per_device=3)('cfg.py', 'toy', queue, str(tmp_path), [])
   assert status == {f'v{i}': 'finished' for i in range(7)}
   assert [d for d, _, _ in _FakeRun.started[:2]] == ['0', '1']          # both devices first
   assert {share for _, share, _ in _FakeRun.started} == {'0.300'}
@@ -255,10 +259,10 @@ def test_runs_per_device_share_each_accelerator_and_its_memory(monkeypatch, tmp_
   assert parallel.memory_env(1.0) == {} and parallel.memory_env(0.25) == {parallel.MEMORY_ENV: '0.225'}
   monkeypatch.setenv(parallel.MEMORY_ENV, '0.5')
   assert parallel.memory_env(0.25) == {}
-  monkeypatch.setattr(sweep, 'accelerators', lambda: [])
+  monkeypatch.setattr(local_executor, 'accelerators', lambda: [])
   with pytest.raises(ValueError, match='--runs_per_device=2 shares accelerators, and this '
                                        'machine has none'):
-    sweep.local(runs_per_device=2)('cfg.py', 'toy', queue, str(tmp_path), [])
+    local_executor.local(runs_per_device=2)('cfg.py', 'toy', queue, str(tmp_path), [])
 
 
 def test_out_of_accelerator_memory_is_one_line_naming_the_share(monkeypatch):
@@ -274,7 +278,7 @@ def test_out_of_accelerator_memory_is_one_line_naming_the_share(monkeypatch):
 
 def test_a_training_out_of_memory_names_its_share_of_the_device(monkeypatch, tmp_path):
   """A run given a share of an accelerator (memory_env) that runs out of memory says so."""
-  from attention_jax import train   # pylint: disable=g-import-not-at-top
+  from attention_jax.training import train  # pylint: disable=g-import-not-at-top
   from experiments.configs import dates   # pylint: disable=g-import-not-at-top
 
   def oom(*args):

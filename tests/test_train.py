@@ -16,9 +16,11 @@ import pytest
 from flax import nnx
 
 import attention_jax as aj
-from attention_jax import checkpoint as ckpt_lib
-from attention_jax import data, records, steps, train
+from attention_jax import data
 from attention_jax import workdir as workdir_lib
+from attention_jax.evaluation import records
+from attention_jax.training import checkpoint as ckpt_lib
+from attention_jax.training import steps, train
 from experiments.configs import addition, dates, reverse, textfiles
 
 from helpers import run_modules, smoke

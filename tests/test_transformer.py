@@ -10,11 +10,11 @@ import pytest
 from flax import nnx
 
 import attention_jax as aj
-from attention_jax import beam as beam_lib
-from attention_jax import decode as decode_lib
-from attention_jax import multihead, transformer
 from attention_jax.data.tokenizers import BOS, EOS, PAD
-from attention_jax.transformer import sinusoids
+from attention_jax.decoding import beam as beam_lib
+from attention_jax.decoding import greedy as decode_lib
+from attention_jax.models import multihead, transformer
+from attention_jax.models.transformer import sinusoids
 
 from helpers import assert_buckets_change_no_output, train_optimised
 from test_scores import NUMPY_REFERENCES, randomise

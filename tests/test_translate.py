@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 import attention_jax as aj
-from attention_jax import data, inference, shapes, train
-from attention_jax import decode as decode_lib
+from attention_jax import data
+from attention_jax.decoding import greedy as decode_lib
+from attention_jax.decoding import inference, shapes
+from attention_jax.training import train
 from experiments import translate as translate_cmd
 from experiments.configs import dates
 

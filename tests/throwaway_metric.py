@@ -7,7 +7,7 @@ tests/test_registries.py runs the registry-driven tests with it, to show that ev
 the per-sentence records and their corpus scores pick a new metric up with no list edited.
 """
 
-from attention_jax import metrics
+from attention_jax.evaluation import metrics
 
 metrics.register(metrics.Metric(
     'longer', 'outputs longer than the reference', ' (%)', lower_is_better=True,

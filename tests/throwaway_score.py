@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import helpers
-from attention_jax import scores
+from attention_jax.models import scores
 
 
 @scores.register('negdot')

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from attention_jax.data import batching, builders, cmudict, image_builders, loaders
+from attention_jax.data import batching, builders, cmudict, loaders, strips
 from attention_jax.data import tokenizers as tok_lib
 
 SPLITS = loaders.SPLITS
@@ -275,7 +275,7 @@ class Task:
     out = np.full((*tgt.shape, 4), -1, np.int32)
     for r in np.flatnonzero(batch['weight'] > 0):
       index = int(batch['index'][r])
-      digits = image_builders.parse_boxes(boxes[index])                  # [n, 4]
+      digits = strips.parse_boxes(boxes[index])                  # [n, 4]
       n_tgt = int((tgt[r] != tok_lib.PAD).sum()) - 1                    # without EOS
       if len(digits) != n_tgt:
         raise ValueError(f'{self.name} {split}[{index}]: {len(digits)} boxes for {n_tgt} target '

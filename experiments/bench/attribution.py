@@ -18,8 +18,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from attention_jax import attribution
-from attention_jax.model import ModelConfig, build
+from attention_jax.implicit import attribution
+from attention_jax.models.model import ModelConfig, build
 from attention_jax.symbols import BOS, EOS
 from experiments.configs import reverse
 

@@ -38,8 +38,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from attention_jax import compile_cache, train
 from attention_jax.data import builders
+from attention_jax.decoding import compile_cache
+from attention_jax.training import train
 from experiments.bench import peer as peer_lib
 from experiments.bench import translate_file
 from experiments.bench import workload

@@ -1,5 +1,5 @@
 """A population of N seeds as one vmapped step against the same N runs one after another
-(attention_jax/population.py), on the `reverse` smoke task's real batches.
+(attention_jax/training/population.py), on the `reverse` smoke task's real batches.
 
   python -m experiments.bench.population --archs=rnn,transformer --members=3 --steps=200
   python -m experiments.bench.population --archs=rnn --sizes=1,4,16 --steps=30
@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from attention_jax import data, objective, population, steps, train
+from attention_jax import data
+from attention_jax.training import objective, population, steps, train
 from experiments.bench.measure import count_flops, machine_info, matmul_flops_per_s
 from experiments.configs import reverse
 

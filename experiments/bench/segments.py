@@ -1,5 +1,5 @@
 """How a Transformer's decoding KV cache should grow: one loop over the whole output limit,
-or segments (decode.segments, Transformer.cache_lengths), each a while loop compiled of its
+or segments (greedy.segments, Transformer.cache_lengths), each a while loop compiled of its
 own. Compile time and warm run time of greedy and beam search, per segment policy, on the
 benchmark's Transformer (3+3 layers, d_model 128; untrained, EOS suppressed so that every
 output runs to its limit, as in the benchmark's decoding rows).
@@ -23,11 +23,12 @@ import numpy as np
 from absl import app, flags
 from flax import nnx
 
-from attention_jax import beam as beam_lib
-from attention_jax import decode as decode_lib
-from attention_jax import train, transformer
-from attention_jax.model import build
+from attention_jax.decoding import beam as beam_lib
+from attention_jax.decoding import greedy as decode_lib
+from attention_jax.models import transformer
+from attention_jax.models.model import build
 from attention_jax.symbols import EOS
+from attention_jax.training import train
 from experiments.bench import workload
 
 

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 
-from attention_jax import api, compile_cache
+from attention_jax.decoding import compile_cache, loading
 from experiments.bench.measure import suppress_eos
 
 STARTED = 'ATTENTION_JAX_BENCH_STARTED'   # time.time() when the parent started the process
@@ -26,7 +26,7 @@ def translate_file(run: str, source: str, output: str, beam: int, again: bool = 
                    batch: int = 1024) -> dict:
   """What a user's `translate` does (experiments/translate.py: aj.load, chunks of `batch`
   lines, each written whole), with EOS suppressed -> the compiling and decoding figures."""
-  t = api.load(run)
+  t = loading.load(run)
   t.params = suppress_eos(t.params)
   t.chunk_size = batch   # as translate's --batch
   with open(source, encoding='utf-8') as f:

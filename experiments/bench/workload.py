@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from attention_jax.data import batching
-from attention_jax.decoder import DECODERS
+from attention_jax.models.rnn_decoder import DECODERS
 from experiments.bench.measure import MATMUL_N
 from experiments.configs import common
 

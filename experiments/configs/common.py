@@ -1,7 +1,7 @@
 """The base experiment config that every experiment file in this folder starts from.
 
 Sections: `data` (task, tokenizer, batching), `model` (mirrors
-`attention_jax.model.ModelConfig`), `train` (optimiser, schedule, evaluation,
+`attention_jax.models.model.ModelConfig`), `train` (optimiser, schedule, evaluation,
 checkpoints). Every field is overridable from the command line, e.g.
 `--config.model.score=general --config.train.steps=500`.
 """
@@ -10,9 +10,9 @@ import dataclasses
 
 import ml_collections
 
-from attention_jax import evaluate
-from attention_jax.model import ModelConfig
-from attention_jax.objective import Objective
+from attention_jax.evaluation import evaluator
+from attention_jax.models.model import ModelConfig
+from attention_jax.training.objective import Objective
 
 # Where the experiments differ from the library's defaults (a ModelConfig or Objective built
 # in Python gets the defaults; tests/test_configs.py keeps these the only differences).
@@ -62,9 +62,9 @@ def base_config() -> ml_collections.ConfigDict:
   d.bucket_multiple = 8     # bucket lengths are multiples of this (8 suits GPUs and TPUs)
   d.batch_size = 64         # global batch (per-device batch x device count)
 
-  # ---- model: attention_jax.model.ModelConfig --------------------------------
+  # ---- model: attention_jax.models.model.ModelConfig --------------------------------
   # its fields and their defaults (the one source of both: see the field comments in
-  # attention_jax/model.py), with the experiments' own choices in MODEL_OVERRIDES
+  # attention_jax/models/model.py), with the experiments' own choices in MODEL_OVERRIDES
   c.model = ml_collections.ConfigDict({**ModelConfig.defaults(), **MODEL_OVERRIDES})
 
   # ---- train ---------------------------------------------------------------
@@ -76,13 +76,13 @@ def base_config() -> ml_collections.ConfigDict:
   t.weight_decay = 0.0
   t.clip_norm = 1.0
   t.ema_decay = 0.0         # > 0: evaluate/save an EMA of the parameters (e.g. 0.999); 0: off
-  # the loss's coefficients: attention_jax.objective.Objective's fields and defaults
+  # the loss's coefficients: attention_jax.training.objective.Objective's fields and defaults
   # (label_smoothing, coverage_weight, reinforce_weight, entropy_weight, baseline_decay),
   # with the experiments' own choices in OBJECTIVE_OVERRIDES
   t.update({**dataclasses.asdict(Objective()), **OBJECTIVE_OVERRIDES})
   t.skip_nonfinite = False  # True: skip a batch with a non-finite loss/gradient (counted)
   t.population = 1          # N > 1: seeds seed..seed+N-1 trained as one vmapped program, each
-                            # into <workdir>/seed_<k> (attention_jax/population_loop.py)
+                            # into <workdir>/seed_<k> (attention_jax/training/population_loop.py)
   t.eval_every = 500
   t.log_every = 50
   t.checkpoint_every = 500
@@ -93,13 +93,13 @@ def base_config() -> ml_collections.ConfigDict:
   # ---- eval ------------------------------------------------------------------
   e = c.eval = ml_collections.ConfigDict()
   e.bleu_tokenize = '13a'   # sacrebleu tokenizer: 13a for words, char for character tasks
-  e.length_edges = evaluate.DEFAULT_LENGTH_EDGES  # source-length buckets (lo, hi]
-  e.beam_size = 5           # experiments/evaluate.py defaults
+  e.length_edges = evaluator.DEFAULT_LENGTH_EDGES  # source-length buckets (lo, hi]
+  e.beam_size = 5           # experiments/evaluator.py defaults
   e.alpha = 0.6             # length penalty ((5+|Y|)/6)^alpha (Wu et al. 2016)
   e.heatmaps = 3            # attention heatmaps of the first test sentences at the end (0: none)
   e.attribution = ''        # implicit attention at the end, on tasks with gold alignments (copy,
-                            # reverse, sort): methods of attention_jax/attribution.py, comma-
-                            # separated, or 'all'; '' = none (attention_jax/alignment.py)
+                            # reverse, sort): methods of attention_jax/implicit/attribution.py, comma-
+                            # separated, or 'all'; '' = none (attention_jax/implicit/alignment.py)
   e.attribution_num = 200   # test sentences attributed
   e.attribution_steps = 32  # integrated gradients' steps (and SmoothGrad's samples)
   return c

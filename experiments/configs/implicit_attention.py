@@ -11,7 +11,7 @@ lengths): every RNN score, `none` included, with both decoders (Bahdanau, Luong)
 additive score with coverage, and a two-layer Transformer; every variant under seeds 1-3. At
 the end of each run its first 100 test sentences are attributed by every method (gradient,
 gradient x input, integrated gradients, SmoothGrad) and measured against the gold
-alignment beside the explicit weights (eval.attribution: attention_jax/alignment.py); the
+alignment beside the explicit weights (eval.attribution: attention_jax/implicit/alignment.py); the
 sweep report adds implicit_attention.md (means over seeds with 95% intervals, paired tests
 over seeds, Holm-adjusted). Small models (embeddings and encoder 16, decoder 32; Transformer
 d_model 32) so that 60 runs fit a 2-core CPU.
@@ -22,7 +22,7 @@ the argmax of a map inside the box of the digit being read?) for the explicit we
 pixel gradients, gradient x input, integrated gradients and Grad-CAM (digits_config).
 """
 
-from attention_jax import scores
+from attention_jax.models import scores
 from experiments.configs import digit_strips, reverse
 
 SEEDS = 3   # every variant under seeds 1, 2, 3 (--seeds=N overrides)

@@ -9,7 +9,7 @@ bleu_by_length.png) is written at the end. Another score or decoder for all vari
 --config.model.score=general etc. after the sweep file (see launch.sh sweep).
 """
 
-from attention_jax.attention import MODES, NORMALISERS
+from attention_jax.models.attention import MODES, NORMALISERS
 from experiments.configs import dates
 
 # every registered mode and normaliser (a new one joins the sweep with no edit here), then

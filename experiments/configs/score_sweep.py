@@ -8,7 +8,7 @@ Runs go to runs/score_sweep[_smoke]/<score>_<decoder>/seed_<k> (600 steps each);
 intervals, every variant against the best) is written at the end.
 """
 
-from attention_jax import scores
+from attention_jax.models import scores
 from experiments.configs import dates
 
 

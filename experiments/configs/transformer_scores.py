@@ -9,7 +9,7 @@ Variants go to runs/transformer_scores[_reverse][_smoke]/<score> (`reverse,smoke
 bars.png, bleu_by_length.png) is written at the end. One seed per variant.
 """
 
-from attention_jax import multihead
+from attention_jax.models import multihead
 from experiments.configs import dates, reverse
 
 TASKS = {'dates': dates, 'reverse': reverse}

@@ -1,0 +1,426 @@
+"""Reload a trained run in one call and translate, with beam search, n-best lists and attention
+weights (evaluating a run: run_eval.py).
+
+  t = attention_jax.load('runs/dates_additive')      # best checkpoint (or step=N)
+  t.translate(['22. November 2026'])                  # -> ['2026-11-22'] (greedy)
+  t.translate(['Nov 3, 1999'], beam=5, alpha=0.6)     # beam search, length penalty alpha
+  t.translate(['Nov 3, 1999'], beam=5, nbest=3)       # -> [[('1999-11-03', -0.01), ...]]
+  out, weights, src_tokens, tgt_tokens = t.attend('Nov 3, 1999', beam=5)   # weights [T, S]
+  attention_jax.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
+  t = attention_jax.load(['runs/a', 'runs/b'])        # an ensemble of runs (ensemble.py)
+
+Input policy (translate and attend): any str is accepted. Empty or whitespace-only strings
+give '' (nothing to translate). Unknown and control characters map to the UNK token.
+Inputs longer than the run's training maximum (data.max_src_len tokens) are translated
+with a RuntimeWarning naming how many and how long (attention has no length limit, but
+quality beyond the training lengths is not what was measured); only the `location` score,
+whose output layer has model.max_src_len positions, rejects longer inputs with a ValueError.
+Inputs longer than `t.max_input_len` tokens (4x the training maximum, at least 512) raise a
+ValueError before anything is allocated. Non-strings raise TypeError naming the argument.
+Large batches are decoded in chunks of at most `chunk_size` sentences (sorted by length, so
+each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays bounded.
+Sources are padded to geometric length buckets and chunks to power-of-two rows (shapes.py:
+growth `t.bucket_growth`), so a file compiles a bounded set of shapes, each once per
+(beam, alpha, nbest); `t.shapes_used` lists them. `load` turns on JAX's persistent
+compilation cache (compile_cache.py): the next process reads those programs from disk.
+
+Image models (model.encoder 'cnn' / 'vit') take images where text models take strings: file
+paths or arrays ([H, W], uint8 0-255 or float 0-1), padded together; `attend(image)` gives
+the weights over the image's grid, [T, H', W'] (images.py):
+
+  t = attention_jax.load('runs/image_dates')
+  t.translate(['scan.png', np.asarray(...)], beam=5)   # -> ['2026-11-22', ...]
+  out, weights, _, tgt_tokens = t.attend('scan.png')   # weights [T, H', W']
+
+Implicit attention (attribution.py): how much each output token's log-probability depends on
+each source position, by gradients, beside the explicit weights:
+
+  s = t.saliency('Nov 3, 1999', method='integrated_gradients')   # Saliency: s.scores [T, S]
+  s = t.saliency('scan.png', method='gradcam')                   # [T, H', W'] (pixels: [T, H, W])
+  s = t.saliency('abc', reference='cba')                         # teacher-forced on a reference
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Sequence
+
+import jax
+import numpy as np
+
+from attention_jax import data as data_lib
+from attention_jax.data.batching import round_up
+from attention_jax.decoding import greedy as decode_lib
+from attention_jax.decoding import inference
+from attention_jax.decoding import shapes
+from attention_jax.implicit import attribution
+from attention_jax.models import encoders
+from attention_jax.models import images as images_lib
+from attention_jax.models import scores as scores_lib
+from attention_jax.models.model import ModelConfig
+from attention_jax.symbols import BOS
+
+
+@dataclasses.dataclass
+class Hypotheses:
+  """The n-best outputs of one source sentence, best first."""
+  outputs: list[str]               # detokenized outputs
+  scores: list[float]              # log P (greedy) or the length-normalised beam score
+  weights: list[np.ndarray]        # [T_i, S] attention of each output (EOS rows included)
+  src_tokens: list[str]            # S source pieces, '</s>' last
+  tgt_tokens: list[list[str]]      # T_i output pieces of each output, '</s>' last if ended
+  ids: list[np.ndarray] = dataclasses.field(default_factory=list)  # [T_i] their token ids
+
+
+@dataclasses.dataclass
+class Saliency:
+  """One source's attribution (Translator.saliency)."""
+  output: str                      # the output attributed (decoded, or the reference)
+  method: str
+  scores: np.ndarray               # [T, S] tokens; images [T, H, W] pixels or [T, H', W'] grid
+  weights: np.ndarray              # [T, S] the explicit attention (images [T, H', W'])
+  log_probs: np.ndarray            # [T] log p(y_t | y_<t, x) of each output token
+  src_tokens: list[str]            # S source pieces, '</s>' last ([] for images)
+  tgt_tokens: list[str]            # T output pieces, '</s>' last if it ended
+
+
+class Translator:
+  """A trained model with its tokenizers; greedy or beam decoding, jit-compiled per shape."""
+
+  MEMORY_BUDGET = 256 * 2 ** 20   # bytes of attention weights and KV caches per chunk
+
+  def __init__(self, mcfg: ModelConfig, graphdef, params, src_tok, tgt_tok, factor: float,
+               step: int, max_train_len: int | None = None, chunk_size: int = 256,
+               run_config: dict | None = None):
+    self.config, self.step = mcfg, step
+    self.run_config = run_config or {}   # the run's config (workdir.Run.config), for evaluate
+    self.max_train_len, self.chunk_size = max_train_len, chunk_size
+    # the longest input accepted, in source tokens: 4x the training maximum, at least 512
+    self.max_input_len = data_lib.decode_limit(max_train_len or 128)
+    self.src_tok, self.tgt_tok = src_tok, tgt_tok
+    self.graphdef, self.params, self._factor = graphdef, params, factor
+    self._decoders: dict[tuple, object] = {}
+    self._attributors: dict[tuple, object] = {}
+    # sources padded to geometric length buckets and chunks to power-of-two rows (shapes.py):
+    # a file compiles a bounded set of shapes; None: multiples of 8, chunks as they come
+    self.bucket_growth: float | None = shapes.GROWTH
+    self.shapes_used: set[tuple] = set()   # (beam, alpha, nbest, rows, length) decoded
+
+  @property
+  def model_configs(self) -> tuple[ModelConfig, ...]:
+    """The config of every model decoded: this run's (an ensemble's members': ensemble.py)."""
+    return (self.config,)
+
+  def decoder(self, beam: int = 1, alpha: float = 0.6, nbest: int = 1):
+    """The jit-compiled n-best decode function (inference.make_decoder), one per setting."""
+    key = (beam, float(alpha), nbest)
+    if key not in self._decoders:
+      if not alpha >= 0:
+        raise ValueError(f'alpha must be >= 0, got {alpha!r}')
+      self._decoders[key] = inference.make_decoder(self.graphdef, beam, float(alpha), nbest)
+    return self._decoders[key]
+
+  def _encode(self, texts: Sequence[str]) -> np.ndarray:
+    """texts -> source ids [len(texts), S] (EOS last), S their padded length (_length)."""
+    return self._batch([self.src_tok.encode(t) + [data_lib.EOS] for t in texts])
+
+  def _length(self, n: int) -> int:
+    """The padded length of a batch whose longest source has n tokens: a length bucket
+    (shapes.py: few compiled shapes), or with bucket_growth None a multiple of 8."""
+    if self.bucket_growth is None:
+      return max(shapes.MULTIPLE, round_up(n, shapes.MULTIPLE))
+    return shapes.length_bucket(n, self.bucket_growth)
+
+  def _batch(self, ids: Sequence[list[int]], rows: int | None = None,
+             length: int | None = None) -> np.ndarray:
+    """Token id lists -> [rows, length] int32 PAD-padded (default: len(ids) rows, _length
+    of the longest); extra rows are a lone EOS (decoded, then dropped)."""
+    rows = len(ids) if rows is None else rows
+    src = np.zeros((rows, length or self._length(max(map(len, ids)))), np.int32)
+    src[len(ids):, 0] = data_lib.EOS
+    for i, x in enumerate(ids):
+      src[i, :len(x)] = x
+    return src
+
+  def check(self, texts: Sequence[str], name=lambda i: f'texts[{i}]') -> None:
+    """Raises ValueError/TypeError for inputs that translate() would refuse, naming the
+    first by name(i) (i: its index in texts), before anything is decoded."""
+    if self.config.source == 'images':   # file paths: each read and checked, one line each
+      self._read_images(texts, name)
+      return
+    self._check_texts(texts, 'check(texts)')
+    self._check_lengths(texts, [i for i, t in enumerate(texts) if t.strip()], name)
+
+  def _check_lengths(self, texts: Sequence[str], rows: Sequence[int],
+                     name=lambda i: f'texts[{i}]') -> None:
+    """Checks texts[i] for i in rows (the non-empty ones)."""
+    for i in rows:   # a cheap bound first: a token is at least one character
+      if len(texts[i]) > 64 * self.max_input_len:
+        raise ValueError(f'{name(i)} has {len(texts[i]):,} characters, far beyond the limit '
+                         f'of {self.max_input_len} tokens (t.max_input_len); split it or raise '
+                         't.max_input_len')
+    lengths = [len(self.src_tok.encode(texts[i])) for i in rows]
+    longest = max(lengths, default=0)
+    if longest > self.max_input_len:
+      i = rows[lengths.index(longest)]
+      raise ValueError(f'{name(i)} has {longest:,} tokens; the limit is {self.max_input_len} '
+                       f'(t.max_input_len, 4x the training maximum, at least 512): split it or '
+                       'raise t.max_input_len')
+    for cfg in self.model_configs:   # (the Transformer's scores are all content scores)
+      if cfg.arch == 'rnn':
+        scores_lib.SCORES[cfg.score].check_source_length(longest + 1, cfg.max_src_len)  # + EOS
+    if self.max_train_len is not None and longest > self.max_train_len:
+      n = sum(x > self.max_train_len for x in lengths)
+      warnings.warn(f'{n} input(s) longer than the training maximum of {self.max_train_len} '
+                    f'tokens (longest {longest}); translating them anyway', RuntimeWarning,
+                    stacklevel=4)
+
+  @staticmethod
+  def _check_texts(texts, name: str = 'translate(texts)') -> None:
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+      raise TypeError(f'{name}: texts must be a list of str, got {type(texts).__name__}')
+    for i, t in enumerate(texts):
+      if not isinstance(t, str):
+        raise TypeError(f'{name}: texts[{i}] is {type(t).__name__}, not str')
+
+  def _hypotheses(self, tokens, scores, weights, src_tokens: list[str],
+                  source_weights) -> Hypotheses:
+    """One source's decoder rows (tokens [N, L], scores [N], weights [N, L, S]);
+    source_weights: a row's weights [T, S] -> those over the source itself (its tokens, or
+    its image's own grid cells)."""
+    outs, ws, tgts, id_rows = [], [], [], []
+    for row, w in zip(tokens, weights):
+      ids = row.tolist()
+      # up to EOS, or (stopped at its limit) up to the batch's padding: no decoder emits PAD
+      n = (ids.index(data_lib.EOS) + 1 if data_lib.EOS in ids
+           else ids.index(data_lib.PAD) if data_lib.PAD in ids else len(ids))
+      outs.append(self.tgt_tok.decode(ids))
+      tgts.append([self.tgt_tok.id_to_piece(i) for i in ids[:n]])
+      ws.append(source_weights(np.asarray(w[:n], np.float32)))
+      id_rows.append(np.asarray(ids[:n], np.int32))
+    return Hypotheses(outs, [float(x) for x in scores], ws, src_tokens, tgts, id_rows)
+
+  def decode(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
+             nbest: int = 1) -> list[Hypotheses]:
+    """list of source strings -> their n-best Hypotheses (outputs, scores, attention), in
+    input order. An empty or whitespace-only text gives nbest empty outputs of score 0.
+    Image models: a list of images (file paths or arrays); weights [T_i, H', W']."""
+    if self.config.source == 'images':
+      return self._decode_images(texts, beam, alpha, nbest)
+    self._check_texts(texts, 'decode(texts)')
+    fn = self.decoder(beam, alpha, nbest)
+    out: list[Hypotheses | None] = [None] * len(texts)
+    todo = [i for i, t in enumerate(texts) if t.strip()]
+    for i in set(range(len(texts))) - set(todo):
+      out[i] = Hypotheses([''] * nbest, [0.0] * nbest, [np.zeros((0, 0), np.float32)] * nbest,
+                          [], [[] for _ in range(nbest)], [np.zeros(0, np.int32)] * nbest)
+    self._check_lengths(texts, todo)
+    ids = {i: self.src_tok.encode(texts[i]) + [data_lib.EOS] for i in todo}
+    todo.sort(key=lambda i: len(ids[i]))            # similar lengths share a chunk
+    for rows, (n, length) in self._chunks(todo, [len(ids[i]) for i in todo], beam * nbest):
+      src = self._batch([ids[i] for i in rows], n, length)
+      self.shapes_used.add((beam, float(alpha), nbest) + src.shape)
+      tokens, scores, weights = jax.device_get(fn(
+          self.params, src, decode_lib.max_output_len(src.shape[1], self._factor),
+          self._factor))
+      for r, i in enumerate(rows):
+        src_tokens = self.src_tok.pieces(texts[i]) + ['</s>']
+        out[i] = self._hypotheses(tokens[r], scores[r], weights[r], src_tokens,
+                                  lambda w, s=len(src_tokens): w[:, :s])
+    return out
+
+  @property
+  def max_image_shape(self) -> tuple[int, int]:
+    """The largest image decoded (height, width): images.MAX_SCALE times the training
+    canvas (data.image_height x data.image_width)."""
+    d = {**data_lib.FIELD_DEFAULTS, **self.run_config.get('data', {})}
+    return (images_lib.MAX_SCALE * int(d['image_height']),
+            images_lib.MAX_SCALE * int(d['image_width']))
+
+  def read_image(self, source) -> np.ndarray:
+    """An image (file path or array) as this model reads it: [H, W(, C)] float32 in [0, 1]
+    (ValueError naming the problem: unreadable, out of range, over max_image_shape)."""
+    return self._read_images([source], lambda i: 'image')[0]
+
+  def _read_images(self, sources, name=lambda i: f'images[{i}]') -> list[np.ndarray]:
+    """Every image read and checked (readable, within max_image_shape) before any is
+    decoded; a failure is one ValueError naming name(i) and the file."""
+    imgs = []
+    for i, s in enumerate(sources):
+      try:
+        imgs.append(images_lib.read_image(s, self.config.image_channels, self.max_image_shape))
+      except (OSError, ValueError) as e:
+        raise ValueError(f'{name(i)}: {e}') from None
+    return imgs
+
+  def _decode_images(self, sources, beam: int, alpha: float, nbest: int) -> list[Hypotheses]:
+    if isinstance(sources, (str, bytes, np.ndarray)) or not isinstance(sources, Sequence):
+      raise TypeError(f'this model reads images: pass a list of images (file paths or arrays), '
+                      f'got {type(sources).__name__}')
+    imgs = self._read_images(sources)
+    cell = encoders.lookup(self.config.encoder).cell_size(self.config)
+    fn = self.decoder(beam, alpha, nbest)
+    max_tgt = int(self.run_config.get('data', {}).get('max_tgt_len', 128))
+    max_len = decode_lib.max_output_len(max_tgt, self._factor)
+    out = []
+    for start in range(0, len(imgs), self.chunk_size):
+      chunk = imgs[start:start + self.chunk_size]
+      src = images_lib.pad_batch(chunk, cell)
+      tokens, scores, weights = jax.device_get(fn(self.params, src, max_len, self._factor))
+      for r, im in enumerate(chunk):
+        out.append(self._hypotheses(tokens[r], scores[r], weights[r], [],
+                                    self._own_cells(im, src.shape[1:3])))
+    return out
+
+  def _own_cells(self, image: np.ndarray, padded: tuple[int, int]):
+    """-> a function of weights [T, S] over the grid of a batch padded to `padded` (H, W)
+    pixels -> [T, H', W'] over `image`'s own cells (top left)."""
+    enc = encoders.lookup(self.config.encoder)
+    cell = enc.cell_size(self.config)
+    grid = enc.grid_shape(self.config, padded)
+    gh, gw = enc.grid_shape(self.config, (-(-image.shape[0] // cell) * cell,
+                                          -(-image.shape[1] // cell) * cell))
+    return lambda w: w.reshape(len(w), *grid)[:, :gh, :gw]
+
+  def _fits(self, rows: int, length: int, hyps: int) -> bool:
+    """Whether the attention weights [rows x hyps, L, S] and decoder caches [rows x hyps, L,
+    cache_width] of a chunk of sources padded to `length` fit MEMORY_BUDGET."""
+    return (rows * hyps * (length + sum(c.cache_width for c in self.model_configs))
+            * decode_lib.max_output_len(length, self._factor) * 4 <= self.MEMORY_BUDGET)
+
+  def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
+    """Consecutive slices of `todo` (sorted by length; lengths in tokens, EOS included), each
+    with its padded (rows, length): at most chunk_size rows whose weights and caches fit
+    MEMORY_BUDGET (_fits; at least one row). With length buckets, a slice never spans two
+    buckets, its rows are a power of two (the bucket's full chunks: the most that fit; its
+    last: the next power of two of what is left)."""
+    start = 0
+    if self.bucket_growth is None:
+      while start < len(todo):
+        end = start + 1
+        while (end < min(len(todo), start + self.chunk_size)
+               and self._fits(end + 1 - start, self._length(lengths[end]), hyps)):
+          end += 1
+        yield todo[start:end], (end - start, self._length(lengths[end - 1]))
+        start = end
+      return
+    while start < len(todo):
+      length = self._length(lengths[start])
+      stop = start
+      while stop < len(todo) and lengths[stop] <= length:
+        stop += 1
+      most = 1   # the bucket's full chunks: the most rows, a power of two, that fit
+      while 2 * most <= self.chunk_size and self._fits(2 * most, length, hyps):
+        most *= 2
+      for a in range(start, stop, most):
+        rows = todo[a:min(a + most, stop)]
+        yield rows, (shapes.row_bucket(len(rows), most), length)
+      start = stop
+
+  def translate(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
+                nbest: int = 1) -> list:
+    """list of source strings -> list of output strings, in input order (greedy for beam 1,
+    else beam search with length penalty alpha). nbest > 1: a list of [(output, score)]
+    per input, best first. Image models: a list of images (file paths or arrays)."""
+    if self.config.source == 'tokens':
+      self._check_texts(texts)
+    hyps = self.decode(texts, beam, alpha, nbest)
+    if nbest == 1:
+      return [h.outputs[0] for h in hyps]
+    return [list(zip(h.outputs, h.scores)) for h in hyps]
+
+  def attend(self, text: str, beam: int = 1, alpha: float = 0.6):
+    """text -> (output str, weights [T, S] float32, source tokens, output tokens).
+
+    An empty or whitespace-only text gives ('', an empty [0, 0] array, [], []).
+    Image models: an image (file path or array) -> weights [T, H', W'] over its grid."""
+    if self.config.source == 'images':
+      h = self.decode([text], beam, alpha)[0]
+      return h.outputs[0], h.weights[0], h.src_tokens, h.tgt_tokens[0]
+    if not isinstance(text, str):
+      raise TypeError(f'attend(text): text must be a str, got {type(text).__name__}')
+    h = self.decode([text], beam, alpha)[0]
+    return h.outputs[0], h.weights[0], h.src_tokens, h.tgt_tokens[0]
+
+  def attend_heads(self, text: str, beam: int = 1, alpha: float = 0.6):
+    """text -> (output str, weights [N, H, T, S] float32, source tokens, output tokens): the
+    cross-attention of each of a Transformer's N decoder layers and H heads over its output
+    (an RNN's single attention as [1, 1, T, S]); `attend` gives the last layer's mean.
+    Image models: an image (file path or array) -> weights [N, H, T, H', W'] over its grid."""
+    if self.config.source == 'images':
+      h = self.decode([text], beam, alpha)[0]
+      if not h.tgt_tokens[0]:
+        return h.outputs[0], np.zeros((0, 0, 0, 0, 0), np.float32), [], []
+      image = self._read_images([text])[0]
+      enc = encoders.lookup(self.config.encoder)
+      src = images_lib.pad_batch([image], enc.cell_size(self.config))[0]
+      w = inference.layer_weights(self.graphdef, self.params, src, h.ids[0])
+      grid = enc.grid_shape(self.config, src.shape[:2])
+      return h.outputs[0], w.reshape(*w.shape[:3], *grid), h.src_tokens, h.tgt_tokens[0]
+    if not isinstance(text, str):
+      raise TypeError(f'attend_heads(text): text must be a str, got {type(text).__name__}')
+    h = self.decode([text], beam, alpha)[0]
+    if not h.tgt_tokens[0]:
+      return h.outputs[0], np.zeros((0, 0, 0, 0), np.float32), h.src_tokens, h.tgt_tokens[0]
+    src = self._encode([text])[0][:len(h.src_tokens)]
+    return (h.outputs[0], inference.layer_weights(self.graphdef, self.params, src, h.ids[0]),
+            h.src_tokens, h.tgt_tokens[0])
+
+  def attributor(self, method: str, options: attribution.Options):
+    """The jit-compiled attribution function (attribution.make_attributor), one per setting."""
+    key = (method, options)
+    if key not in self._attributors:
+      self._attributors[key] = attribution.make_attributor(self.graphdef, method, options)
+    return self._attributors[key]
+
+  def saliency(self, source, method: str = 'gradient', beam: int = 1, alpha: float = 0.6,
+               reference: str | None = None, **options) -> Saliency:
+    """Implicit attention: how strongly each output token depends on each source position
+    (attribution.METHODS; options: attribution.Options, e.g. steps=64 for
+    integrated_gradients). The output is the model's own (greedy, or beam search) unless a
+    `reference` is given; both are teacher-forced. Source policy as `attend` (an empty text
+    gives empty arrays); image models take an image (file path or array)."""
+    attribution.check(method, self.config.source)
+    try:
+      opts = attribution.Options(**options)
+    except TypeError:
+      valid = [f.name for f in dataclasses.fields(attribution.Options)]
+      raise TypeError(f'saliency: unknown option(s) {sorted(set(options) - set(valid))}; '
+                      f'valid: {", ".join(valid)}') from None
+    if reference is not None and not isinstance(reference, str):
+      raise TypeError(f'saliency(reference): must be a str, got {type(reference).__name__}')
+    if self.config.source == 'tokens':
+      if not isinstance(source, str):
+        raise TypeError(f'saliency(text): text must be a str, got {type(source).__name__}')
+      if not source.strip():
+        empty = np.zeros((0, 0), np.float32)
+        return Saliency('', method, empty, empty, np.zeros(0, np.float32), [], [])
+      self._check_lengths([source], [0], lambda i: 'saliency(text)')
+      src = self._encode([source])
+      src_tokens = self.src_tok.pieces(source) + ['</s>']
+      trim = lambda a: a[..., :len(src_tokens)]
+      weights_of = trim
+    else:
+      image = source = self._read_images([source], lambda i: 'saliency(image)')[0]
+      cell = encoders.lookup(self.config.encoder).cell_size(self.config)
+      src, src_tokens = images_lib.pad_batch([image], cell), []
+      weights_of = self._own_cells(image, src.shape[1:3])
+      trim = (weights_of if attribution.lookup(method).over == 'memory'
+              else lambda a: a[:, :image.shape[0], :image.shape[1]])
+    if reference is None:   # (an image decoded as the array read above: not read again)
+      ids = self.decode([source], beam, alpha)[0].ids[0]
+    else:
+      ids = np.asarray(self.tgt_tok.encode(reference) + [data_lib.EOS], np.int32)
+    t = -(-len(ids) // 8) * 8                                # a multiple of 8: few compiles
+    tgt_out = np.zeros((1, t), np.int32)
+    tgt_out[0, :len(ids)] = ids
+    tgt_in = np.zeros((1, t), np.int32)
+    tgt_in[0, :len(ids)] = np.concatenate([[BOS], ids[:-1]])
+    a = jax.device_get(self.attributor(method, opts)(self.params, src, tgt_in, tgt_out))
+    n = len(ids)
+    return Saliency(self.tgt_tok.decode(ids.tolist()), method,
+                    np.asarray(trim(a.scores[0][:n]), np.float32),
+                    np.asarray(weights_of(a.weights[0][:n]), np.float32),
+                    np.asarray(a.log_probs[0][:n], np.float32), src_tokens,
+                    [self.tgt_tok.id_to_piece(int(i)) for i in ids])

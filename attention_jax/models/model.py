@@ -1,0 +1,330 @@
+"""The frozen model config, the recurrent Seq2Seq model (encoder + attention decoder), and
+`build`, which makes the model a config names (model.arch: rnn | transformer; model.encoder:
+the source encoder, encoders.ENCODERS)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attention_jax.models import (attention, cells, contract, encoders, images, rnn_encoder,
+                                  scores, self_attention, transformer)
+from attention_jax.models.layers import dropout
+from attention_jax.models.rnn_decoder import DECODERS
+
+# the modules whose encoder classes register themselves in encoders.ENCODERS ('rnn'; 'cnn', 'vit')
+ENCODER_MODULES = (rnn_encoder, images)
+
+DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Everything that fixes the model's architecture and parameter shapes.
+
+  Validated on construction: a bad value fails here, before anything is compiled.
+  arch 'rnn' reads the fields from emb_dim to self_attention_score; arch 'transformer' reads
+  d_model .. tie_output, self_attention_score, normaliser, dropout (transformer.py).
+  """
+  src_vocab: int
+  tgt_vocab: int
+  arch: str = 'rnn'                  # ARCHS: rnn | transformer
+  # the source encoder (encoders.ENCODERS): '' = the arch's own token encoder (rnn: 'rnn';
+  # transformer: its Transformer encoder); 'cnn' or 'vit' for image sources (images.py)
+  encoder: str = ''
+  emb_dim: int = 64
+  enc_hidden: int = 64
+  enc_layers: int = 1
+  bidirectional: bool = True
+  cell: str = 'gru'
+  dec_hidden: int = 128
+  dec_layers: int = 1
+  decoder: str = 'bahdanau'
+  score: str = 'additive'
+  attn_dim: int = 64
+  input_feeding: bool = True
+  attention_mode: str = 'global'     # attention.MODES: global local_m local_p hard hard_st
+  normaliser: str = 'softmax'        # softmax | sparsemax
+  window: int = 5                    # D, the half-width of the local windows
+  coverage: bool = False             # coverage vector in the (additive) score
+  hard_temperature: float = 1.0      # τ of hard_st's Gumbel-softmax
+  self_attention_layers: int = 0     # encoder self-attention layers (0 = off)
+  self_attention_heads: int = 4
+  self_attention_score: str = 'scaled_dot'
+  dropout: float = 0.0               # the experiments use 0.1 (experiments/configs/common.py)
+  max_src_len: int = 128             # location score: the size of its output layer
+  dtype: str = 'float32'             # compute dtype: float32 | bfloat16 (params stay float32)
+  # ---- transformer (arch='transformer') ----
+  d_model: int = 128
+  heads: int = 4
+  ff_dim: int = 512
+  transformer_layers: int = 3        # encoder layers, and as many decoder layers
+  # sinusoidal (defined for every length: sentences longer than the training maximum get
+  # positions the model has never seen, but well defined), learned (a table of max_positions
+  # vectors: positions past the training lengths stay at their random init, and inputs or
+  # output limits past max_positions are refused), none (the encoder sees a bag of tokens)
+  positions: str = 'sinusoidal'
+  max_positions: int = 512           # learned positions: the table's size
+  norm_first: bool = True            # pre-norm (False: post-norm, as Vaswani et al. 2017)
+  attention_dropout: float = 0.0
+  cross_attention_score: str = 'scaled_dot'
+  share_embeddings: bool = False     # one embedding table for source and target
+  tie_output: bool = False           # output projection = target embeddings transposed
+  # ---- image sources (model.encoder = 'cnn' | 'vit'; images.py) ----
+  image_channels: int = 1            # 1 grayscale, 3 RGB
+  image_dim: int = 128               # annotation size K of an image encoder (RNN decoders)
+  cnn_layers: int = 3                # conv blocks, each halving H and W: cells of 2^L pixels
+  cnn_width: int = 32                # channels of the first block, doubling per block
+  cnn_row_rnn: bool = False          # a bidirectional RNN (model.cell) along each grid row
+  cnn_norm: bool = False             # LayerNorm over channels after each convolution
+  cnn_columns: bool = False          # max over each column of the grid: a 1 x W' grid
+  cnn_cell_width: int = 0            # pixels per grid cell across (0: 2^cnn_layers, square)
+  cnn_positions: str = 'annotations'  # 2-D positions added to the annotations, the row RNN's
+                                     # input ('rnn_input') or nowhere ('none')
+  patch_size: int = 4                # 'vit': p x p pixel patches (its layers: d_model, heads,
+                                     # ff_dim, transformer_layers, self_attention_score)
+  # Xu et al. 2015 §4.2.1: the context is scaled by a gate beta_t = sigmoid(w · s_{t-1} + b)
+  context_gate: bool = False
+
+  def __post_init__(self):
+    for name in ('src_vocab', 'tgt_vocab', 'emb_dim', 'enc_hidden', 'enc_layers',
+                 'dec_hidden', 'dec_layers', 'attn_dim', 'max_src_len', 'window',
+                 'self_attention_heads', 'd_model', 'heads', 'ff_dim', 'transformer_layers',
+                 'max_positions', 'image_channels', 'image_dim', 'cnn_layers', 'cnn_width',
+                 'patch_size'):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f'model.{name} must be a positive integer, got {value!r}')
+    for name in ('dropout', 'attention_dropout'):
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise ValueError(f'model.{name} must be in [0, 1), got {getattr(self, name)!r}')
+    if not isinstance(self.self_attention_layers, int) or self.self_attention_layers < 0:
+      raise ValueError(f'model.self_attention_layers must be an integer >= 0, got '
+                       f'{self.self_attention_layers!r}')
+    if not self.hard_temperature > 0:
+      raise ValueError(f'model.hard_temperature must be > 0, got {self.hard_temperature!r}')
+    for name, valid in (('arch', ARCHS), ('cell', cells.CELLS), ('decoder', DECODERS),
+                        ('score', scores.SCORES), ('dtype', DTYPES)):
+      if getattr(self, name) not in valid:
+        raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
+                         f'valid: {", ".join(sorted(valid))}')
+    self._check_encoder()
+    if self.arch == 'transformer':   # the RNN's fields are not read: not checked either
+      transformer.check(self)
+      attention.check_combination(self.cross_attention_score, 'global', self.normaliser, False)
+      return
+    scores.SCORES[self.score].check_sizes(self.dec_hidden, self.key_dim)
+    attention.check_combination(self.score, self.attention_mode, self.normaliser,
+                                self.coverage)
+    if self.self_attention_layers:
+      self_attention.check(self.self_attention_score, self.self_attention_heads, self.key_dim)
+
+  def require_arch(self, arch: str, model: str) -> None:
+    """A model class (aj.Seq2Seq, aj.Transformer) given the config of another arch fails in
+    one line that names aj.build."""
+    if self.arch != arch:
+      raise ValueError(f"aj.{model} is the model of model.arch='{arch}', this config has "
+                       f"model.arch={self.arch!r}: aj.build(cfg, rngs=...) builds the model of "
+                       f"any arch ({', '.join(ARCHS)})")
+
+  def _check_encoder(self) -> None:
+    if self.encoder == '':
+      return
+    cls = encoders.lookup(self.encoder)
+    if self.arch == 'transformer' and cls.source == 'tokens':
+      raise ValueError(f"model.encoder={self.encoder!r} reads tokens; the transformer's token "
+                       f"encoder is model.encoder='' (image encoders: "
+                       f"{', '.join(encoders.names('images'))})")
+    if cls.source == 'images':
+      if self.share_embeddings and self.arch == 'transformer':
+        raise ValueError('model.share_embeddings needs token sources; the source is images '
+                         f'(model.encoder={self.encoder!r})')
+      if self.attention_mode in ('local_m', 'local_p'):
+        raise ValueError(
+            f'model.attention_mode={self.attention_mode!r} places a window p_t ± D on a 1-D '
+            f'source; an image encoder ({self.encoder!r}) gives a 2-D grid, where that window '
+            'is not defined here: use global, hard, hard_st or the sparsemax normaliser')
+    if hasattr(cls, 'check'):
+      cls.check(self)
+
+  @property
+  def source_encoder(self) -> str:
+    """The encoder's registry name ('' resolves to the arch's own token encoder)."""
+    return self.encoder or ('transformer' if self.arch == 'transformer' else 'rnn')
+
+  @property
+  def source(self) -> str:
+    """'tokens' or 'images': what the model reads."""
+    name = self.source_encoder
+    return 'tokens' if name == 'transformer' else encoders.lookup(name).source
+
+  def describe(self) -> str:
+    """One line naming the architecture, for logs."""
+    if self.arch == 'transformer':
+      src = '' if self.source == 'tokens' else f'{self.encoder} image encoder, '
+      return (f'{src}transformer ({self.transformer_layers}+{self.transformer_layers} layers, '
+              f'd_model {self.d_model}, {self.heads} heads, {self.positions} positions), '
+              f'{self.self_attention_score} self- / {self.cross_attention_score} '
+              f'cross-attention')
+    src = '' if self.source == 'tokens' else f'{self.encoder} image encoder, '
+    return f'{src}{self.decoder} decoder, {self.score} score, {self.cell} cells'
+
+  @property
+  def stochastic(self) -> bool:
+    """True when attention samples positions in training (trained by REINFORCE)."""
+    return attention.MODES[self.attention_mode].stochastic
+
+  @property
+  def key_dim(self) -> int:
+    """Size K of the encoder annotations h̄_s (RNN decoders)."""
+    if self.source == 'images':
+      return self.image_dim
+    return self.enc_hidden * (2 if self.bidirectional else 1)
+
+  @property
+  def cache_width(self) -> int:
+    """Numbers a decoder keeps per output position and hypothesis: a Transformer's keys
+    (d_model per layer, after each head's precompute) and values; 0 for the RNN."""
+    if self.arch != 'transformer':
+      return 0
+    return 2 * self.transformer_layers * self.d_model
+
+  @property
+  def compute_dtype(self) -> Any:
+    return DTYPES[self.dtype]
+
+  @property
+  def variant(self) -> str:
+    """A short name of the attention under study: score/decoder, or transformer/cross score."""
+    if self.arch == 'transformer':
+      return f'transformer/{self.cross_attention_score}'
+    return f'{self.score}/{self.decoder}'
+
+  @classmethod
+  def from_dict(cls, d: Mapping[str, Any], **overrides) -> 'ModelConfig':
+    """From a config section (unknown keys fail, naming them and the valid ones)."""
+    d = {**dict(d), **overrides}
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - fields)
+    if unknown:
+      raise ValueError(f'unknown model config field(s) {unknown}; valid: {sorted(fields)}')
+    return cls(**d)
+
+  @classmethod
+  def defaults(cls) -> dict[str, Any]:
+    """The default of every field that has one."""
+    return {f.name: f.default for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING}
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+# fields that only one arch reads (the other ignores them): a command-line flag that sets one
+# for the other arch is refused (experiments/main.py). d_model, heads, ff_dim and
+# transformer_layers are read by both (the ViT encoder's), cell too (the CNN's row RNN).
+RNN_ONLY = ('emb_dim', 'enc_hidden', 'enc_layers', 'bidirectional', 'dec_hidden', 'dec_layers',
+            'decoder', 'score', 'attn_dim', 'input_feeding', 'attention_mode', 'window',
+            'coverage', 'hard_temperature', 'self_attention_layers', 'self_attention_heads',
+            'context_gate')
+TRANSFORMER_ONLY = ('positions', 'max_positions', 'norm_first', 'attention_dropout',
+                    'cross_attention_score', 'share_embeddings', 'tie_output')
+_INSTEAD = {('transformer', 'score'): 'cross_attention_score',
+            ('rnn', 'cross_attention_score'): 'score'}
+
+
+def unread_field_error(arch: str, names) -> str | None:
+  """The line refusing the first of the model fields `names` (set by a flag) that
+  model.arch=`arch` does not read, or None."""
+  other = TRANSFORMER_ONLY if arch == 'rnn' else RNN_ONLY
+  bad = [n for n in names if n in other]
+  if not bad:
+    return None
+  instead = _INSTEAD.get((arch, bad[0]))
+  return (f"model.{bad[0]} is not read by model.arch='{arch}'"
+          + (f' (its counterpart there: model.{instead})' if instead else '')
+          + f'; fields only the other arch reads: {", ".join(other)}')
+
+
+def build(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
+  """The model of `cfg.arch`: Seq2Seq or transformer.Transformer (the same interface)."""
+  return ARCHS[cfg.arch](cfg, rngs=rngs)
+
+
+class Seq2Seq(nnx.Module, contract.EncoderDecoder):
+  """Encoder-decoder with attention.
+
+  model(src, tgt_in [B, T]) -> (logits [B, T, V] float32, weights [B, T, S] float32)
+  src: token ids [B, S] (0 is padding) or images (encoders.py); S = the memory's length. Pass `dropout_key` to train (dropout on), None to evaluate.
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    cfg.require_arch('rnn', 'Seq2Seq')
+    self.cfg = cfg
+    self.encoder = encoders.lookup(cfg.source_encoder).build(cfg, dim=cfg.key_dim, rngs=rngs)
+    self.decoder = DECODERS[cfg.decoder](cfg, cfg.key_dim, rngs=rngs)
+
+  def source_mask(self, src: jax.Array) -> jax.Array:
+    """src -> [B, S] bool: the memory positions that are real (not padding)."""
+    return self.encoder.source_mask(src)
+
+  def encode(self, src: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """src -> (annotations [B, S, K] the decoder attends over, mask [B, S]) (as Transformer)."""
+    enc = self.encoder(src)
+    return enc.annotations, enc.mask
+
+  def source_embeddings(self, src: jax.Array) -> jax.Array:
+    """Token ids [B, S] -> the embedded source [B, S, E] the encoder reads (token encoders)."""
+    return self.encoder.embed(src)
+
+  def forward(self, src: jax.Array, tgt_in: jax.Array, *, dropout_key: jax.Array | None = None,
+              sample_key: jax.Array | None = None, source_shift: jax.Array | None = None,
+              memory_shift: jax.Array | None = None) -> tuple[jax.Array, Any]:
+    """-> (logits [B, T, V] float32, attention.Read [B, T, ...] without context).
+
+    `sample_key`: the hard modes sample positions with it (training); None = argmax.
+    `source_shift` [B, S, E] is added to the embedded source (token encoders) and
+    `memory_shift` [B, S, K] to the encoder's annotations: attribution.py differentiates
+    with respect to them.
+    """
+    k_enc, k_emb, k_out = (None,) * 3 if dropout_key is None else jax.random.split(dropout_key, 3)
+    if source_shift is None:
+      enc = self.encoder(src, dropout_key=k_enc)
+    else:
+      enc = self.encoder(src, dropout_key=k_enc, shift=source_shift)
+    if memory_shift is not None:
+      enc = enc._replace(annotations=enc.annotations + memory_shift.astype(enc.annotations.dtype))
+    carry, mem = self.decoder.start(enc)
+    dec = self.decoder
+    emb = dropout(dec.embed(tgt_in), dec.dropout, k_emb)                     # [B, T, E]
+    feat, read = dec.features(carry, dec.cells[0].project(emb), mem, sample_key)  # [B,T,F]
+    return dec.logits(feat, emb, k_out), read
+
+  # ---- step-by-step decoding (greedy / beam search) -------------------------
+  def start(self, src: jax.Array, max_len: int | None = None):
+    """src [B, S] -> (decoder carry, memory) for `step` (max_len: unused by the RNN)."""
+    del max_len
+    return self.decoder.start(self.encoder(src))
+
+  def step(self, carry, y_prev: jax.Array, mem):
+    """y_prev [B] int32 -> (carry, log-probabilities [B, V] float32, weights [B, S])."""
+    dec = self.decoder
+    emb = dec.embed(y_prev)                                                  # [B, E]
+    vocab = dec.embed.num_embeddings
+    if vocab <= y_prev.shape[0]:
+      # fewer symbols than rows (char models, beam search): project the V embeddings, not
+      # the B rows, and look the rows up (loop-invariant, so XLA may hoist it out entirely)
+      xp = dec.cells[0].project(dec.embed(jnp.arange(vocab)))[y_prev]       # [B, G]
+    else:
+      xp = dec.cells[0].project(emb)                                         # [B, G]
+    carry, (feat, r) = dec.step(carry, xp, mem)
+    logits = dec.logits(feat[:, None], emb[:, None])[:, 0]
+    return carry, jax.nn.log_softmax(logits), r.weights
+
+
+
+ARCHS = {'rnn': Seq2Seq, 'transformer': transformer.Transformer}

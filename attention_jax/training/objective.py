@@ -1,0 +1,91 @@
+"""The training objective: cross-entropy, plus the terms some attention modes add.
+
+  loss = Σ_{b,t} CE_{b,t} / N                                      (label smoothing optional)
+       + λ_cov · Σ_{b,t} Σ_s min(a_{t,s}, cov_{t,s}) / N             coverage (See et al. 2017)
+       - λ_r · Σ_{b,t} sg(R_b - baseline) · log a_{t,s_t} / N        REINFORCE (Xu et al. 2015)
+       - λ_e · Σ_{b,t} H(a_t) / N                                    entropy bonus (Xu et al. 2015)
+       + λ_ds · Σ_b Σ_s (1 - Σ_t a_{t,s})² / N                       doubly stochastic attention
+                                                                     (Xu et al. 2015, eq. 14)
+
+N is the number of real target tokens (over all devices), R_b = log p(y_b | s, x_b) the
+sentence's log-likelihood under the sampled positions, and the baseline a moving average
+of the batch-mean R: b ← decay · b + (1 - decay) · mean_b R_b. The gradient of the
+REINFORCE term is the score-function estimator of ∇ E_s[log p(y | s, x)], unbiased for any
+baseline that does not depend on the sample (tests/test_modes.py checks this). The doubly
+stochastic term sums over the real source positions s and target steps t of each sentence:
+it pushes every position (an image region) to receive about one unit of attention in all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from attention_jax.evaluation import metrics as metrics_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """The loss's coefficients (from the `train` config section); hashable, for jit."""
+  label_smoothing: float = 0.0   # ε of the smoothed targets (Szegedy et al. 2016)
+  coverage_weight: float = 0.0   # λ_cov of the coverage loss (See et al. 2017 use 1.0)
+  reinforce_weight: float = 1.0  # λ_r of hard attention's REINFORCE term (Xu et al. 2015)
+  entropy_weight: float = 0.0    # λ_e of hard attention's entropy bonus (Xu et al. 2015)
+  baseline_decay: float = 0.9    # hard attention: decay of the moving-average reward baseline
+  doubly_stochastic_weight: float = 0.0   # λ_ds (Xu et al. 2015 eq. 14; they use 1.0)
+
+  @classmethod
+  def of(cls, t) -> 'Objective':
+    """From a `train` config section; a field it lacks (an older run's) takes its default."""
+    return cls(**{f.name: t.get(f.name, f.default) for f in dataclasses.fields(cls)})
+
+
+def reinforce_surrogate(logp: jax.Array, reward: jax.Array, baseline: jax.Array) -> jax.Array:
+  """The score-function surrogate sg(reward - baseline) · logp, whose gradient is an
+  unbiased estimate of ∇ E[reward] when logp is the log-probability of the sample."""
+  return jax.lax.stop_gradient(reward - baseline) * logp
+
+
+def doubly_stochastic(weights: jax.Array, tgt_mask: jax.Array, src_mask: jax.Array) -> jax.Array:
+  """weights [B, T, S], tgt_mask [B, T], src_mask [B, S] (float) -> [B]:
+  Σ_s src_mask (1 - Σ_t tgt_mask · a_{t,s})² per sentence."""
+  received = jnp.sum(weights * tgt_mask[:, :, None], axis=1)                  # [B, S]
+  return jnp.sum(src_mask * jnp.square(1.0 - received), axis=1)
+
+
+def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: jax.Array | None,
+         psum: Callable = lambda x: x, src_mask: jax.Array | None = None
+         ) -> tuple[jax.Array, dict, jax.Array | None]:
+  """logits [B, T, V], read (attention.Read, fields [B, T, ...]), src_mask [B, S] bool (the
+  memory's real positions; needed by the doubly stochastic term) ->
+  (loss, metric sums, the new baseline (None when no mode samples))."""
+  s = metrics_lib.sums(logits, batch['tgt_out'], batch['weight'], obj.label_smoothing)
+  n = jnp.maximum(psum(s['tokens']), 1.0)
+  mask = ((batch['tgt_out'] != 0) & (batch['weight'][:, None] > 0)).astype(jnp.float32)
+  total = s['train_loss_sum']
+  if obj.coverage_weight:
+    cov = jnp.sum(read.coverage_loss * mask)
+    total = total + obj.coverage_weight * cov
+    s = {**s, 'coverage_loss_sum': cov}
+  if obj.doubly_stochastic_weight:
+    real = (batch['weight'] > 0).astype(jnp.float32)
+    ds = jnp.sum(real * doubly_stochastic(read.weights.astype(jnp.float32), mask,
+                                          src_mask.astype(jnp.float32)))
+    total = total + obj.doubly_stochastic_weight * ds
+    s = {**s, 'doubly_stochastic_sum': ds}
+  new_baseline = None
+  if baseline is not None:
+    _, ce = metrics_lib.token_losses(logits, batch['tgt_out'])
+    reward = -jnp.sum(ce * mask, axis=1)                                   # [B] log p(y | s, x)
+    real = (batch['weight'] > 0).astype(jnp.float32)
+    surrogate = reinforce_surrogate(read.logp * mask, reward[:, None], baseline)
+    total = total - obj.reinforce_weight * jnp.sum(surrogate)
+    total = total - obj.entropy_weight * jnp.sum(read.entropy * mask)
+    mean_reward = psum(jnp.sum(reward * real)) / jnp.maximum(psum(jnp.sum(real)), 1.0)
+    new_baseline = obj.baseline_decay * baseline + (1.0 - obj.baseline_decay) * \
+        jax.lax.stop_gradient(mean_reward)
+    s = {**s, 'reward_sum': jnp.sum(reward * real)}
+  return total / n, s, new_baseline

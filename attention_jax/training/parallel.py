@@ -1,0 +1,178 @@
+"""Data parallelism: one per-device train step (steps.train_step with axis_name='data'),
+run either under `jax.jit` + `jax.shard_map` over a device mesh (the default with more than
+one device) or under the classic `jax.pmap`. Parameters are replicated, the batch is split
+along its first axis; both give the same parameters as one device on the same global batch.
+Decoding splits its batch the same way (`split_batch`): each device decodes its rows alone.
+Processes that share one accelerator (sweeps' --runs_per_device, Ray's fractional GPUs) each
+preallocate their share of its memory: memory_env.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from attention_jax.training import steps as steps_lib
+
+AXIS = 'data'
+MODES = ('auto', 'single', 'shard_map', 'pmap')
+
+
+def resolve(mode: str, num_devices: int | None = None) -> str:
+  """'auto' -> 'shard_map' with several devices, 'single' with one."""
+  if mode not in MODES:
+    raise ValueError(f'unknown parallel mode {mode!r}; valid: {", ".join(MODES)}')
+  n = jax.device_count() if num_devices is None else num_devices
+  if mode == 'auto':
+    return 'shard_map' if n > 1 else 'single'
+  return mode
+
+
+def make_mesh() -> jax.sharding.Mesh:
+  """A 1-D mesh over all devices, axis 'data' (Auto axis type: XLA propagates shardings,
+  so evaluation and decoding on batch-sharded inputs need no annotations)."""
+  return jax.make_mesh((jax.device_count(),), (AXIS,),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def check_batch(batch_size: int, n: int) -> None:
+  if batch_size % n:
+    raise ValueError(f'data.batch_size={batch_size} is not divisible by the device count {n}')
+
+
+def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None, ema_decay: float = 0.0):
+  """-> jit(shard_map(train_step)): (state, batch [B, ...]) -> (state, metrics), state
+  replicated, batch split over the mesh's 'data' axis, buffers donated."""
+  mesh = mesh or make_mesh()
+  step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
+                           axis_name=AXIS, ema_decay=ema_decay)
+  # check_vma=False: the RNN scans start from replicated zero carries that become per-device
+  f = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()),
+                    check_vma=False)
+  batch_sharding = NamedSharding(mesh, P(AXIS))
+  jitted = jax.jit(f, donate_argnums=0)
+
+  def run(state, batch):
+    if jax.process_count() == 1:
+      return jitted(state, jax.device_put(batch, batch_sharding))
+    # every process iterates the same global batches and feeds only its own rows
+    p, n = jax.process_index(), jax.process_count()
+    rows = lambda x: x[p * (x.shape[0] // n):(p + 1) * (x.shape[0] // n)]
+    return jitted(state, jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(batch_sharding, rows(x)), batch))
+
+  return run
+
+
+def local_mesh(devices) -> jax.sharding.Mesh:
+  """A 1-D mesh, axis 'data', over `devices` (this process's own, in multi-process runs)."""
+  return jax.sharding.Mesh(np.array(list(devices)), (AXIS,))
+
+
+def rows_apart(fn, mesh: jax.sharding.Mesh):
+  """-> g(params, x [B, ...], *static) = fn(params, x, *static) under `jax.shard_map` over
+  the 'data' axis of `mesh` (B divisible by its size): params replicated, each device runs
+  fn on its B / mesh.size rows alone, with no communication, so fn must treat rows
+  independently (decoding does). Not jit-compiled (static arguments are closed over at
+  trace time)."""
+  return lambda params, x, *static: jax.shard_map(
+      lambda p, xs: fn(p, xs, *static), mesh=mesh, in_specs=(P(), P(AXIS)),
+      out_specs=P(AXIS), check_vma=False)(params, x)
+
+
+def split_batch(fn, devices, static_argnums=(2, 3)):
+  """-> call(params, x [B, ...], *static): rows_apart(fn) over `devices`, jit-compiled, for any B:
+  padded to a multiple of the device count with copies of the last row, cut off again from
+  every output [B, ...].
+
+  Decoding loops (while_loop over output positions, cache gathers) run as they do on one
+  device, on each device's rows: on a CPU split into devices (JAX_NUM_CPU_DEVICES) this
+  keeps every core busy where XLA's intra-op threads cannot (a beam step's operations are
+  too small to split), and on several GPUs each decodes its share.
+  """
+  mesh = local_mesh(devices)
+  n = mesh.size
+  rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
+  jitted = jax.jit(rows_apart(fn, mesh), static_argnums=static_argnums)
+
+  def call(params, x, *static):
+    b = x.shape[0]
+    pad = -b % n
+    if pad:
+      x = np.concatenate([np.asarray(x), np.repeat(np.asarray(x)[-1:], pad, 0)])
+    out = jitted(jax.device_put(params, same), jax.device_put(x, rows), *static)
+    return jax.tree.map(lambda y: y[:b], out) if pad else out
+
+  return call
+
+
+def pmap_train_step(graphdef, tx, obj, seed: int, ema_decay: float = 0.0):
+  """-> pmap(train_step): (state, batch [B, ...]) -> (state, metrics) on host-shaped trees;
+  the state is broadcast to every device (in_axes None) and device 0's copy comes back."""
+  n = jax.device_count()
+  step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
+                           axis_name=AXIS, ema_decay=ema_decay)
+  pmapped = jax.pmap(step, axis_name=AXIS, in_axes=(None, 0))
+
+  def run(state, batch):
+    split = jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), batch)
+    new_state, metrics = pmapped(state, split)
+    return jax.tree.map(lambda x: x[0], (new_state, metrics))
+
+  return run
+
+
+def init_distributed(coordinator: str | None = None, num_processes: int | None = None,
+                     process_id: int | None = None) -> None:
+  """Starts multi-host JAX: explicitly (coordinator HOST:PORT, process count and id), or from
+  the cluster's environment (SLURM, TPU pods: `jax.distributed.initialize()` detects them);
+  does nothing on a single host."""
+  import os
+  if coordinator:
+    if num_processes is None or process_id is None:
+      raise ValueError('--coordinator needs --num_processes and --process_id')
+    jax.distributed.initialize(coordinator, num_processes, process_id)
+  elif int(os.environ.get('SLURM_NTASKS', '1')) > 1 or os.environ.get('TPU_WORKER_HOSTNAMES',
+                                                                          '').count(','):
+    jax.distributed.initialize()
+
+
+def batch_sharder():
+  """-> f(tree) putting every array's first (batch) axis across this process's devices."""
+  if jax.local_device_count() == 1:
+    return lambda tree: tree
+  mesh = make_mesh() if jax.process_count() == 1 else local_mesh(jax.local_devices())
+  sharding = NamedSharding(mesh, P(AXIS))
+  return lambda tree: jax.device_put(tree, sharding)
+
+
+# the share of an accelerator's memory that the runs sharing it split between them (the
+# rest: each process's CUDA context, cuDNN / cuBLAS workspaces)
+MEMORY_SHARE = 0.9
+MEMORY_ENV = 'XLA_PYTHON_CLIENT_MEM_FRACTION'
+
+
+def memory_env(share: float) -> dict[str, str]:
+  """The environment of a run that gets `share` (0-1] of one accelerator: XLA preallocates
+  MEMORY_SHARE x share of the device's memory at start (XLA_PYTHON_CLIENT_MEM_FRACTION; one
+  JAX process alone takes 75%, so a second on the same device would fail). Preallocation is
+  kept (not XLA_PYTHON_CLIENT_PREALLOCATE=false) because a run that needs more than its share
+  then fails at once, out of memory, instead of taking a neighbour's memory later and failing
+  it; and XLA's allocator stays the fast one. A fraction set by the user wins; {} at 1."""
+  if not 0.0 < share <= 1.0:
+    raise ValueError(f'a run\'s share of an accelerator must be in (0, 1], got {share}')
+  if share == 1.0 or MEMORY_ENV in os.environ:
+    return {}
+  return {MEMORY_ENV: f'{MEMORY_SHARE * share:.3f}'}
+
+
+def share_note() -> str | None:
+  """What an out-of-memory error adds for a process given a share of its device
+  (memory_env), or None."""
+  share = os.environ.get(MEMORY_ENV)
+  return (f'this process had {share} of the device: runs that share one, --runs_per_device or '
+          'a fractional --trial_gpus, split it' if share else None)

@@ -1,0 +1,267 @@
+"""A population in the training loop: train.population=N trains the seeds cfg.seed, ...,
+cfg.seed+N-1 of one config as one vmapped program (population.py), each member into its own
+run directory <workdir>/seed_<k> (workdir.seed_dir), laid out as the run of seed k trained
+alone would lay it out (workdir.Run: its config with its own seed, its model config,
+tokenizers, checkpoints, results, sentence records, heatmaps, TensorBoard curves). So
+`aj.load`, `compare`, the reports and a sweep's `--seeds` read a member as any other run, and
+one member can be loaded, evaluated or resumed alone.
+
+  python -m experiments.main --config=experiments/configs/reverse.py --config.seed=1 \\
+      --config.train.population=3 --workdir=runs/rev     # runs/rev/seed_1, seed_2, seed_3
+
+Each member, as alone: its own data iterator (seeded by its seed) and tokenizers, validation
+every train.eval_every steps with its own best checkpoint, its latest checkpoints every
+train.checkpoint_every steps, its final evaluation, its count of non-finite steps. Member k's
+losses and parameters are those of seed k alone up to float rounding (population.py: exactly
+so without dropout or with one length bucket).
+
+A member whose step is non-finite keeps its state (population.population_step). With
+train.skip_nonfinite the step is skipped and counted in that member's results; without it that
+member stops where it is (its last checkpoint untouched, no results), the others train on, and
+the call raises FloatingPointError naming it once they have finished.
+
+Resume: every member restarts from the newest latest-checkpoint step that all of them hold
+(they are saved together at the same steps; a kill between two members' saves leaves the
+step before it common, as each member keeps at least 2 latest steps), with its iterator
+position: a resumed population equals an uninterrupted one bit for bit. SIGTERM / SIGINT
+save every member at the next step and stop (preemption.Interrupted, exit 128 + signal). The
+lock of every member's directory (workdir.WorkdirLock) is held throughout.
+
+Not (yet): data parallelism across devices (the population trains on one device; with several,
+on the first), several processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from attention_jax import hold
+from attention_jax import workdir as workdir_lib
+from attention_jax.training import checkpoint as ckpt_lib
+from attention_jax.training import objective
+from attention_jax.training import population
+from attention_jax.training import preemption
+from attention_jax.training import session as session_lib
+from attention_jax.training import train
+from attention_jax.training.session import log
+
+
+def seeds_of(cfg: ml_collections.ConfigDict) -> list[int]:
+  """The members' seeds: cfg.seed, cfg.seed + 1, ..., cfg.seed + train.population - 1."""
+  return [cfg.seed + i for i in range(cfg.train.get('population', 1))]
+
+
+def member_config(cfg: ml_collections.ConfigDict, seed: int) -> ml_collections.ConfigDict:
+  """The config of the run of `seed` alone, as a member saves it: cfg with that seed and
+  train.population = 1 (its directory is then an ordinary run: resumable alone)."""
+  c = cfg.copy_and_resolve_references()
+  with c.unlocked():
+    c.seed = seed
+    c.train.population = 1
+  return c
+
+
+def member_dirs(cfg: ml_collections.ConfigDict, workdir: str) -> list[str]:
+  """Where each member's run goes: <workdir>/seed_<k>."""
+  return [workdir_lib.seed_dir(workdir, seed) for seed in seeds_of(cfg)]
+
+
+def check(cfg: ml_collections.ConfigDict) -> None:
+  """What a population cannot do (yet), in one line, before any work."""
+  n = cfg.train.get('population', 1)
+  if cfg.parallel in ('shard_map', 'pmap'):
+    raise ValueError(f'train.population={n} trains the members as one vmapped program on one '
+                     f'device; parallel={cfg.parallel!r} (data parallelism) does not compose '
+                     'with it yet: use parallel=single or auto')
+  if jax.process_count() > 1:
+    raise ValueError(f'train.population={n} runs in one process; this is process '
+                     f'{jax.process_index()} of {jax.process_count()}')
+
+
+def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
+                       overwrite: bool = False) -> list[dict]:
+  """Trains the population of cfg (train.population members) into <workdir>/seed_<k>,
+  resuming where its members hold checkpoints; returns each member's results (as written to
+  its run directory), in seed order. Holds every member's workdir lock throughout (another
+  process training one of them: WorkdirInUse at once, nothing changed)."""
+  train.validate(cfg)
+  check(cfg)
+  made = not os.path.exists(workdir)
+  try:
+    with train.memory_explained(cfg), contextlib.ExitStack() as locks:
+      for path in member_dirs(cfg, workdir):
+        locks.enter_context(workdir_lib.WorkdirLock(path))
+      return _train(cfg, workdir, overwrite)
+  except BaseException:
+    if made and os.path.isdir(workdir) and not os.listdir(workdir):
+      os.rmdir(workdir)   # a refused population leaves no folder of ours behind
+    raise
+
+
+def _stack(states: list):
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+
+
+def _resume(sessions: list[session_lib.Session], states):
+  """The stacked states to start from: each member restored at the newest latest step that
+  every member holds (all fresh: `states` as initialised)."""
+  templates = [population.member(states, k) for k in range(len(sessions))]
+  restored = [s.newest(tpl) for s, tpl in zip(sessions, templates)]
+  if all(r is None for r in restored):
+    return states
+  at = [0 if r is None else r[2] for r in restored]
+  step = min(at)
+  for k, (s, tpl) in enumerate(zip(sessions, templates)):
+    if at[k] == step:
+      continue
+    if step not in s.ckpts.latest.all_steps(read=True):
+      where = ', '.join(f'{os.path.basename(x.workdir)}: {a or "none"}'
+                        for x, a in zip(sessions, at))
+      raise ValueError(f'the members\' newest checkpoints are at different steps ({where}) and '
+                       f'{os.path.basename(s.workdir)} holds no step {step} to start with the '
+                       'others: resume the members alone (without train.population), or start '
+                       'afresh elsewhere')
+    log(f'{os.path.basename(s.workdir)}: from step {step}, the newest step all members hold '
+        f'(its newest is {at[k]})')
+    restored[k] = s.at(tpl, step)
+  return _stack([tpl if r is None else s.adopt(r)
+                 for s, tpl, r in zip(sessions, templates, restored)])
+
+
+class _Progress(train.Progress):
+  """A progress line every `every` steps (each member's loss; steps/s; tokens/s of all
+  members), and each member's training curves in its own TensorBoard."""
+
+  def __init__(self, total: int, start: int, every: int, writers: list):
+    super().__init__(total, start, every, None)
+    self.writers = writers
+
+  def update(self, step: int, m: dict, live: list[int]) -> None:
+    due = self.tick(step, m)       # m['loss'], m['tokens']: [N]
+    if due is None:
+      return
+    dt, rate, eta = due
+    losses = np.asarray(self.loss) / max(self.n, 1)
+    grad_norms = np.asarray(m['grad_norm'])
+    log(f'step {step:>6}/{self.total}  loss {" ".join(f"{x:.4f}" for x in losses)}  '
+        f'{rate:.2f} steps/s  {float(np.sum(self.tokens)) / dt:,.0f} tok/s  '
+        f'ETA {eta / 60:.1f} min')
+    for k in live:
+      self.writers[k].add_scalar('train/loss', float(losses[k]), step)
+      self.writers[k].add_scalar('train/steps_per_sec', rate, step)
+      self.writers[k].add_scalar('train/grad_norm', float(grad_norms[k]), step)
+    self.restart(step)
+
+
+def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> list[dict]:
+  t, d = cfg.train, cfg.data
+  seeds = seeds_of(cfg)
+  names = [workdir_lib.SEED_DIR.format(seed) for seed in seeds]
+  sessions = [session_lib.Session(member_config(cfg, seed), path, overwrite)
+              for seed, path in zip(seeds, member_dirs(cfg, workdir))]
+  mcfg = sessions[0].mcfg
+  for name, s in zip(names[1:], sessions[1:]):   # e.g. tokenizers trained per seed
+    diffs = ckpt_lib.differences(mcfg.to_dict(), s.mcfg.to_dict(), {},
+                                 words=(names[0], name))
+    if diffs:
+      raise ValueError(f'the members\' models differ in shape ({"; ".join(diffs)}): a '
+                       'population needs one shape for all seeds; train them alone (sweep '
+                       '--seeds without --population)')
+  tx = train.OptimizerConfig.of(t).build()
+  graphdef, states = population.init_population(mcfg, tx, seeds, ema=sessions[0].use_ema)
+  one = member_config(cfg, seeds[0])
+  with one.unlocked():
+    one.parallel = 'single'   # evaluation and decoding of one member on the members' device
+  steps = train.Steps.of(graphdef, one)
+  step_fn = population.make_population_step(graphdef, tx, objective.Objective.of(t),
+                                            ema_decay=t.ema_decay)
+  for s in sessions:   # >= 2 latest steps: a kill between two members' saves leaves one common
+    s.open(keep=max(t.keep_checkpoints, 2))
+  states = _resume(sessions, states)
+  for s in sessions:
+    s.start(steps)
+  step = int(states['step'][0])
+  live = list(range(len(seeds)))
+  stopped: dict[int, str] = {}   # member -> why it stopped (non-finite, no skip_nonfinite)
+  progress = _Progress(t.steps, step, t.log_every, [s.writer for s in sessions])
+  log(f'[population of {len(seeds)}: seeds {seeds[0]}..{seeds[-1]}, one '
+      f'{jax.devices()[0].platform} device] training {mcfg.describe()} on {sessions[0].task.name}: '
+      f'{t.steps} steps of {d.batch_size} sentences per member, '
+      f'{sum(x[0].size for x in jax.tree.leaves(states["params"])):,} parameters per member '
+      f'-> {os.path.join(workdir, workdir_lib.SEED_DIR.format("<k>"))}')
+
+  def check_finite(pending) -> None:
+    """Each live member's finiteness of the step in `pending` (step, metrics [N], batches):
+    counted (skip_nonfinite), or that member stops."""
+    if pending is None:
+      return
+    at, m, batches = pending
+    for k in np.flatnonzero(~np.asarray(m['finite'])):
+      if k in stopped:
+        continue
+      mine = {name: m[name][k] for name in ('finite', 'loss', 'grad_norm')}
+      try:
+        sessions[k].check_finite((at, mine, batches[k]))
+      except FloatingPointError as e:
+        stopped[int(k)] = f'{names[k]}: {e}'
+        live.remove(int(k))
+        log(f'  {names[k]} stopped, the others train on: {e}')
+
+  seeds_arr = jnp.asarray(seeds, jnp.int32)
+  pending = None   # the last step whose finiteness is not yet read
+  stop = preemption.StopRequest()
+  with stop.installed():
+    while step < t.steps:
+      if stop.signum is not None:   # SIGTERM / SIGINT: save every member here, then exit
+        check_finite(pending)
+        for k, s in enumerate(sessions):
+          if k in live:
+            s.stop(step, population.member(states, k))
+          else:
+            s.close()
+        raise preemption.Interrupted(stop.signum, step, ', '.join(
+            sessions[k].latest_dir for k in live) or workdir)
+      t_step = time.time()
+      batches = [next(s.it) for s in sessions]
+      states, m = step_fn(seeds_arr, states, population.stack_batches(batches))
+      step += 1
+      check_finite(pending)   # the previous step's, once this one is dispatched (train.py)
+      pending = (step, m, batches)
+      seconds = time.time() - t_step
+      for s in sessions:   # each member trained for all of it, side by side with the others
+        s.train_time += seconds
+      progress.update(step, m, live)
+      evaluating = step % t.eval_every == 0 or step == t.steps
+      saving = step % t.checkpoint_every == 0 or step == t.steps
+      if evaluating or saving:
+        check_finite(pending)   # before anything is evaluated or saved
+        pending = None
+      if evaluating:
+        t_eval = time.time()
+        for k in live:
+          sessions[k].validate(step, population.member(states, k), prefix=f'{names[k]} ')
+        progress.t0 += time.time() - t_eval  # rates and ETA count training time only
+      if saving:
+        for k in live:
+          sessions[k].save_latest(step, population.member(states, k))
+      hold.point('train_step', lambda: stop.signum is not None, step=step, workdir=workdir)
+
+  summaries = []
+  for k, s in enumerate(sessions):
+    if k in stopped:
+      s.close()
+      continue
+    log(f'\n{names[k]} ({s.workdir}):')
+    summaries.append(s.finish(graphdef, population.member(states, k), step, extra={
+        'population': {'seeds': seeds, 'member': k}}))
+  if stopped:
+    raise FloatingPointError(f'{len(stopped)} of {len(seeds)} members stopped on a non-finite '
+                             f'step (the others finished): ' + '; '.join(stopped.values()))
+  return summaries

@@ -1,0 +1,184 @@
+"""The train state and the pure train step.
+
+The train state is a plain pytree {'step', 'params', 'opt'} (plus 'baseline' for the hard
+attention modes, 'ema' with train.ema_decay > 0); the model is rebuilt inside the step with
+`nnx.merge(graphdef, params)`, so the step is a pure function of its inputs, run as is under
+`jax.jit` or per device under `jax.shard_map` / `jax.pmap` (parallel.py). Dropout key =
+fold_in(key(seed), step): a resumed run draws the same masks. Used by train.py (the loop),
+parallel.py and translator.py (the template a checkpoint is restored into).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from flax import nnx
+
+from attention_jax.models import model as model_lib
+from attention_jax.models.model import ModelConfig
+from attention_jax.training import objective
+
+
+def model_config(cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+  return ModelConfig.from_dict(cfg.model.to_dict(), src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+
+
+SCHEDULES = {
+    'constant': lambda lr, total: optax.constant_schedule(lr),
+    'cosine': lambda lr, total: optax.cosine_decay_schedule(lr, max(total, 1), alpha=0.05),
+    'rsqrt': lambda lr, total: lambda s: lr * jax.lax.rsqrt(jnp.maximum(s, 1.0) / 100.0 + 1.0),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """What the optimiser is built from (the `train` section's optimiser fields): hashable, so
+  that it keys the compiled train step (train.StepSpec)."""
+  lr: float
+  warmup_steps: int
+  decay: str                 # SCHEDULES
+  weight_decay: float
+  clip_norm: float
+  steps: int | None          # the schedule's total (None for a constant rate: unused)
+
+  @classmethod
+  def of(cls, t: ml_collections.ConfigDict) -> 'OptimizerConfig':
+    return cls(lr=t.lr, warmup_steps=t.warmup_steps, decay=t.decay,
+               weight_decay=t.weight_decay, clip_norm=t.clip_norm,
+               steps=None if t.decay == 'constant' else t.steps)
+
+  def build(self) -> optax.GradientTransformation:
+    """AdamW, linear warmup then `decay`, gradient clipping by global norm."""
+    decay = SCHEDULES[self.decay](self.lr, (self.steps or 0) - self.warmup_steps)
+    schedule = optax.join_schedules(
+        [optax.linear_schedule(0.0, self.lr, max(self.warmup_steps, 1)), decay],
+        [self.warmup_steps])
+    chain = [optax.clip_by_global_norm(self.clip_norm)] if self.clip_norm > 0 else []
+    return optax.chain(*chain, optax.adamw(schedule, weight_decay=self.weight_decay))
+
+
+def make_optimizer(t: ml_collections.ConfigDict) -> optax.GradientTransformation:
+  """AdamW, linear warmup then `t.decay`, gradient clipping by global norm."""
+  return OptimizerConfig.of(t).build()
+
+
+def init_state(mcfg: ModelConfig, tx, seed: int, ema: bool = False):
+  """-> (graphdef, state {'step', 'params', 'opt'} (+ 'ema': a copy of params if `ema`)).
+
+  Built by one compiled program: run eagerly, a model's initialisers are some 50 separately
+  compiled little programs per model shape (seconds of every process's start)."""
+  graphdef, make = _state_maker(mcfg, tx, seed)
+  program = jax.jit(make).lower()     # traces make(): fills graphdef
+  params = program.out_info['params']
+  _check_fits(jax.tree.leaves(program.out_info) + (jax.tree.leaves(params) if ema else []))
+  state = program.compile()()
+  if ema:   # a copy, not the same buffers: the train step donates its state
+    state['ema'] = jax.tree.map(jnp.copy, state['params'])
+  return graphdef[0], state
+
+
+def _check_fits(arrays) -> None:
+  """MemoryError naming the bytes when the state alone exceeds the first device's memory
+  (a compiled initialiser far beyond it does not fail: it hangs)."""
+  need = sum(math.prod(x.shape) * x.dtype.itemsize for x in arrays)
+  device = jax.local_devices()[0]
+  stats = device.memory_stats() or {}
+  have = stats.get('bytes_limit') or (os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+                                      if device.platform == 'cpu' else None)
+  if have and need > have:
+    raise MemoryError(f'Out of memory allocating {need} bytes (the train state) on {device}, '
+                      f'which has {have} bytes.')
+
+
+def abstract_state(mcfg: ModelConfig, tx, seed: int = 0):
+  """-> (graphdef, the state's shapes and dtypes as jax.ShapeDtypeStruct): what a checkpoint
+  is restored into, computed without running an initialiser."""
+  graphdef, make = _state_maker(mcfg, tx, seed)
+  abstract = jax.eval_shape(make)     # traces make(): fills graphdef
+  return graphdef[0], abstract
+
+
+def abstract_params(mcfg: ModelConfig, seed: int = 0):
+  """-> (graphdef, {'params': the parameters' shapes and dtypes}): what inference restores
+  (no optimiser: its settings and its moments play no part in translating)."""
+  graphdef, abstract = abstract_state(mcfg, optax.identity(), seed)
+  return graphdef, {'params': abstract['params']}
+
+
+def _state_maker(mcfg: ModelConfig, tx, seed: int):
+  """-> (graphdef: [the model's graphdef] once make() is traced, make() -> the initial state).
+  The graphdef (static structure) is taken from the trace itself: the model is built once."""
+  graphdef = []
+
+  def make():
+    defn, params = nnx.split(model_lib.build(mcfg, rngs=nnx.Rngs(seed)))
+    graphdef[:] = [defn]
+    params = nnx.to_pure_dict(params)
+    state = {'step': jnp.zeros((), jnp.int32), 'params': params, 'opt': tx.init(params)}
+    if mcfg.stochastic:   # the REINFORCE baseline of the hard attention modes
+      state['baseline'] = jnp.zeros((), jnp.float32)
+    return state
+  return graphdef, make
+
+
+def eval_params(state):
+  """The parameters to evaluate and translate with: the EMA when the state has one (a state
+  restored for inference may hold only the EMA)."""
+  return state['ema'] if 'ema' in state else state['params']
+
+
+def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
+               axis_name: str | None = None, ema_decay: float = 0.0):
+  """One optimiser step. A non-finite loss or gradient leaves params and opt unchanged
+  (metrics['finite'] = 0), so the caller can stop with the last good state intact.
+
+  With state['ema'] (train.ema_decay > 0), an exponential moving average of the parameters
+  follows the new ones, ema <- d * ema + (1 - d) * params (Polyak & Juditsky 1992; the
+  averaged weights of e.g. Vaswani et al. 2017's checkpoint averaging, online).
+
+  Data parallel (axis_name set, run under shard_map or pmap): each device holds a shard of
+  the batch; its loss is normalised by the *global* token count, so the psum of the
+  per-device gradients is exactly the gradient of the global mean loss (the pmean of
+  per-device gradients when shards hold equal token counts), and the result equals one
+  device on the whole batch up to float rounding. Dropout masks differ per device.
+  """
+  key = jax.random.fold_in(jax.random.key(seed), state['step'])
+  if axis_name:
+    key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+  dropout_key, sample_key = jax.random.split(key)
+  psum = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
+
+  def loss_fn(params):
+    model = nnx.merge(graphdef, params)
+    logits, read = model.forward(batch['src'], batch['tgt_in'], dropout_key=dropout_key,
+                                 sample_key=sample_key)
+    loss, s, baseline = objective.loss(obj, logits, read, batch, state.get('baseline'), psum,
+                                       src_mask=model.source_mask(batch['src']))
+    return loss, (s, baseline)
+
+  (loss, (sums, baseline)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])
+  loss, sums, grads = psum(loss), psum(sums), psum(grads)
+  grad_norm = optax.tree.norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  updates, opt = tx.update(grads, state['opt'], state['params'])
+  params = optax.apply_updates(state['params'], updates)
+  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+  new_state = {'step': state['step'] + 1, 'params': keep(params, state['params']),
+               'opt': keep(opt, state['opt'])}
+  if baseline is not None:
+    new_state['baseline'] = keep(baseline, state['baseline'])
+  if 'ema' in state:
+    ema = jax.tree.map(lambda e, p: ema_decay * e + (1.0 - ema_decay) * p, state['ema'],
+                       new_state['params'])
+    new_state['ema'] = keep(ema, state['ema'])
+  # 'loss': the (label-smoothed) cross-entropy per token; 'objective': what the gradient is
+  # of (differs with coverage loss or REINFORCE terms, whose surrogate is no loss value)
+  ce = sums['train_loss_sum'] / jnp.maximum(sums['tokens'], 1.0)
+  return new_state, {**sums, 'loss': ce, 'objective': loss, 'grad_norm': grad_norm,
+                     'finite': finite}

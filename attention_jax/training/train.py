@@ -1,0 +1,291 @@
+"""Training: the jit-compiled steps of a model, and the loop (evaluation, checkpoints, resume,
+TensorBoard, results table, heatmaps). The train state and the pure train step are in
+steps.py, a run's set-up and bookkeeping in the loop in session.py, data parallelism in
+parallel.py, decoding in inference.py; a population of seeds trains in population_loop.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import sacrebleu
+
+from attention_jax import data as data_lib
+from attention_jax import hold
+from attention_jax import workdir as workdir_lib
+from attention_jax.decoding import inference
+from attention_jax.evaluation import evaluator as eval_lib
+from attention_jax.implicit import eval_attribution
+from attention_jax.training import objective
+from attention_jax.training import parallel
+from attention_jax.training import preemption
+from attention_jax.training.session import (Session, check_same_config, check_source,  # (re-exported)
+                                   config_differences, format_table, lead, log,
+                                   prepare_workdir)
+from attention_jax.training.steps import (SCHEDULES, OptimizerConfig, init_state, make_optimizer,
+                                 model_config, train_step)
+
+__all__ = ['SCHEDULES', 'OptimizerConfig', 'Session', 'StepSpec', 'Steps', 'check_same_config',
+           'check_source', 'config_differences', 'format_table', 'init_state', 'make_optimizer',
+           'model_config', 'prepare_workdir', 'train_step', 'train_and_evaluate', 'validate']
+
+
+# ---- set-up ------------------------------------------------------------------
+def validate(cfg: ml_collections.ConfigDict) -> None:
+  """Fails before any compile, naming the field and the valid range."""
+  t, d = cfg.train, cfg.data
+  for name, value in (('train.steps', t.steps), ('train.eval_every', t.eval_every),
+                      ('train.log_every', t.log_every), ('train.checkpoint_every',
+                                                         t.checkpoint_every),
+                      ('train.keep_checkpoints', t.keep_checkpoints),
+                      ('data.batch_size', d.batch_size)):
+    if not isinstance(value, int) or value < 1:
+      raise ValueError(f'{name} must be a positive integer, got {value!r}')
+  for name, value in (('data.max_src_len', d.max_src_len), ('data.max_tgt_len', d.max_tgt_len),
+                      ('data.num_buckets', d.num_buckets),
+                      ('data.bucket_multiple',
+                       d.get('bucket_multiple', data_lib.FIELD_DEFAULTS['bucket_multiple'])),
+                      ('eval.beam_size', cfg.eval.beam_size)):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+      raise ValueError(f'{name} must be a positive integer, got {value!r}')
+  for name, value, lo in (('train.lr', t.lr, 0.0), ('train.max_decode_factor',
+                                                     t.max_decode_factor, 0.0)):
+    if not isinstance(value, (int, float)) or not lo < value < float('inf'):
+      raise ValueError(f'{name} must be a finite number > {lo:g}, got {value!r}')
+  for name, value in (('train.warmup_steps', t.warmup_steps), ('train.clip_norm', t.clip_norm),
+                      ('train.weight_decay', t.weight_decay), ('eval.alpha', cfg.eval.alpha),
+                      ('train.coverage_weight', t.coverage_weight),
+                      ('train.doubly_stochastic_weight', t.get('doubly_stochastic_weight', 0.0))):
+    if not isinstance(value, (int, float)) or not 0 <= value < float('inf'):
+      raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
+  if not isinstance(t.ema_decay, (int, float)) or not 0.0 <= t.ema_decay < 1.0:
+    raise ValueError(f'train.ema_decay must be in [0, 1) (0: no EMA), got {t.ema_decay!r}')
+  if not 0.0 <= t.label_smoothing < 1.0:
+    raise ValueError(f'train.label_smoothing must be in [0, 1), got {t.label_smoothing}')
+  e = cfg.eval
+  if e.bleu_tokenize not in sacrebleu.BLEU.TOKENIZERS:
+    raise ValueError(f'unknown eval.bleu_tokenize {e.bleu_tokenize!r}; valid (sacrebleu): '
+                     f'{", ".join(sacrebleu.BLEU.TOKENIZERS)}')
+  edges = e.length_edges
+  if (isinstance(edges, str) or not hasattr(edges, '__len__')
+      or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in edges)
+      or any(a >= b for a, b in zip(edges, edges[1:]))):
+    raise ValueError('eval.length_edges must be increasing integers >= 0 (source-length '
+                     f'bucket edges, e.g. (10, 20, 30)), got {edges!r}')
+  shown = e.heatmaps
+  if not isinstance(shown, int) or isinstance(shown, bool) or shown < 0:
+    raise ValueError(f'eval.heatmaps must be an integer >= 0 (test sentences drawn), got '
+                     f'{shown!r}')
+  eval_attribution.config_methods(e.get('attribution', ''))   # names, before any training
+  if not isinstance(e.get('attribution_num', 1), int) or e.get('attribution_num', 1) < 1:
+    raise ValueError(f'eval.attribution_num must be a positive integer, got '
+                     f'{e.attribution_num!r}')
+  population = t.get('population', 1)
+  if not isinstance(population, int) or isinstance(population, bool) or population < 1:
+    raise ValueError(f'train.population must be a positive integer (the seeds trained as one '
+                     f'program; 1: a run alone), got {population!r}')
+  if t.decay not in SCHEDULES:
+    raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
+  model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
+  parallel.resolve(cfg.parallel)
+  n = jax.device_count()
+  if d.batch_size % n:
+    raise ValueError(f'data.batch_size={d.batch_size} is not divisible by the device count {n}')
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+  """Everything a run's compiled steps are built from, and nothing else: Steps is built from
+  this object alone, so it is also the cache key (an option the steps depend on cannot be
+  left out of the key: the steps could not read it)."""
+  graphdef: Any
+  parallel: str
+  devices: int
+  seed: int
+  optimizer: OptimizerConfig
+  objective: objective.Objective
+  ema_decay: float
+
+  @classmethod
+  def of(cls, graphdef, cfg) -> 'StepSpec':
+    return cls(graphdef, cfg.parallel, jax.device_count(), cfg.seed,
+               OptimizerConfig.of(cfg.train), objective.Objective.of(cfg.train),
+               cfg.train.ema_decay)
+
+
+class Steps:
+  """The jit-compiled steps of one model (compiled once per bucket shape).
+
+  `Steps.of` reuses the compiled steps of an identical StepSpec within one process (resumed
+  runs, tests, in-process sweeps), instead of compiling them again.
+  """
+  _cache: dict = {}
+
+  @classmethod
+  def of(cls, graphdef, cfg) -> 'Steps':
+    spec = StepSpec.of(graphdef, cfg)
+    if spec not in cls._cache:
+      cls._cache.clear()  # keep one model's executables alive, not every model's
+      cls._cache[spec] = cls(spec)
+    return cls._cache[spec]
+
+  def __init__(self, spec: StepSpec):
+    self.spec = spec
+    self.mode = parallel.resolve(spec.parallel)
+    args = (spec.graphdef, spec.optimizer.build(), spec.objective, spec.seed)
+    ema = dict(ema_decay=spec.ema_decay)
+    if self.mode == 'shard_map':
+      self.train = parallel.shard_map_train_step(*args, **ema)
+    elif self.mode == 'pmap':
+      self.train = parallel.pmap_train_step(*args, **ema)
+    else:
+      self.train = jax.jit(functools.partial(train_step, *args, **ema), donate_argnums=0)
+    eval_step = eval_lib.make_teacher_forced(spec.graphdef)
+    # evaluation and decoding: the batch is split over the devices too (evaluation: XLA
+    # partitions the batch-parallel computation, metric sums are global; decoding: each
+    # device decodes its rows, parallel.split_batch). Several processes each evaluate on
+    # their own devices.
+    single = self.mode == 'single'
+    shard = parallel.batch_sharder() if not single else (lambda x: x)
+    self.eval = lambda params, batch: eval_step(params, shard(batch))
+    self.predict = inference.make_decoder(spec.graphdef, beam=1,
+                                          devices=jax.local_devices()[:1] if single else None)
+
+
+# ---- the loop ------------------------------------------------------------------------
+class Progress:
+  """A progress line every `every` steps: step, loss, steps/s, target tokens/s, ETA."""
+
+  def __init__(self, total: int, start: int, every: int, writer):
+    self.total, self.every, self.writer = total, every, writer
+    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), start, 0.0, 0.0, 0
+
+  def tick(self, step: int, m: dict) -> tuple[float, float, float] | None:
+    """Adds the step's loss and tokens (m['loss'] a scalar, or [N] for a population) ->
+    (seconds, steps/s, ETA seconds) since the last line when a line is due, else None."""
+    # sums stay on the device until a line is printed: no host sync per step (an accelerator
+    # then runs ahead of the host instead of waiting for it between steps)
+    self.loss = self.loss + m['loss']
+    self.tokens = self.tokens + m['tokens']
+    self.n += 1
+    if step % self.every and step != self.total:
+      return None
+    dt = max(time.time() - self.t0, 1e-9)
+    rate = (step - self.s0) / dt
+    return dt, rate, (self.total - step) / max(rate, 1e-9)
+
+  def restart(self, step: int) -> None:
+    """A new window of sums after a line at `step`."""
+    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), step, 0.0, 0.0, 0
+
+  def update(self, step: int, m: dict) -> None:
+    due = self.tick(step, m)
+    if due is None:
+      return
+    dt, rate, eta = due
+    loss, tokens = float(self.loss) / max(self.n, 1), float(self.tokens)
+    log(f'step {step:>6}/{self.total}  loss {loss:.4f}  {rate:.2f} steps/s  '
+          f'{tokens / dt:,.0f} tok/s  ETA {eta / 60:.1f} min')
+    if self.writer:
+      self.writer.add_scalar('train/loss', loss, step)
+      self.writer.add_scalar('train/steps_per_sec', rate, step)
+      self.writer.add_scalar('train/grad_norm', float(m['grad_norm']), step)
+    self.restart(step)
+
+
+def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
+                       overwrite: bool = False) -> dict:
+  """Trains cfg in workdir (resuming if it holds a checkpoint); returns the results.
+
+  Holds the workdir's lock (workdir.WorkdirLock) throughout: a second run on the same
+  workdir fails at once with WorkdirInUse and changes nothing in it. A population
+  (train.population > 1) trains with population_loop.train_and_evaluate instead.
+  """
+  validate(cfg)
+  if cfg.train.get('population', 1) > 1:
+    raise ValueError(f'train.population={cfg.train.population} trains several seeds: use '
+                     'attention_jax.training.population_loop.train_and_evaluate (experiments/main.py does)')
+  with memory_explained(cfg):
+    if not lead():   # with several processes, process 0 holds the lock for the run
+      return _train_and_evaluate(cfg, workdir, overwrite)
+    with workdir_lib.WorkdirLock(workdir):
+      return _train_and_evaluate(cfg, workdir, overwrite)
+
+
+@contextlib.contextmanager
+def memory_explained(cfg: ml_collections.ConfigDict):
+  """Out of memory inside: one MemoryError line naming the sizes (and the device share)."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except  (out of memory: one line, the sizes)
+    if 'out of memory' not in str(e).lower() and not isinstance(e, MemoryError):
+      raise
+    note = parallel.share_note()
+    raise MemoryError(f'out of memory ({str(e).strip().splitlines()[0][:200]}) with '
+                      f'{_sizes(cfg)}: make the model or the batch smaller'
+                      + (f' ({note})' if note else '')) from None
+
+
+def _sizes(cfg: ml_collections.ConfigDict) -> str:
+  """The config fields that decide memory, for an out-of-memory error."""
+  m, d = cfg.model, cfg.data
+  names = (('d_model', 'ff_dim', 'heads', 'transformer_layers') if m.get('arch') == 'transformer'
+           else ('emb_dim', 'enc_hidden', 'enc_layers', 'dec_hidden', 'dec_layers', 'attn_dim'))
+  return ', '.join([f'model.{k}={m[k]}' for k in names if k in m]
+                   + [f'data.{k}={d[k]}' for k in ('batch_size', 'max_src_len', 'max_tgt_len')
+                      if k in d])
+
+
+def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> dict:
+  t, d = cfg.train, cfg.data
+  s = Session(cfg, workdir, overwrite)
+  graphdef, state = init_state(s.mcfg, OptimizerConfig.of(t).build(), cfg.seed, ema=s.use_ema)
+  steps = Steps.of(graphdef, cfg)
+  s.open()
+  restored = s.newest(state)
+  if restored is not None:
+    state = s.adopt(restored)
+  s.start(steps)
+  step = int(state['step'])
+  progress = Progress(t.steps, step, t.log_every, s.writer)
+  log(f'[{steps.mode}: {jax.process_count()} process(es), {jax.device_count()} '
+      f'{jax.devices()[0].platform} device(s)] training {s.mcfg.describe()} on '
+      f'{s.task.name}: {t.steps} steps of {d.batch_size} sentences, '
+      f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters')
+  pending = None   # the last step whose finiteness is not yet read
+  stop = preemption.StopRequest()
+  with stop.installed():
+    while step < t.steps:
+      if stop.signum is not None:   # SIGTERM / SIGINT: save where we are, then exit
+        s.check_finite(pending)
+        s.stop(step, state)
+        raise preemption.Interrupted(stop.signum, step, s.latest_dir)
+      t_step = time.time()
+      batch = next(s.it)
+      state, m = steps.train(state, batch)
+      step += 1
+      # the previous step's finiteness is read once this one is dispatched, so the device
+      # never idles on the host between steps; a non-finite step leaves the state unchanged
+      s.check_finite(pending)
+      pending = (step, m, batch)
+      s.train_time += time.time() - t_step
+      progress.update(step, m)
+      evaluating = step % t.eval_every == 0 or step == t.steps
+      saving = step % t.checkpoint_every == 0 or step == t.steps
+      if evaluating or saving:
+        s.check_finite(pending)   # before anything is evaluated or saved
+        pending = None
+      if evaluating:
+        t_eval = time.time()
+        s.validate(step, state)
+        progress.t0 += time.time() - t_eval  # rates and ETA count training time only
+      if saving:
+        s.save_latest(step, state)
+      hold.point('train_step', lambda: stop.signum is not None, step=step, workdir=workdir)
+  return s.finish(graphdef, state, step)
