@@ -247,6 +247,7 @@ def test_attribution_rows_cover_every_sentence_in_chunks_within_the_memory_budge
   assert '| gradient | 1000 | 50.0 | 20.0 | 9.0 | < 60 s: met |' in table
 
 
+@pytest.mark.extended   # fresh processes timed (20 s): after the suite, in CI
 def test_end_to_end_rows_time_fresh_processes_cold_then_warm(monkeypatch):
   """bench --end_to_end: each row times our fresh translate process with an empty cache, then
   again with the cache it filled (the second reads its programs: cache hits), and OpenNMT-py's

@@ -120,6 +120,7 @@ def get_sweep(arg=None):
 """
 
 
+@pytest.mark.extended   # a second sweep (half a minute): after the suite, in CI
 def test_seeds_give_other_parameters_on_the_same_test_set_and_more_seeds_run_only_new_ones(
     local_sweep, tmp_path):
   path, root, data_dir, _ = local_sweep

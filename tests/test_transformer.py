@@ -189,6 +189,7 @@ def test_shared_and_tied_embeddings_save_parameters():
 
 
 # ---- end to end -----------------------------------------------------------------------------
+@pytest.mark.extended   # learning to 90% (a minute): after the suite, in CI (.ci/run)
 def test_transformer_learns_smoke_reverse_and_reloads(data_dir, tmp_path):
   """`reverse` (2,000 sequences of length 1-7: one padded length, one compiled step) with a
   2-layer d_model-32 Transformer: 300 steps of 32 reach >= 90% token accuracy on validation

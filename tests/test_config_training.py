@@ -1,0 +1,57 @@
+"""Every file of experiments/configs trains: its `smoke` config (files found, not listed: a
+new one is trained with no edit here) runs 2 train steps, an evaluation and a checkpoint on
+its own data, the real TFDS translation set under tfds.testing.mock_data and the text-file
+task on a small corpus written here. A config file whose model or data no longer builds
+fails here, not in a user's first run. About 4 minutes on 2 cores, so marked `configs`:
+deselected from `bash launch.sh test`; CI runs it after the suite (.ci/run)."""
+
+import contextlib
+import glob
+import os
+import runpy
+
+import numpy as np
+import pytest
+
+from attention_jax.training import train
+
+pytestmark = pytest.mark.configs
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       'experiments', 'configs')
+CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(CONFIGS, '*.py'))
+                      if not p.endswith(('__init__.py', 'common.py')))
+
+
+def corpus(directory) -> str:
+  """train / valid / test .src and .tgt files of short lines (the textfiles task's format)."""
+  os.makedirs(directory)
+  rng = np.random.default_rng(0)
+  words = ['alpha', 'beta', 'gamma', 'delta', 'eps']
+  for split, n in (('train', 64), ('valid', 8), ('test', 8)):
+    src = [' '.join(rng.choice(words, rng.integers(1, 5))) for _ in range(n)]
+    for side, lines in (('src', src), ('tgt', [s.upper() for s in src])):
+      with open(os.path.join(directory, f'{split}.{side}'), 'w') as f:
+        f.write('\n'.join(lines) + '\n')
+  return str(directory)
+
+
+@pytest.mark.parametrize('path', CONFIG_FILES, ids=os.path.basename)
+def test_every_config_files_smoke_variant_trains_two_steps(path, tmp_path):
+  cfg = runpy.run_path(path)['get_config']('smoke')
+  cfg.data.data_dir = str(tmp_path / 'tfds')
+  cfg.train.update(steps=2, eval_every=2, checkpoint_every=2, log_every=1)
+  cfg.eval.heatmaps = 0
+  data = contextlib.nullcontext()
+  if cfg.data.name == 'textfiles':
+    cfg.data.update(textfiles_dir=corpus(tmp_path / 'corpus'), tokenizer='word')
+  elif cfg.data.name == 'tfds':                      # the real loading code, mocked examples
+    tfds = pytest.importorskip('tensorflow_datasets')
+    pytest.importorskip('tensorflow')                # tfds.testing needs it (the test extra)
+    cfg.data.vocab_size = 64
+    data = tfds.testing.mock_data(num_examples=8)
+  with data:
+    summary = train.train_and_evaluate(cfg, str(tmp_path / 'run'))
+  assert summary['step'] == 2, path
+  for split, figures in summary['results'].items():
+    assert np.isfinite(figures['loss']), (path, split, figures)
