@@ -331,7 +331,9 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
   training's evaluation reported; per method the figures and a faithfulness against random;
   --input lines drawn and written; a method the run cannot use is one line, exit 2."""
   workdir = str(tmp_path / 'run')
-  cfg = smoke(reverse, str(tmp_path / 'tfds'))
+  # test sentences of 1-15 symbols (13-15: beyond the training lengths): with EOS one padded length,
+  # so each attribution program compiles once
+  cfg = smoke(reverse, str(tmp_path / 'tfds'), **{'data.test_max_len': 15})
   cfg.eval.attribution = 'gradient,gradient_x_input'   # the figures in results.json as well
   summary = train.train_and_evaluate(cfg, workdir)
   at_end = summary['results']['test']['attribution']
@@ -340,6 +342,7 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
   assert (within['hi'], beyond['lo']) == (cfg.data.max_len, cfg.data.max_len)
   assert within['sentences'] + beyond['sentences'] == at_end['sentences'] == 32
   assert within['random']['steps'] + beyond['random']['steps'] == at_end['random']['steps'] > 0
+  assert beyond['sentences'] > 0
 
   def command(*flags):   # forked from a server that imported the package (helpers.py)
     return helpers.run_module('experiments.attribute', f'--workdir={workdir}', *flags,

@@ -61,7 +61,9 @@ def test_unknown_names_fail_with_the_valid_ones():
     benchmark.run(['tiny'], ['nope'], ['luong'])
 
 
-@pytest.mark.parametrize('decoder', ['luong', pytest.param('transformer', marks=pytest.mark.slow)])
+# the command in a process of its own (15 s): after the suite, in CI; the transformer's: -m slow
+@pytest.mark.parametrize('decoder', [pytest.param('luong', marks=pytest.mark.extended),
+                                     pytest.param('transformer', marks=pytest.mark.slow)])
 def test_command_line_writes_the_json(tmp_path, decoder):
   """bench on the tiny shape, one decoder: the table row and the JSON's fields (not the
   speed). The Transformer's row (its score: the cross-attention's) is the same code with

@@ -140,6 +140,7 @@ def test_stress_is_removed_and_duplicates_merged(prons):
   assert stressed['quebec'] == ['K W AH0 B EH1 K']
 
 
+@pytest.mark.extended   # the whole dictionary prepared (20 s): after the suite, in CI
 def test_prepared_splits_keep_all_pronunciations_of_a_word_together(data_cfg):
   d = data_cfg('cmudict', num_test=30, valid_fraction=0.0003, num_train=200, variants=True,
                stress=False, tgt_tokenizer='word')

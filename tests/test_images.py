@@ -419,6 +419,7 @@ def test_image_heatmaps_draw_the_encoder_s_own_grid(tmp_path, monkeypatch):
   assert drawn == [(3, 1, 32)]
 
 
+@pytest.mark.extended   # a second image run (half a minute): after the suite, in CI
 def test_transformer_decoder_over_an_image_draws_each_layer_and_head(data_dir, tmp_path):
   """A Transformer decoder's cross-attention per layer and head over an image: the run's
   heatmaps include them (test_heads.png, a column per head), and attend_heads gives them over

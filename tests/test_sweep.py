@@ -181,6 +181,7 @@ def test_a_sweep_file_that_is_not_python_is_one_error_naming_the_line(tmp_path):
     sweep.load_sweep(str(bad))
 
 
+@pytest.mark.extended   # sweeps run again (20 s): after the suite, in CI
 def test_a_changed_variant_is_named_not_skipped_nor_reported_and_reruns_on_request(
     local_sweep, tmp_path):
   """The sweep file's `additive` variant is edited to train `dot`: its finished runs used to
