@@ -21,7 +21,8 @@ from attention_jax.decoding.translator import Hypotheses, Translator
 from attention_jax.evaluation import metrics  # metrics.register(metrics.Metric(...)): a new metric
 from attention_jax.evaluation.plots import plot_attention, plot_attention_grid
 from attention_jax.evaluation.run_eval import evaluate_run
-from attention_jax.models.attention import MODES, NORMALISERS, Attention, masked_softmax, masked_sparsemax
+from attention_jax.models.attention import (MODES, NORMALISERS, Attention, masked_softmax,
+                                            masked_sparsemax)
 from attention_jax.models.cells import CELLS
 from attention_jax.models.model import ARCHS, ModelConfig, Seq2Seq, build
 from attention_jax.models.multihead import MultiHeadAttention

@@ -18,7 +18,8 @@ decoder) it measures
   matmul_ratio     achieved FLOP/s / FLOP/s of a 2048x2048 float32 matmul (the machine's
                    practical ceiling), measured right before and after the variant's windows
   greedy / beam5   decoding sentences/s of `attention_jax.decoding.greedy.greedy` and
-                   `attention_jax.decoding.beam.beam_search` (beam 5) on a batch of the config's sources,
+                   `attention_jax.decoding.beam.beam_search` (beam 5) on a batch of the config's
+                   sources,
                    max_len = the padded target length, the median of timed calls after an
                    untimed first one (`first_call_s`). The weights are untrained, and EOS is
                    suppressed, so every sentence takes exactly max_len output steps (a real

@@ -11,8 +11,8 @@ eval.length_edges) and, for tasks with a gold alignment (copy, reverse, sort), a
 accuracy. Writes <workdir>/eval_<split or src file>.json, its by-length plot and heatmaps
 (into --out instead, when given).
 
-Several runs, comma-separated, are evaluated as their ensemble (attention_jax/decoding/ensemble.py: the
-mean of their log-probabilities at each step, weights averaged; the first run's data and
+Several runs, comma-separated, are evaluated as their ensemble
+(attention_jax/decoding/ensemble.py: the mean of their log-probabilities at each step, weights averaged; the first run's data and
 settings, --step for every run, no attribution). An ensemble never writes into a member's run:
 its files go to --out, and without --out it only prints its report.
 

@@ -6,8 +6,8 @@ r"""Translate text with a trained run: one sentence per line in, one translation
   bash launch.sh translate --workdir=runs/rev/seed_1,runs/rev/seed_2 --beam=5 < test.src
 
 --workdir takes one run, or several, comma-separated, decoded as an ensemble (the mean of
-their log-probabilities at each step, attention weights averaged; attention_jax/decoding/ensemble.py;
---step then applies to every run): their tokenizers must be identical.
+their log-probabilities at each step, attention weights averaged;
+attention_jax/decoding/ensemble.py; --step then applies to every run): their tokenizers must be identical.
 
 Input: UTF-8, one sentence per line (stdin by default, or --input=FILE); a line that is not
 UTF-8 stops the command before anything is translated, with an error naming the line. Output

@@ -148,7 +148,8 @@ def wait_held(file, proc, patience: float = 1800) -> dict:
 # Command lines that are the behaviour under test (`python -m experiments.X ...`: its exit
 # status, its output, its files) but not its interpreter's start: run in a fork of one server
 # per test process and environment, which imported what the entry points import
-# (attention_jax.training.train, .api: jax, flax, orbax, tfds; about 4 s of CPU per process otherwise)
+# (attention_jax.training.train, attention_jax.decoding.translator: jax, flax, orbax, tfds; about
+# 4 s of CPU per process otherwise)
 # and nothing more: no JAX backend, no thread (a fork is safe). The child runs its module as
 # `python -m` does (runpy, as __main__, its flags defined afresh) with its stdin, stdout and
 # stderr on files, then the interpreter's exit handlers. Not for processes a test signals,

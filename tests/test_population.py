@@ -1,5 +1,5 @@
-"""Populations (attention_jax/training/population.py): member k of a vmapped population is the run of
-seed k trained alone, step by step, with its own batch order; in the training loop
+"""Populations (attention_jax/training/population.py): member k of a vmapped population is the
+run of seed k trained alone, step by step, with its own batch order; in the training loop
 (population_loop.py, sweep --population) each member is written as that run, resumes bit for
 bit, and a member that diverges does not stop the others."""
 

@@ -10,7 +10,8 @@ deviation and 95% t interval, overall and per source-length bucket. For every gr
 the baseline (the best group on the first metric, unless named): the difference, its interval
 over seeds (Welch) and over sentences (bootstrap), p over seeds (Welch's t-test) and over
 sentences (paired approximate randomisation by default), both Holm-adjusted over the family
-of comparisons on that metric, and one plain sentence. See attention_jax.evaluation.stats for the tests.
+of comparisons on that metric, and one plain sentence. See attention_jax.evaluation.stats for
+the tests.
 """
 
 from __future__ import annotations

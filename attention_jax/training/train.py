@@ -25,9 +25,9 @@ from attention_jax.implicit import eval_attribution
 from attention_jax.training import objective
 from attention_jax.training import parallel
 from attention_jax.training import preemption
-from attention_jax.training.session import (Session, check_same_config, check_source,  # (re-exported)
-                                   config_differences, format_table, lead, log,
-                                   prepare_workdir)
+from attention_jax.training.session import (  # (re-exported)
+    Session, check_same_config, check_source, config_differences, format_table, lead, log,
+    prepare_workdir)
 from attention_jax.training.steps import (SCHEDULES, OptimizerConfig, init_state, make_optimizer,
                                  model_config, train_step)
 
@@ -210,7 +210,8 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   validate(cfg)
   if cfg.train.get('population', 1) > 1:
     raise ValueError(f'train.population={cfg.train.population} trains several seeds: use '
-                     'attention_jax.training.population_loop.train_and_evaluate (experiments/main.py does)')
+                     'attention_jax.training.population_loop.train_and_evaluate '
+                     '(experiments/main.py does)')
   with memory_explained(cfg):
     if not lead():   # with several processes, process 0 holds the lock for the run
       return _train_and_evaluate(cfg, workdir, overwrite)

@@ -98,8 +98,8 @@ def base_config() -> ml_collections.ConfigDict:
   e.alpha = 0.6             # length penalty ((5+|Y|)/6)^alpha (Wu et al. 2016)
   e.heatmaps = 3            # attention heatmaps of the first test sentences at the end (0: none)
   e.attribution = ''        # implicit attention at the end, on tasks with gold alignments (copy,
-                            # reverse, sort): methods of attention_jax/implicit/attribution.py, comma-
-                            # separated, or 'all'; '' = none (attention_jax/implicit/alignment.py)
+                            # reverse, sort): methods of attention_jax/implicit/attribution.py,
+                            # comma-separated, or 'all'; '' = none (implicit/alignment.py)
   e.attribution_num = 200   # test sentences attributed
   e.attribution_steps = 32  # integrated gradients' steps (and SmoothGrad's samples)
   return c
