@@ -32,6 +32,20 @@ def smoke(module, data_dir, **overrides):
   return c
 
 
+def corpus(directory) -> str:
+  """train / valid / test .src and .tgt files of short lines (the textfiles task's format):
+  64, 8 and 8 lines of 1-4 words, targets in capitals -> the directory."""
+  os.makedirs(directory)
+  rng = np.random.default_rng(0)
+  words = ['alpha', 'beta', 'gamma', 'delta', 'eps']
+  for split, n in (('train', 64), ('valid', 8), ('test', 8)):
+    src = [' '.join(rng.choice(words, rng.integers(1, 5))) for _ in range(n)]
+    for side, lines in (('src', src), ('tgt', [s.upper() for s in src])):
+      with open(os.path.join(directory, f'{split}.{side}'), 'w') as f:
+        f.write('\n'.join(lines) + '\n')
+  return str(directory)
+
+
 def optimised_env() -> dict:
   """os.environ without the tests' XLA flags (conftest.TEST_XLA_FLAGS): for a subprocess
   whose run time is its computation, not its compilations (a 600-step Transformer trained in

@@ -15,25 +15,14 @@ import pytest
 
 from attention_jax.training import train
 
+import helpers
+
 pytestmark = pytest.mark.configs
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        'experiments', 'configs')
 CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(CONFIGS, '*.py'))
                       if not p.endswith(('__init__.py', 'common.py')))
-
-
-def corpus(directory) -> str:
-  """train / valid / test .src and .tgt files of short lines (the textfiles task's format)."""
-  os.makedirs(directory)
-  rng = np.random.default_rng(0)
-  words = ['alpha', 'beta', 'gamma', 'delta', 'eps']
-  for split, n in (('train', 64), ('valid', 8), ('test', 8)):
-    src = [' '.join(rng.choice(words, rng.integers(1, 5))) for _ in range(n)]
-    for side, lines in (('src', src), ('tgt', [s.upper() for s in src])):
-      with open(os.path.join(directory, f'{split}.{side}'), 'w') as f:
-        f.write('\n'.join(lines) + '\n')
-  return str(directory)
 
 
 @pytest.mark.parametrize('path', CONFIG_FILES, ids=os.path.basename)
@@ -44,7 +33,7 @@ def test_every_config_files_smoke_variant_trains_two_steps(path, tmp_path):
   cfg.eval.heatmaps = 0
   data = contextlib.nullcontext()
   if cfg.data.name == 'textfiles':
-    cfg.data.update(textfiles_dir=corpus(tmp_path / 'corpus'), tokenizer='word')
+    cfg.data.update(textfiles_dir=helpers.corpus(tmp_path / 'corpus'), tokenizer='word')
   elif cfg.data.name == 'tfds':                      # the real loading code, mocked examples
     tfds = pytest.importorskip('tensorflow_datasets')
     pytest.importorskip('tensorflow')                # tfds.testing needs it (the test extra)

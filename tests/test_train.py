@@ -23,6 +23,7 @@ from attention_jax.training import checkpoint as ckpt_lib
 from attention_jax.training import steps, train
 from experiments.configs import addition, dates, reverse, textfiles
 
+import helpers
 from helpers import run_modules, smoke
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -130,15 +131,8 @@ def test_other_configs_smoke(module, data_dir, tmp_path):
 
 
 def test_textfiles_smoke(data_dir, tmp_path):
-  corpus = tmp_path / 'corpus'
-  corpus.mkdir()
-  rng = np.random.default_rng(0)
-  words = ['alpha', 'beta', 'gamma', 'delta', 'eps']
-  for split, n in (('train', 64), ('valid', 8), ('test', 8)):
-    src = [' '.join(rng.choice(words, rng.integers(1, 5))) for _ in range(n)]
-    (corpus / f'{split}.src').write_text('\n'.join(src) + '\n')
-    (corpus / f'{split}.tgt').write_text('\n'.join(s.upper() for s in src) + '\n')
-  c = smoke(textfiles, data_dir, **{'data.textfiles_dir': str(corpus), 'data.tokenizer': 'word'})
+  corpus = helpers.corpus(tmp_path / 'corpus')
+  c = smoke(textfiles, data_dir, **{'data.textfiles_dir': corpus, 'data.tokenizer': 'word'})
   summary = train.train_and_evaluate(c, str(tmp_path / 'run'))
   assert summary['results']['test']['sentences'] == 8
 
