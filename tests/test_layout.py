@@ -245,14 +245,15 @@ def test_docs_layout_names_every_module_where_it_lives_and_its_layer_chains_hold
 
 def test_each_subpackage_says_what_lives_in_it_and_names_its_modules():
   """Every subpackage has a docstring of a paragraph that names each of its modules."""
-  for name, path in modules().items():
+  mods = modules()
+  for name, path in mods.items():
     if not path.endswith('__init__.py') or name == PACKAGE:
       continue
     doc = ast.get_docstring(ast.parse(open(path, encoding='utf-8').read())) or ''
     assert len(doc) > 100, f'{name} has no docstring that says what lives in it'
     if name == f'{PACKAGE}.data':
       continue
-    inside = [m.rsplit('.', 1)[1] for m in modules() if m.startswith(name + '.')]
+    inside = [m.rsplit('.', 1)[1] for m in mods if m.startswith(name + '.')]
     unnamed = [m for m in inside if not re.search(rf'\b{m}\b', doc)]
     assert not unnamed, f'{name} docstring does not name {unnamed}'
 
