@@ -38,8 +38,8 @@ flags.DEFINE_integer('seeds', None, 'Run every variant under seeds 1..N (config.
 flags.DEFINE_bool('population', False, 'Train each variant\'s seeds as one process, a '
                   'population (--config.train.population: one vmapped program; '
                   'attention_jax/training/population_loop.py), into the same '
-                  '<variant>/seed_<k> runs, with the same report. Needs --seeds (or the sweep file\'s SEEDS); local '
-                  'executor only.')
+                  '<variant>/seed_<k> runs, with the same report. Needs --seeds (or the sweep '
+                  'file\'s SEEDS); with --executor=ray each population is one Ray task.')
 flags.DEFINE_enum('executor', 'local', ('local', 'ray'), 'local: subprocesses of this '
                   'machine; ray: one Ray task per run on a Ray cluster '
                   '(attention_jax/sweeps/ray_executor.py).')
@@ -65,8 +65,6 @@ def main(argv):
   if FLAGS.executor == 'ray' and FLAGS.runs_per_device > 1:
     raise app.UsageError('--runs_per_device is the local executor\'s; with --executor=ray ask '
                          'for a share of a GPU per run: --trial_gpus=0.25 (4 per GPU)')
-  if FLAGS.executor == 'ray' and FLAGS.population:
-    raise app.UsageError('--population runs with the local executor (--executor=local) only')
   if FLAGS.executor == 'local' and options:
     raise app.UsageError(f'{", ".join("--" + f for f in RAY_FLAGS if FLAGS[f].value is not None)}'
                          ' only apply to --executor=ray')

@@ -47,6 +47,69 @@ def _setup(data_cfg, arch, setting):
   return cfg, task, mcfg, steps.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
 
 
+MESH_SCRIPT = r'''
+import jax, jax.numpy as jnp, ml_collections, numpy as np
+import attention_jax as aj
+from attention_jax.training import objective, parallel, population, steps, train
+assert jax.device_count() == 8, jax.devices()
+shape = lambda n: tuple(parallel.population_mesh(n).shape.values())
+assert (shape(4), shape(3), shape(16), shape(1)) == ((4, 2), (1, 8), (8, 1), (1, 8))
+mcfg = aj.ModelConfig(src_vocab=12, tgt_vocab=10, emb_dim=8, enc_hidden=8, dec_hidden=16,
+                      attn_dim=8)
+tx = train.make_optimizer(ml_collections.ConfigDict(dict(
+    lr=1e-2, warmup_steps=1, decay='constant', steps=4, weight_decay=0.0, clip_norm=1.0)))
+obj = objective.Objective()
+rng = np.random.default_rng(0)
+def batch(n_src):   # 16 rows, some padded
+  src = rng.integers(3, 12, (16, n_src)).astype(np.int32); src[::3, 4:] = 0
+  tgt = rng.integers(3, 10, (16, 6)).astype(np.int32); tgt[::2, 3:] = 0
+  return {'src': src, 'tgt_in': tgt, 'tgt_out': tgt, 'weight': np.ones(16, np.float32),
+          'index': np.arange(16, dtype=np.int32)}
+graphdef = steps.init_state(mcfg, tx, 0)[0]
+one_device = jax.jit(lambda seed, st, b: steps.train_step(graphdef, tx, obj, seed, st, b))
+for seeds in ((1, 2, 3, 4), (1, 2, 3)):   # meshes 4 x 2 and 1 x 8
+  batches = [[batch(7 + (k + i) % 2) for k in range(len(seeds))] for i in range(4)]
+  alone = []
+  for k, seed in enumerate(seeds):
+    state = steps.init_state(mcfg, tx, seed)[1]
+    losses = []
+    for step_batches in batches:
+      state, m = one_device(jnp.int32(seed), state, step_batches[k])
+      losses.append(float(m['loss']))
+    alone.append((losses, state['params']))
+  mesh = parallel.population_mesh(len(seeds))
+  graphdef, states = population.init_population(mcfg, tx, seeds)
+  step = population.make_population_step(graphdef, tx, obj, mesh=mesh)
+  losses = []
+  for step_batches in batches:
+    states, m = step(jnp.asarray(seeds, jnp.int32), states, population.stack_batches(step_batches))
+    losses.append(np.asarray(m['loss']))
+  leaf = jax.tree.leaves(states['params'])[0]
+  assert leaf.sharding.spec[0] == parallel.MEMBERS and len(leaf.devices()) == 8, leaf.sharding
+  np.testing.assert_allclose(np.stack(losses, 1), [a[0] for a in alone], rtol=1e-5)
+  for k, (_, params) in enumerate(alone):
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                 population.member(states, k)['params'], params)
+  print(dict(mesh.shape), 'members agree')
+print('OK')
+'''
+
+
+def test_a_population_split_over_8_devices_trains_each_member_as_its_seed_alone():
+  """8 simulated devices (a subprocess: the device count is fixed when JAX starts): a
+  population of 4 on a 4 x 2 members x data mesh and one of 3 on 1 x 8, each member's
+  batches its own (of different padded lengths), 4 steps: every member's losses and
+  parameters those of its seed trained alone on one device."""
+  env = {**os.environ, 'XLA_FLAGS': (os.environ.get('XLA_FLAGS', '') +
+                                     ' --xla_force_host_platform_device_count=8').strip()}
+  proc = subprocess.run([sys.executable, '-c', MESH_SCRIPT], cwd=helpers.ROOT, env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0 and proc.stdout.strip().endswith('OK'), (
+      proc.stdout + proc.stderr[-3000:])
+  assert "{'members': 4, 'data': 2} members agree" in proc.stdout, proc.stdout
+  assert "{'members': 1, 'data': 8} members agree" in proc.stdout, proc.stdout
+
+
 @pytest.mark.parametrize('arch,setting', [
     ('rnn', 'padded'), ('transformer', 'dropout'),   # the other two pairs: slow (each ~10 s)
     pytest.param('rnn', 'dropout', marks=pytest.mark.slow),
@@ -227,6 +290,29 @@ def test_sweep_population_gives_the_runs_and_report_of_seeds(pop_sweep, data_dir
   assert (sweep_dir / 'summary.md').read_text() == report
 
 
+@pytest.mark.extended   # a Ray cluster of its own (CI: bash launch.sh test -m extended)
+def test_a_ray_sweep_population_gives_the_local_population_s_runs(pop_sweep, data_dir, tmp_path):
+  """`sweep --seeds=2 --population --executor=ray`: the population is one Ray task, and each
+  member ends as the local executor's member did (the same program: the same metrics, bit for
+  bit), with the population's log and its attempt (half the time, on Ray) in each run."""
+  path, local_dir, _ = pop_sweep
+  proc = helpers.run_module('experiments.sweep', f'--sweep={path}:smoke', f'--root={tmp_path}',
+                            '--seeds=2', '--population', '--executor=ray', '--ray_cpus=1', '--',
+                            f'--config.data.data_dir={data_dir}', timeout=900)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert '[additive/seed_1..2] queued (starting)' in proc.stdout, proc.stdout
+  assert 'sweep pop_sweep_smoke: 2 finished, 0 skipped, 0 failed' in proc.stdout, proc.stdout
+  for k in (1, 2):
+    run = workdir_lib.Run(str(tmp_path / 'pop_sweep_smoke' / 'additive' / f'seed_{k}'))
+    local = workdir_lib.Run(str(local_dir / 'additive' / f'seed_{k}'))
+    assert run.results()['results'] == local.results()['results']
+    assert run.results()['population'] == {'seeds': [1, 2], 'member': k - 1}
+    (attempt,) = run.attempts()
+    assert (attempt['executor'], attempt['population'], attempt['returncode']) == ('ray', 2, 0)
+    log = open(run.train_log_path).read()
+    assert 'additive/seed_1..2: attempt 1 on' in log and '[population of 2: seeds 1..2' in log
+
+
 @pytest.mark.scenario   # a signal to a running command (CI: bash launch.sh test -m scenario)
 def test_population_stopped_by_sigterm_resumes_to_the_uninterrupted_one_bit_for_bit(
     pop_sweep, data_dir, tmp_path):
@@ -325,14 +411,14 @@ def test_a_member_with_a_non_finite_step_does_not_stop_the_others(pop_sweep, dat
 
 
 def test_bad_population_input_is_one_line_before_any_work(data_dir, tmp_path):
-  """population < 1, a population with data parallelism, `--population` without seeds, a
-  member's folder in use: one line each, nothing written."""
+  """population < 1, a population under pmap, `--population` without seeds, a member's
+  folder in use: one line each, nothing written."""
   with pytest.raises(ValueError, match=r'^train.population must be a positive integer .*got 0$'):
     population_loop.train_and_evaluate(_config(data_dir, **{'train.population': 0}),
                                        str(tmp_path / 'a'))
-  with pytest.raises(ValueError, match="parallel='shard_map' .* does not compose"):
+  with pytest.raises(ValueError, match="parallel='pmap' does not compose"):
     population_loop.train_and_evaluate(
-        _config(data_dir, parallel='shard_map', **{'train.population': 2}), str(tmp_path / 'a'))
+        _config(data_dir, parallel='pmap', **{'train.population': 2}), str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
   with pytest.raises(ValueError, match='train.population=2 trains several seeds: use '
                                        'attention_jax.training.population_loop.train_and_evaluate'):

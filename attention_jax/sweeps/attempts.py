@@ -1,18 +1,24 @@
 """A run's process, whichever executor starts it: its attempts (wall time and exit status,
-kept up to date while it runs), waiting for a workdir that a killed attempt still holds, and
-dying with the process that started it."""
+kept up to date while it runs), its log (a population's: one process for its members, logged
+in the first member's run and copied to the others'), waiting for a workdir that a killed
+attempt still holds, and dying with the process that started it."""
 
 import json
+import os
 import sys
 import time
 
 from attention_jax import workdir as workdir_lib
 
 
-def record_attempt(workdir: str, seconds: float, returncode: int | None, **where) -> None:
+def record_attempt(workdir: str, seconds: float, returncode: int | None, share: int = 1,
+                   **where) -> None:
   """Appends one attempt (its running time, exit status and where it ran) to the run's
-  attempts (workdir.Run.attempts); a run's wall time is the sum over its attempts."""
-  workdir_lib.Run(workdir).append_attempt({'seconds': seconds, 'returncode': returncode, **where})
+  attempts (workdir.Run.attempts); a run's wall time is the sum over its attempts. share: as
+  Attempt's (a population's member records 1/share of the time)."""
+  extra = {'population': share} if share > 1 else {}
+  workdir_lib.Run(workdir).append_attempt({'seconds': seconds / share, 'returncode': returncode,
+                                           **where, **extra})
 
 
 class Attempt:
@@ -79,3 +85,28 @@ def die_with_parent() -> None:
     import ctypes  # pylint: disable=g-import-not-at-top
     import signal  # pylint: disable=g-import-not-at-top
     ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+
+def open_log(v):
+  """(the log the process of `v` writes, where this attempt starts in it): its run's log; a
+  population's first member's, the others told so (copy_log copies it when it ends)."""
+  first = workdir_lib.Run(v.members[0].workdir)
+  for m in v.members[1:]:
+    with workdir_lib.Run(m.workdir).open_log() as f:
+      f.write(f'== {v.label}: this attempt\'s log goes to {first.train_log_path} and is copied '
+              'here when it ends\n')
+  path = first.train_log_path
+  return first.open_log(), os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def copy_log(v, offset: int) -> None:
+  """A population's attempt: its log (in the first member's, from `offset`) appended to the
+  other members' logs."""
+  if v.population == 1:
+    return
+  with open(workdir_lib.Run(v.members[0].workdir).train_log_path, 'rb') as f:
+    f.seek(offset)
+    text = f.read().decode('utf-8', 'replace')
+  for m in v.members[1:]:
+    with workdir_lib.Run(m.workdir).open_log() as f:
+      f.write(text)

@@ -1,6 +1,6 @@
 """The local executor of sweeps: each run a subprocess of this machine, `parallel` at a time
 on a CPU, or `runs_per_device` on each accelerator (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS),
-as slots free up; a population's log copied to each member's."""
+as slots free up (a population: one process, its log copied to each member's)."""
 
 import functools
 import os
@@ -69,7 +69,7 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None,
              else 'starting')
       where = f' on device {slot}' if slot else ''
       print(f'[{v.label}] {how}{where}: {sweep_lib.describe(v)}', flush=True)
-      log, offset = _open_log(v)
+      log, offset = attempts.open_log(v)
       proc = subprocess.Popen(sweep_lib.command(config_arg, v) + list(extra_flags),
                               stdout=log, stderr=subprocess.STDOUT, env=env,
                               preexec_fn=attempts.die_with_parent)
@@ -86,7 +86,7 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None,
       del running[proc]
       log.close()
       free.append(slot)
-      _copy_log(v, offset)
+      attempts.copy_log(v, offset)
       for m, attempt in zip(v.members, tries):
         # a population's member may finish while another one fails (exit 1)
         ok = sweep_lib.finished(m) and (proc.returncode == 0 or v.population > 1)
@@ -98,28 +98,3 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None,
               flush=True)
     time.sleep(0.5)
   return status
-
-
-def _open_log(v: sweep_lib.Variant):
-  """(the log the process of `v` writes, where this attempt starts in it): its run's log; a
-  population's first member's, the others told so (_copy_log copies it when it ends)."""
-  first = workdir_lib.Run(v.members[0].workdir)
-  for m in v.members[1:]:
-    with workdir_lib.Run(m.workdir).open_log() as f:
-      f.write(f'== {v.label}: this attempt\'s log goes to {first.train_log_path} and is copied '
-              'here when it ends\n')
-  path = first.train_log_path
-  return first.open_log(), os.path.getsize(path) if os.path.exists(path) else 0
-
-
-def _copy_log(v: sweep_lib.Variant, offset: int) -> None:
-  """A population's attempt: its log (in the first member's, from `offset`) appended to the
-  other members' logs."""
-  if v.population == 1:
-    return
-  with open(workdir_lib.Run(v.members[0].workdir).train_log_path, 'rb') as f:
-    f.seek(offset)
-    text = f.read().decode('utf-8', 'replace')
-  for m in v.members[1:]:
-    with workdir_lib.Run(m.workdir).open_log() as f:
-      f.write(text)

@@ -1,4 +1,5 @@
-"""Ray as the sweep executor: every run of a sweep (variant x seed) is one Ray task.
+"""Ray as the sweep executor: every run of a sweep (variant x seed) is one Ray task; with
+`--population`, every population (a variant's seeds as one process) is.
 
   bash launch.sh sweep FILE --executor=ray                        # a local Ray cluster
   bash launch.sh sweep FILE --executor=ray --ray_address=auto     # join the running cluster
@@ -68,18 +69,30 @@ def _where() -> dict:
           'node_id': ray.get_runtime_context().get_node_id()}
 
 
-def _trial(cmd: list[str], workdir: str, cwd: str, env: dict, label: str, progress) -> dict:
-  """One attempt of one run, inside a Ray task: the experiment process, its log appended to
-  the run's log (workdir.Run.open_log). Raises TrialDied (Ray retries) when the process was killed."""
+def _trial(cmd: list[str], v, cwd: str, env: dict, progress) -> dict:
+  """One attempt of one run (or of a population: one process for its members), inside a Ray
+  task: the experiment process, its log appended to the run's log (a population's: the first
+  member's, copied to the others'; attempts.open_log). Raises TrialDied (Ray retries) when the
+  process was killed."""
   where = _where()
-  progress.started.remote(label, where)
+  progress.started.remote(v.label, where)
   nice = os.getpriority(os.PRIO_PROCESS, 0)
-  os.makedirs(workdir, exist_ok=True)
-  run = workdir_lib.Run(workdir)
-  attempt = 1 + len(run.attempts())
+  members = v.members
+  for m in members:
+    os.makedirs(m.workdir, exist_ok=True)
+  attempt = 1 + len(workdir_lib.Run(members[0].workdir).attempts())
   t0 = time.time()
-  with run.open_log() as log:
-    log.write(f'== {label}: attempt {attempt} on {where["host"]} ({where["ip"]}, Ray node '
+
+  def record(returncode: int) -> float:
+    seconds = time.time() - t0
+    attempts.copy_log(v, offset)
+    for m in members:
+      attempts.record_attempt(m.workdir, seconds, returncode, share=len(members), **where)
+    return seconds
+
+  log, offset = attempts.open_log(v)
+  with log:
+    log.write(f'== {v.label}: attempt {attempt} on {where["host"]} ({where["ip"]}, Ray node '
               f'{where["node_id"][:8]}; worker niceness {nice}) ==\n')
     log.flush()
     proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=cwd, stdout=log,
@@ -94,12 +107,13 @@ def _trial(cmd: list[str], workdir: str, cwd: str, env: dict, label: str, progre
         proc.wait(timeout=300)
       except subprocess.TimeoutExpired:
         proc.kill()
-      attempts.record_attempt(workdir, time.time() - t0, proc.wait(), **where)
+      returncode = proc.wait()
+      log.close()
+      record(returncode)
       raise
-  seconds = time.time() - t0
-  attempts.record_attempt(workdir, seconds, returncode, **where)
+  seconds = record(returncode)
   if returncode < 0 or returncode in RETRIED_EXITS:
-    raise TrialDied(f'{label}: its process died by {_signal_name(returncode)} on '
+    raise TrialDied(f'{v.label}: its process died by {_signal_name(returncode)} on '
                     f'{where["host"]} after {seconds:.0f} s')
   return {'returncode': returncode, 'seconds': seconds, **where}
 
@@ -225,8 +239,6 @@ def run(config_arg: str, name: str, queue: list, sweep_dir: str, extra_flags=(),
     raise ValueError('--executor=ray needs the ray package: pip install "ray>=2.55,<3"') from e
   if not queue:
     return {}
-  if any(v.population > 1 for v in queue):
-    raise ValueError('populations (sweep --population) run with the local executor only')
   if max_retries < 0 or min(trial_cpus, trial_gpus, trial_tpus) < 0:
     raise ValueError(f'--max_retries and --trial_* must be >= 0, got max_retries={max_retries}, '
                      f'trial_cpus={trial_cpus}, trial_gpus={trial_gpus}, trial_tpus={trial_tpus}')
@@ -264,12 +276,14 @@ def _schedule(ray, config_arg, queue, extra_flags, request, max_retries) -> dict
   refs = {}
   for v in queue:
     os.makedirs(v.workdir, exist_ok=True)
-    how = 'resuming' if workdir_lib.Run(v.workdir).has_checkpoints else 'starting'
+    how = ('resuming' if any(workdir_lib.Run(m.workdir).has_checkpoints for m in v.members)
+           else 'starting')
     print(f'[{v.label}] queued ({how}): {sweep_lib.describe(v)}', flush=True)
     cmd = sweep_lib.command(config_arg, v) + list(extra_flags)
     refs[remote.options(name=v.label, **options).remote(
-        cmd, v.workdir, os.getcwd(), env, v.label, progress)] = v
-  status, ran_on, pending, durations = {}, {}, list(refs), []
+        cmd, v, os.getcwd(), env, progress)] = v
+  # status: of each run (a population's members each); done: of each task
+  status, done_tasks, ran_on, pending, durations = {}, {}, {}, list(refs), []
   tty, last, t_start = sys.stdout.isatty(), None, time.time()
   try:
     while pending:
@@ -278,22 +292,29 @@ def _schedule(ray, config_arg, queue, extra_flags, request, max_retries) -> dict
         v = refs[ref]
         try:
           out = ray.get(ref)
-          ok, why = out['returncode'] == 0 and sweep_lib.finished(v), f'exit {out["returncode"]}'
+          why = f'exit {out["returncode"]}'
           ran_on[v.label] = out
           durations.append(out['seconds'])
         except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as e:
           cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
-          ok, why = False, (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
-        status[v.label] = 'finished' if ok else 'failed'
-        print(('\r' if tty else '') + f'[{v.label}] ' + (
-            f'finished in {out["seconds"]:.0f} s on {out["host"]} (Ray node '
-            f'{out["node_id"][:8]})' if ok else
-            f'FAILED ({why}); see {workdir_lib.Run(v.workdir).train_log_path}'), flush=True)
+          out, why = None, (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
+        for m in v.members:
+          # a population's member may finish while another one fails (exit 1)
+          ok = out is not None and sweep_lib.finished(m) and (
+              out['returncode'] == 0 or v.population > 1)
+          status[m.label] = 'finished' if ok else 'failed'
+          if out is not None:
+            ran_on[m.label] = out
+          print(('\r' if tty else '') + f'[{m.label}] ' + (
+              f'finished in {out["seconds"]:.0f} s on {out["host"]} (Ray node '
+              f'{out["node_id"][:8]})' if ok else
+              f'FAILED ({why}); see {workdir_lib.Run(m.workdir).train_log_path}'), flush=True)
+        done_tasks[v.label] = all(status[m.label] == 'finished' for m in v.members)
       running = ray.get(progress.get.remote())
-      counts = {'done': sum(s == 'finished' for s in status.values()),
-                'failed': sum(s == 'failed' for s in status.values()),
-                'running': sum(1 for label in running if label not in status)}
-      counts['queued'] = len(refs) - len(status) - counts['running']
+      counts = {'done': sum(done_tasks.values()),
+                'failed': sum(not ok for ok in done_tasks.values()),
+                'running': sum(1 for label in running if label not in done_tasks)}
+      counts['queued'] = len(refs) - len(done_tasks) - counts['running']
       eta = None
       if durations and counts['running']:
         eta = sum(durations) / len(durations) * (counts['running'] + counts['queued']) / (
@@ -313,7 +334,9 @@ def _schedule(ray, config_arg, queue, extra_flags, request, max_retries) -> dict
     raise
   if tty:
     print()
-  _print_where(ran_on, ray.get(progress.get.remote()), status)
+  started = ray.get(progress.get.remote())
+  _print_where(ran_on, {m.label: started[v.label] for v in queue for m in v.members
+                        if v.label in started}, status)
   return status
 
 

@@ -4,12 +4,14 @@ one device) or under the classic `jax.pmap`. Parameters are replicated, the batc
 along its first axis; both give the same parameters as one device on the same global batch.
 Decoding splits its batch the same way (`split_batch`): each device decodes its rows alone.
 Processes that share one accelerator (sweeps' --runs_per_device, Ray's fractional GPUs) each
-preallocate their share of its memory: memory_env.
+preallocate their share of its memory: memory_env. A population (training/population.py)
+splits over a 2-D mesh of members x data: population_mesh.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import jax
@@ -19,6 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from attention_jax.training import steps as steps_lib
 
 AXIS = 'data'
+MEMBERS = 'members'   # a population's member axis (population_mesh)
 MODES = ('auto', 'single', 'shard_map', 'pmap')
 
 
@@ -37,6 +40,17 @@ def make_mesh() -> jax.sharding.Mesh:
   so evaluation and decoding on batch-sharded inputs need no annotations)."""
   return jax.make_mesh((jax.device_count(),), (AXIS,),
                        axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def population_mesh(members: int, devices=None) -> jax.sharding.Mesh:
+  """A 2-D mesh ('members', 'data') over `devices` (default: all) for a population of
+  `members` (population.make_population_step): the 'members' axis as large as both counts
+  allow (their greatest common divisor), the rest of the devices splitting each member's
+  batch. 8 devices: 4 members -> 4 x 2, 3 members -> 1 x 8, 16 members -> 8 x 1."""
+  devices = list(jax.devices() if devices is None else devices)
+  m = math.gcd(members, len(devices))
+  return jax.sharding.Mesh(np.array(devices).reshape(m, len(devices) // m), (MEMBERS, AXIS),
+                           axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
 def check_batch(batch_size: int, n: int) -> None:

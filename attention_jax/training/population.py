@@ -20,6 +20,11 @@ bucket (data.num_buckets=1), or no dropout, keeps every member exact.
 Members' batches of different padded shapes (length buckets) are padded to a common shape
 (stack_batches): PAD tokens and masked image pixels, which the padding-invariance tests show
 change no output and no gradient.
+
+With several devices the member axis is itself split (make_population_step(mesh=...)): a
+2-D mesh 'members' x 'data' (parallel.population_mesh) puts each member on its own group of
+devices and splits that member's batch rows over the group, so data parallelism composes
+with the population.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.models.model import ModelConfig
 from attention_jax.training import objective
+from attention_jax.training import parallel
 from attention_jax.training import steps
 
 
@@ -57,10 +64,21 @@ def population_step(graphdef, tx, obj: objective.Objective, seeds: jax.Array, st
   return jax.vmap(lambda seed, state, batch: one(seed, state, batch))(seeds, states, batches)
 
 
-def make_population_step(graphdef, tx, obj: objective.Objective, ema_decay: float = 0.0):
-  """-> jit-compiled step(seeds [N], states, batches) (population_step; the states donated)."""
-  return jax.jit(functools.partial(population_step, graphdef, tx, obj, ema_decay=ema_decay),
-                 donate_argnums=1)
+def make_population_step(graphdef, tx, obj: objective.Objective, ema_decay: float = 0.0,
+                         mesh: jax.sharding.Mesh | None = None):
+  """-> jit-compiled step(seeds [N], states, batches) (population_step; the states donated).
+
+  mesh (parallel.population_mesh, axes 'members' x 'data'): the members split over the
+  'members' axis and each member's batch rows over 'data' (XLA partitions the vmapped step
+  and sums each member's gradients over its 'data' devices); states and metrics come back
+  split by member. None: everything on one device."""
+  fn = functools.partial(population_step, graphdef, tx, obj, ema_decay=ema_decay)
+  if mesh is None:
+    return jax.jit(fn, donate_argnums=1)
+  by_member = NamedSharding(mesh, P(parallel.MEMBERS))
+  rows = NamedSharding(mesh, P(parallel.MEMBERS, parallel.AXIS))   # batches [N, B, ...]
+  return jax.jit(fn, in_shardings=(by_member, by_member, rows),
+                 out_shardings=(by_member, by_member), donate_argnums=1)
 
 
 def member(states, k: int):

@@ -27,8 +27,10 @@ position: a resumed population equals an uninterrupted one bit for bit. SIGTERM 
 save every member at the next step and stop (preemption.Interrupted, exit 128 + signal). The
 lock of every member's directory (workdir.WorkdirLock) is held throughout.
 
-Not (yet): data parallelism across devices (the population trains on one device; with several,
-on the first), several processes.
+Several devices (parallel=auto or shard_map): the members split over a 'members' x 'data'
+mesh (parallel.population_mesh: as many member groups as the member and device counts share,
+each member's batch split over its group's devices); parallel=single: the first device. Not
+(yet): several processes.
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax import hold
 from attention_jax import workdir as workdir_lib
 from attention_jax.training import checkpoint as ckpt_lib
 from attention_jax.training import objective
+from attention_jax.training import parallel
 from attention_jax.training import population
 from attention_jax.training import preemption
 from attention_jax.training import session as session_lib
@@ -73,16 +77,27 @@ def member_dirs(cfg: ml_collections.ConfigDict, workdir: str) -> list[str]:
   return [workdir_lib.seed_dir(workdir, seed) for seed in seeds_of(cfg)]
 
 
+def mesh_of(cfg: ml_collections.ConfigDict) -> jax.sharding.Mesh | None:
+  """The population's mesh over this process's devices (parallel.population_mesh), or None
+  for one device (parallel=single, or one device)."""
+  if parallel.resolve(cfg.parallel) == 'single':
+    return None
+  mesh = parallel.population_mesh(cfg.train.get('population', 1))
+  parallel.check_batch(cfg.data.batch_size, mesh.shape[parallel.AXIS])
+  return mesh
+
+
 def check(cfg: ml_collections.ConfigDict) -> None:
   """What a population cannot do (yet), in one line, before any work."""
   n = cfg.train.get('population', 1)
-  if cfg.parallel in ('shard_map', 'pmap'):
-    raise ValueError(f'train.population={n} trains the members as one vmapped program on one '
-                     f'device; parallel={cfg.parallel!r} (data parallelism) does not compose '
-                     'with it yet: use parallel=single or auto')
+  if cfg.parallel == 'pmap':
+    raise ValueError(f'train.population={n} splits its members over the devices with '
+                     'jax.jit shardings (a members x data mesh); parallel=\'pmap\' does not '
+                     'compose with it: use parallel=auto or shard_map (or single: one device)')
   if jax.process_count() > 1:
     raise ValueError(f'train.population={n} runs in one process; this is process '
                      f'{jax.process_index()} of {jax.process_count()}')
+  mesh_of(cfg)   # the batch splits over the mesh's 'data' axis
 
 
 def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
@@ -180,19 +195,30 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
   with one.unlocked():
     one.parallel = 'single'   # evaluation and decoding of one member on the members' device
   steps = train.Steps.of(graphdef, one)
+  mesh = mesh_of(cfg)
   step_fn = population.make_population_step(graphdef, tx, objective.Objective.of(t),
-                                            ema_decay=t.ema_decay)
+                                            ema_decay=t.ema_decay, mesh=mesh)
   for s in sessions:   # >= 2 latest steps: a kill between two members' saves leaves one common
     s.open(keep=max(t.keep_checkpoints, 2))
   states = _resume(sessions, states)
+  if mesh is not None:   # each member's rows of every leaf on its group of devices
+    states = jax.device_put(states, NamedSharding(mesh, P(parallel.MEMBERS)))
+
+  def one(k: int):
+    """Member k's state now, to evaluate or save alone: on the first device, as a run's."""
+    state = population.member(states, k)
+    return state if mesh is None else jax.device_put(state, jax.devices()[0])
   for s in sessions:
     s.start(steps)
   step = int(states['step'][0])
   live = list(range(len(seeds)))
   stopped: dict[int, str] = {}   # member -> why it stopped (non-finite, no skip_nonfinite)
   progress = _Progress(t.steps, step, t.log_every, [s.writer for s in sessions])
-  log(f'[population of {len(seeds)}: seeds {seeds[0]}..{seeds[-1]}, one '
-      f'{jax.devices()[0].platform} device] training {mcfg.describe()} on {sessions[0].task.name}: '
+  where = (f'one {jax.devices()[0].platform} device' if mesh is None else
+           f'{mesh.size} {jax.devices()[0].platform} devices, '
+           f'{mesh.shape[parallel.MEMBERS]} member groups x {mesh.shape[parallel.AXIS]} '
+           'splitting each batch')
+  log(f'[population of {len(seeds)}: seeds {seeds[0]}..{seeds[-1]}, {where}] training {mcfg.describe()} on {sessions[0].task.name}: '
       f'{t.steps} steps of {d.batch_size} sentences per member, '
       f'{sum(x[0].size for x in jax.tree.leaves(states["params"])):,} parameters per member '
       f'-> {os.path.join(workdir, workdir_lib.SEED_DIR.format("<k>"))}')
@@ -223,7 +249,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
         check_finite(pending)
         for k, s in enumerate(sessions):
           if k in live:
-            s.stop(step, population.member(states, k))
+            s.stop(step, one(k))
           else:
             s.close()
         raise preemption.Interrupted(stop.signum, step, ', '.join(
@@ -246,11 +272,11 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
       if evaluating:
         t_eval = time.time()
         for k in live:
-          sessions[k].validate(step, population.member(states, k), prefix=f'{names[k]} ')
+          sessions[k].validate(step, one(k), prefix=f'{names[k]} ')
         progress.t0 += time.time() - t_eval  # rates and ETA count training time only
       if saving:
         for k in live:
-          sessions[k].save_latest(step, population.member(states, k))
+          sessions[k].save_latest(step, one(k))
       hold.point('train_step', lambda: stop.signum is not None, step=step, workdir=workdir)
 
   summaries = []
@@ -259,7 +285,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
       s.close()
       continue
     log(f'\n{names[k]} ({s.workdir}):')
-    summaries.append(s.finish(graphdef, population.member(states, k), step, extra={
+    summaries.append(s.finish(graphdef, one(k), step, extra={
         'population': {'seeds': seeds, 'member': k}}))
   if stopped:
     raise FloatingPointError(f'{len(stopped)} of {len(seeds)} members stopped on a non-finite '
