@@ -27,7 +27,7 @@ import sys
 
 import ml_collections
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
