@@ -314,11 +314,13 @@ def test_a_ray_sweep_population_gives_the_local_population_s_runs(pop_sweep, dat
 
 
 @pytest.mark.scenario   # a signal to a running command (CI: bash launch.sh test -m scenario)
-def test_population_stopped_by_sigterm_resumes_to_the_uninterrupted_one_bit_for_bit(
-    pop_sweep, data_dir, tmp_path):
-  """SIGTERM at step 3 (held there: hold.py): every member saves step 3, exit 143; the same
-  command resumes both from step 3 and ends with the uninterrupted population's parameters
-  and results, bit for bit."""
+@pytest.mark.parametrize('sig,at,resumed', [(signal.SIGTERM, 3, 3), (signal.SIGKILL, 6, 4)])
+def test_a_population_stopped_by_a_signal_resumes_to_the_uninterrupted_one_bit_for_bit(
+    pop_sweep, data_dir, tmp_path, sig, at, resumed):
+  """Held at step `at` (hold.py), then SIGTERM: every member saves that step, exit 143; or
+  SIGKILL: nothing saved since the checkpoints of step 4. The same command resumes both
+  members from that step and ends with the uninterrupted population's parameters and results,
+  bit for bit."""
   path, sweep_dir, _ = pop_sweep
   workdir = tmp_path / 'pop'
   args = [f'--config={path}:smoke', '--config.model.score=additive', '--config.seed=1',
@@ -327,19 +329,20 @@ def test_population_stopped_by_sigterm_resumes_to_the_uninterrupted_one_bit_for_
   held = tmp_path / 'held'
   proc = subprocess.Popen([sys.executable, '-m', 'experiments.main', *args], cwd=helpers.ROOT,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**helpers.hold_env(held, step=3, workdir=workdir),
+                          env={**helpers.hold_env(held, step=at, workdir=workdir),
                                'PYTHONUNBUFFERED': '1'})
   helpers.wait_held(held, proc)
-  proc.send_signal(signal.SIGTERM)
+  proc.send_signal(sig)
   out = proc.stdout.read()
-  assert proc.wait(timeout=300) == 128 + signal.SIGTERM, out
-  assert 'stopped by SIGTERM at step 3' in out
-  assert [_steps(str(workdir / f'seed_{k}')) for k in (1, 2)] == [[3], [3]], out
+  assert proc.wait(timeout=300) == (128 + sig if sig == signal.SIGTERM else -sig), out
+  if sig == signal.SIGTERM:
+    assert f'stopped by SIGTERM at step {at}' in out
+  assert [_steps(str(workdir / f'seed_{k}')) for k in (1, 2)] == [[resumed]] * 2, out
   done = helpers.run_module('experiments.main', *args)
   assert done.returncode == 0, done.stderr[-3000:]
   for k in (1, 2):
     member, ref = str(workdir / f'seed_{k}'), str(sweep_dir / 'additive' / f'seed_{k}')
-    assert f'resumed from {member}/checkpoints/latest step 3' in done.stdout
+    assert f'resumed from {member}/checkpoints/latest step {resumed}' in done.stdout
     _same_tree(_params(member, 8), _params(ref, 8))
     assert workdir_lib.Run(member).results()['results'] == workdir_lib.Run(ref).results()['results']
 
