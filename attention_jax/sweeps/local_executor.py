@@ -88,8 +88,7 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None,
       free.append(slot)
       attempts.copy_log(v, offset)
       for m, attempt in zip(v.members, tries):
-        # a population's member may finish while another one fails (exit 1)
-        ok = sweep_lib.finished(m) and (proc.returncode == 0 or v.population > 1)
+        ok = sweep_lib.member_finished(v, m, proc.returncode)
         status[m.label] = 'finished' if ok else 'failed'
         attempt.close(proc.returncode)
         print(f'[{m.label}] {"finished" if ok else f"FAILED (exit {proc.returncode})"} in '

@@ -293,15 +293,12 @@ def _schedule(ray, config_arg, queue, extra_flags, request, max_retries) -> dict
         try:
           out = ray.get(ref)
           why = f'exit {out["returncode"]}'
-          ran_on[v.label] = out
           durations.append(out['seconds'])
         except (ray.exceptions.RayTaskError, ray.exceptions.RayError) as e:
           cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
           out, why = None, (str(cause).strip().splitlines() or [type(cause).__name__])[-1]
         for m in v.members:
-          # a population's member may finish while another one fails (exit 1)
-          ok = out is not None and sweep_lib.finished(m) and (
-              out['returncode'] == 0 or v.population > 1)
+          ok = out is not None and sweep_lib.member_finished(v, m, out['returncode'])
           status[m.label] = 'finished' if ok else 'failed'
           if out is not None:
             ran_on[m.label] = out

@@ -164,6 +164,13 @@ def finished(v: Variant) -> bool:
   return workdir_lib.Run(v.workdir).finished
 
 
+def member_finished(v: Variant, m: Variant, returncode: int) -> bool:
+  """Whether run `m` of `v`'s process (v itself, or a member of population v) ended finished:
+  its results written, and its process exited 0 (a population's member may finish while
+  another one fails, exit 1)."""
+  return finished(m) and (returncode == 0 or v.population > 1)
+
+
 def populations(queue: list[Variant]) -> list[Variant]:
   """The runs to do with a variant's seeds as populations: consecutive seeds of one variant
   that start afresh, or resume from the same step, become one Variant (population = their

@@ -204,7 +204,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
   if mesh is not None:   # each member's rows of every leaf on its group of devices
     states = jax.device_put(states, NamedSharding(mesh, P(parallel.MEMBERS)))
 
-  def one(k: int):
+  def member_state(k: int):
     """Member k's state now, to evaluate or save alone: on the first device, as a run's."""
     state = population.member(states, k)
     return state if mesh is None else jax.device_put(state, jax.devices()[0])
@@ -218,7 +218,8 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
            f'{mesh.size} {jax.devices()[0].platform} devices, '
            f'{mesh.shape[parallel.MEMBERS]} member groups x {mesh.shape[parallel.AXIS]} '
            'splitting each batch')
-  log(f'[population of {len(seeds)}: seeds {seeds[0]}..{seeds[-1]}, {where}] training {mcfg.describe()} on {sessions[0].task.name}: '
+  log(f'[population of {len(seeds)}: seeds {seeds[0]}..{seeds[-1]}, {where}] training '
+      f'{mcfg.describe()} on {sessions[0].task.name}: '
       f'{t.steps} steps of {d.batch_size} sentences per member, '
       f'{sum(x[0].size for x in jax.tree.leaves(states["params"])):,} parameters per member '
       f'-> {os.path.join(workdir, workdir_lib.SEED_DIR.format("<k>"))}')
@@ -249,7 +250,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
         check_finite(pending)
         for k, s in enumerate(sessions):
           if k in live:
-            s.stop(step, one(k))
+            s.stop(step, member_state(k))
           else:
             s.close()
         raise preemption.Interrupted(stop.signum, step, ', '.join(
@@ -272,11 +273,11 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
       if evaluating:
         t_eval = time.time()
         for k in live:
-          sessions[k].validate(step, one(k), prefix=f'{names[k]} ')
+          sessions[k].validate(step, member_state(k), prefix=f'{names[k]} ')
         progress.t0 += time.time() - t_eval  # rates and ETA count training time only
       if saving:
         for k in live:
-          sessions[k].save_latest(step, one(k))
+          sessions[k].save_latest(step, member_state(k))
       hold.point('train_step', lambda: stop.signum is not None, step=step, workdir=workdir)
 
   summaries = []
@@ -285,7 +286,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
       s.close()
       continue
     log(f'\n{names[k]} ({s.workdir}):')
-    summaries.append(s.finish(graphdef, one(k), step, extra={
+    summaries.append(s.finish(graphdef, member_state(k), step, extra={
         'population': {'seeds': seeds, 'member': k}}))
   if stopped:
     raise FloatingPointError(f'{len(stopped)} of {len(seeds)} members stopped on a non-finite '
