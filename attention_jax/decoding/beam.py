@@ -167,7 +167,8 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     # alive: the K best extensions not ending in EOS (top_logp is sorted, so is this)
     alive_logp, i = jax.lax.top_k(jnp.where(is_eos, NEG_INF, top_logp), k)        # [B, K]
     alive_tok = _pick(seq, i)                                          # [B, K, L]
-    carry = _rows(carry, (row0 + _pick(parent, i)).reshape(b * k))    # leaves [B*K, ...]
+    if k > 1:   # with one beam every parent is beam 0: the carry stays where it is
+      carry = _rows(carry, (row0 + _pick(parent, i)).reshape(b * k))  # leaves [B*K, ...]
 
     # finished, merged with the earlier ones: EOS extensions in the step's top K; and where
     # a sentence reaches its limit, its alive hypotheses (no EOS, |Y| = limit), as fairseq
