@@ -284,6 +284,31 @@ def test_image_dates_are_drawn_deterministically_and_test_strings_are_unseen(tmp
   np.testing.assert_array_equal(batch['src'][~real], -1.0)          # filler rows: padding
 
 
+def test_wide_fonts_come_from_pip_packages_and_a_missing_package_is_named(monkeypatch):
+  """data.image_fonts='wide': 'all' and the pip packages' faces (never STIX), each of which
+  loads and draws digits, letters and accents; a package that is not installed is one
+  ValueError naming it, raised by make_config before anything is drawn."""
+  wide = image_builders.FONT_SETS['wide']
+  assert wide[:17] == image_builders.FONT_SETS['all'] and len(set(wide)) == len(wide) == 48
+  text = '0123456789 /.-, abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ éû'
+  for face in wide[17:]:
+    assert os.path.isfile(image_builders.font_path(face)), face
+    assert image_builders.covers(face, text), face
+    image, font = image_builders.render('14 févr. 2018', np.random.default_rng(0), 32, 256,
+                                        (face,))
+    assert font == face and image.max() > 150, face
+  cfg = image_dates.get_config('smoke').data
+  cfg.image_fonts = 'wide'
+  assert '_fontswide' in image_builders.make_config('image_dates', cfg).name
+  find_spec = image_builders.importlib.util.find_spec
+  monkeypatch.setattr(image_builders.importlib.util, 'find_spec',
+                      lambda name, *a: None if name == 'font_lato' else find_spec(name, *a))
+  with pytest.raises(ValueError, match=r"font_lato, which is not installed: pip install"):
+    image_builders.make_config('image_dates', cfg)
+  cfg.image_fonts = 'all'                       # a set without the package still works
+  image_builders.make_config('image_dates', cfg)
+
+
 def test_image_augmentation_draws_training_images_only_and_names_bad_values(tmp_path):
   """data.image_* change the training images (and the data set's name), never validation or
   the test splits; a value out of range is refused with its name and range."""

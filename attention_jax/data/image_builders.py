@@ -9,7 +9,9 @@ download, no TensorFlow: array_record, like builders.py).
                display, records and length buckets only. Train, validation and `test` draw
                the typefaces of data.image_fonts (FONT_SETS: 'all', 17 faces of the DejaVu
                Sans, Sans Mono, Serif and Computer Modern families; 'dejavu', the six DejaVu
-               faces of version 1); the split `test_heldout_fonts` draws the test strings
+               faces of version 1; 'wide', 'all' and 31 faces of seven families that pip
+               packages ship, PIP_FONTS: Source Serif and Sans, Caladea, Lato, Manrope,
+               Hanken Grotesk, Fredoka One); the split `test_heldout_fonts` draws the test strings
                again with the STIX General family (HELDOUT_FONTS: upright, bold, italic,
                bold italic), a family never drawn in the other splits: reading, not
                memorised fonts. Training images only can be drawn further (Augment, the
@@ -43,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import os
 import zlib
 from typing import Any, Iterator
@@ -67,6 +70,27 @@ FONT_SETS = {   # data.image_fonts -> the typefaces of train, validation and tes
            + ('cmr10.ttf', 'cmb10.ttf', 'cmti10.ttf', 'cmss10.ttf', 'cmtt10.ttf'),
     'dejavu': _DEJAVU_V1,
 }
+# typefaces that pip packages ship (the `images` extra installs them; SIL Open Font License,
+# Caladea Apache 2.0):
+# package -> faces, each package's files/ folder. Seven families matplotlib does not have.
+PIP_FONTS = {
+    'font_source_serif_pro': tuple(f'SourceSerifPro-{s}.ttf' for s in (
+        'Regular', 'It', 'Bold', 'BoldIt', 'Light', 'Black')),
+    'font_source_sans_pro': tuple(f'SourceSansPro-{s}.ttf' for s in (
+        'Regular', 'It', 'Bold', 'BoldIt', 'Light', 'Black')),
+    'font_caladea': tuple(f'Caladea-{s}.ttf' for s in ('Regular', 'Italic', 'Bold',
+                                                         'BoldItalic')),
+    'font_lato': tuple(f'Lato-{s}.ttf' for s in ('Regular', 'Italic', 'Bold', 'BoldItalic',
+                                                   'Light', 'Black')),
+    'font_manrope': tuple(f'Manrope-{s}.ttf' for s in ('Regular', 'Bold', 'Light',
+                                                         'ExtraBold')),
+    'font_hanken_grotesk': tuple(f'HankenGrotesk-{s}.otf' for s in ('Regular', 'Italic', 'Bold',
+                                                                     'BoldItalic')),
+    'font_fredoka_one': ('FredokaOne-Regular.ttf',),
+}
+_PIP_PACKAGE = {face: package for package, faces in PIP_FONTS.items() for face in faces}
+# 'wide': 'all' and the pip packages' 31 faces (48 faces of 11 families)
+FONT_SETS['wide'] = FONT_SETS['all'] + tuple(_PIP_PACKAGE)
 FONTS = FONT_SETS['all']
 # the split test_heldout_fonts: a family that no FONT_SETS entry draws (tests check it)
 HELDOUT_FONTS = ('STIXGeneral.ttf', 'STIXGeneralBol.ttf', 'STIXGeneralItalic.ttf',
@@ -138,6 +162,8 @@ def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
   fonts = str(data_cfg.get('image_fonts', 'all'))
   if fonts not in FONT_SETS:
     raise ValueError(f'unknown data.image_fonts {fonts!r}; valid: {", ".join(FONT_SETS)}')
+  for face in FONT_SETS[fonts] if task == 'image_dates' else ():
+    font_path(face)   # a missing pip package fails here, before any drawing
   augment = Augment.from_config(data_cfg)
   augment_p = float(data_cfg.get('image_augment_p', 1.0))
   if not 0.0 < augment_p <= 1.0:
@@ -159,9 +185,23 @@ def make_config(task: str, data_cfg: Any) -> ImageTaskConfig:
                             'augment_p': augment_p})
 
 
+def font_path(name: str) -> str:
+  """A face's file: matplotlib's fonts folder, or its pip package's files/ (PIP_FONTS);
+  a package that is not installed is a ValueError naming it and the install command."""
+  package = _PIP_PACKAGE.get(name)
+  if package is None:
+    return os.path.join(FONT_DIR, name)
+  spec = importlib.util.find_spec(package)
+  if spec is None or not spec.submodule_search_locations:
+    raise ValueError(f'the typeface {name} comes from the pip package {package}, which is not '
+                     f"installed: pip install -e '.[images]' (or pip install "
+                     f"{package.replace('_', '-')})")
+  return os.path.join(spec.submodule_search_locations[0], 'files', name)
+
+
 @functools.cache
 def _font(name: str) -> FT2Font:
-  return FT2Font(os.path.join(FONT_DIR, name))
+  return FT2Font(font_path(name))
 
 
 def covers(font: str, text: str) -> bool:

@@ -9,7 +9,9 @@ Variants go to runs/image_fonts[_smoke]/<variant>: `augmented` is experiments/co
 image_dates.py as it is (17 typefaces, every data.image_* augmentation); `augmented_half`
 draws half of the training images so and half plainly; `plain` the same
 typefaces drawn without augmentation; `dejavu_plain` also without the Computer Modern and
-DejaVu bold-italic faces (the six DejaVu faces of the data set's version 1).
+DejaVu bold-italic faces (the six DejaVu faces of the data set's version 1); `wide_half` is
+`augmented_half` with 31 faces of seven more families in training (data.image_fonts='wide':
+pip packages' typefaces, image_builders.PIP_FONTS; none of them STIX or Times-like).
 """
 
 import dataclasses
@@ -21,7 +23,8 @@ NO_AUGMENT = {f'data.image_{f.name}': 0.0 for f in dataclasses.fields(image_buil
 VARIANTS = [('augmented', {}),
             ('augmented_half', {'data.image_augment_p': 0.5}),
             ('plain', dict(NO_AUGMENT)),
-            ('dejavu_plain', {**NO_AUGMENT, 'data.image_fonts': 'dejavu'})]
+            ('dejavu_plain', {**NO_AUGMENT, 'data.image_fonts': 'dejavu'}),
+            ('wide_half', {'data.image_augment_p': 0.5, 'data.image_fonts': 'wide'})]
 
 
 def get_config(arg: str | None = None):
