@@ -414,6 +414,8 @@ def define_flags():
   flags.DEFINE_list('e2e_beams', ['1', '5'], '--end_to_end: beam sizes (1 = greedy).')
   flags.DEFINE_list('e2e_cores', ['1', '2'], '--end_to_end: 1 (pinned to CPU 0) and/or all '
                     'cores.')
+  flags.DEFINE_bool('e2e_noahead', False, '--end_to_end: also a cold process of ours that '
+                    'compiles each shape on first use, not ahead in a background thread.')
   flags.DEFINE_bool('input_feeding', True, 'Luong decoders with input feeding (ours and '
                     'OpenNMT-py\'s); --noinput_feeding: the attention runs after the RNN, '
                     'batched over time.')
@@ -448,7 +450,8 @@ def main(argv):
     end_to_end.compare(FLAGS.e2e_archs, [int(b) for b in FLAGS.e2e_beams],
                        [int(c) for c in FLAGS.e2e_cores], FLAGS.e2e_sentences,
                        FLAGS.peer_venv if FLAGS.peer else None,
-                       saved=lambda rows: save({'machine': machine, 'end_to_end': rows}))
+                       saved=lambda rows: save({'machine': machine, 'end_to_end': rows}),
+                       noahead=FLAGS.e2e_noahead)
     print(f'results: {FLAGS.out}')
     return
   if FLAGS.attribution:

@@ -269,7 +269,8 @@ def test_end_to_end_rows_time_fresh_processes_cold_then_warm(monkeypatch):
   monkeypatch.setattr(end_to_end, 'peer', fake_peer)
   saved = []
   rows = end_to_end.compare(['rnn'], [1], [2], 6, '/fake', log=lambda s: None,
-                            lengths=(3, 12), shape='tiny', saved=lambda r: saved.append(list(r)))
+                            lengths=(3, 12), shape='tiny', saved=lambda r: saved.append(list(r)),
+                            noahead=True)
   assert saved == [rows]   # each row saved as it finishes
   (row,) = rows
   assert (row['arch'], row['beam'], row['cores'], row['sentences']) == ('rnn', 1, 2, 6)
@@ -284,3 +285,7 @@ def test_end_to_end_rows_time_fresh_processes_cold_then_warm(monkeypatch):
   assert calls[1][:3] == ('translate', 1, 2)
   assert calls[1][3] == [len(s) for s in end_to_end.source_lines(6, (3, 12))]
   assert end_to_end.format_row(row).startswith('rnn         beam 1 2 core(s): ours cold')
+  # --e2e_noahead: one more cold process, each shape compiled on first use: the same output
+  assert row['cold_noahead']['cache_hits'] == 0 and row['cold_noahead']['programs'] >= 1
+  assert row['cold_noahead']['output_tokens'] == row['cold']['output_tokens']
+  assert 'cold without compiling ahead' in end_to_end.format_row(row)

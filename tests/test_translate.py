@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 
 import ml_collections
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 import attention_jax as aj
 from attention_jax import data
 from attention_jax.decoding import greedy as decode_lib
-from attention_jax.decoding import inference, shapes
+from attention_jax.decoding import ahead, compile_cache, inference, shapes
 from attention_jax.training import train
 from experiments import translate as translate_cmd
 from experiments.configs import dates
@@ -285,6 +286,68 @@ LONG = 'Sunday, 1 March 1987, or Nov 3, 1999, or 22. November 2026'   # 58 chars
 
 def test_length_buckets_and_padded_rows_change_no_output(translator):
   helpers.assert_buckets_change_no_output(translator, TEXTS + [LONG, LONG[:41], 'x' * 33])
+
+
+def test_compiling_ahead_changes_no_output_and_compiles_each_shape_once(translator):
+  """Translator.compile_ahead (ahead.py: a file's shapes compiled in a background thread):
+  the same tokens, scores and weights as compiling each shape on first call; one program per
+  shape, in the order the chunks use them, none again for a second decode."""
+  texts = TEXTS + [LONG, LONG[:41], 'x' * 33]
+  size, translator.chunk_size = translator.chunk_size, 4
+  try:
+    for kw in ({}, {'beam': 3, 'nbest': 2}):
+      translator.compile_ahead, translator.shapes_used = False, set()
+      plain = translator.decode(texts, **kw)
+      # a new jit function: nothing of the plain decode's in memory (aj.load counts programs)
+      translator.compile_ahead, translator._programs, translator._decoders = True, {}, {}
+      before = compile_cache.counts['programs']
+      ahead_out = translator.decode(texts, **kw)
+      programs, = translator._programs.values()
+      used = [s[3:] for s in sorted(translator.shapes_used)]
+      assert sorted((r, n) for r, n, _, _ in programs.shapes) == used
+      assert len(used) >= 3 and compile_cache.counts['programs'] - before >= len(used)
+      before = compile_cache.counts['programs']
+      again = translator.decode(texts, **kw)
+      assert compile_cache.counts['programs'] == before and len(programs.shapes) == len(used)
+      for a, b, c in zip(plain, ahead_out, again):
+        assert a.outputs == b.outputs == c.outputs
+        np.testing.assert_array_equal(a.scores, b.scores)
+        for x, y in zip(a.weights, b.weights):
+          np.testing.assert_array_equal(x, y)
+  finally:
+    translator.chunk_size, translator.compile_ahead = size, True
+
+
+def test_compiling_ahead_cancels_what_a_stopped_decode_queued_and_reports_errors():
+  """ahead.Programs: a stopped decode drops the shapes not yet started (the one compiling
+  finishes); a shape that fails to compile raises in the caller's thread; a function without
+  .lower (several devices: split_batch) is refused by name."""
+  started, release, lowered = threading.Event(), threading.Event(), []
+
+  class Fn:   # a jax.jit stand-in whose first compile waits for `release`
+    def lower(self, params, src, max_len, factor):
+      lowered.append(src.shape)
+      started.set()
+      release.wait()
+      if src.shape[0] == 3:
+        raise ValueError('cannot compile 3 rows')
+      return self
+
+    def compile(self):
+      return lambda params, src: src.shape
+
+  programs = ahead.Programs(Fn())
+  programs.schedule(None, [(1, 8, 26, 2.0), (2, 8, 26, 2.0), (4, 8, 26, 2.0)])
+  assert started.wait(60)
+  programs.cancel()                       # (1, 8) is compiling; (2, 8) and (4, 8) never start
+  release.set()
+  assert programs.shapes == [(1, 8, 26, 2.0)]
+  assert programs.get(None, (1, 8, 26, 2.0))(None, np.zeros((1, 8))) == (1, 8)
+  with pytest.raises(ValueError, match='cannot compile 3 rows'):
+    programs.get(None, (3, 8, 26, 2.0))
+  assert lowered == [(1, 8), (3, 8)]
+  with pytest.raises(TypeError, match='needs a jax.jit function'):
+    ahead.Programs(lambda params, src, max_len, factor: None)
 
 
 def test_chunks_stay_in_one_bucket_with_power_of_two_rows_within_the_budget(translator):

@@ -21,8 +21,10 @@ Large batches are decoded in chunks of at most `chunk_size` sentences (sorted by
 each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays bounded.
 Sources are padded to geometric length buckets and chunks to power-of-two rows (shapes.py:
 growth `t.bucket_growth`), so a file compiles a bounded set of shapes, each once per
-(beam, alpha, nbest); `t.shapes_used` lists them. `load` turns on JAX's persistent
-compilation cache (compile_cache.py): the next process reads those programs from disk.
+(beam, alpha, nbest), in a background thread while the chunks before them decode (ahead.py;
+`t.compile_ahead = False`: each on first use); `t.shapes_used` lists them. `load` turns on
+JAX's persistent compilation cache (compile_cache.py): the next process reads the programs
+from disk.
 
 Image models (model.encoder 'cnn' / 'vit') take images where text models take strings: file
 paths or arrays ([H, W], uint8 0-255 or float 0-1), padded together; `attend(image)` gives
@@ -51,6 +53,7 @@ import numpy as np
 
 from attention_jax import data as data_lib
 from attention_jax.data.batching import round_up
+from attention_jax.decoding import ahead
 from attention_jax.decoding import greedy as decode_lib
 from attention_jax.decoding import inference
 from attention_jax.decoding import shapes
@@ -101,11 +104,16 @@ class Translator:
     self.src_tok, self.tgt_tok = src_tok, tgt_tok
     self.graphdef, self.params, self._factor = graphdef, params, factor
     self._decoders: dict[tuple, object] = {}
+    self._programs: dict[tuple, ahead.Programs] = {}
     self._attributors: dict[tuple, object] = {}
     # sources padded to geometric length buckets and chunks to power-of-two rows (shapes.py):
     # a file compiles a bounded set of shapes; None: multiples of 8, chunks as they come
     self.bucket_growth: float | None = shapes.GROWTH
     self.shapes_used: set[tuple] = set()   # (beam, alpha, nbest, rows, length) decoded
+    # a file's shapes compiled ahead of use in a background thread, while the first chunks
+    # decode (ahead.py); False: each compiles when first called (as with several devices,
+    # whose split_batch decoder has no single program to compile ahead)
+    self.compile_ahead: bool = True
 
   @property
   def model_configs(self) -> tuple[ModelConfig, ...]:
@@ -218,16 +226,28 @@ class Translator:
     self._check_lengths(texts, todo)
     ids = {i: self.src_tok.encode(texts[i]) + [data_lib.EOS] for i in todo}
     todo.sort(key=lambda i: len(ids[i]))            # similar lengths share a chunk
-    for rows, (n, length) in self._chunks(todo, [len(ids[i]) for i in todo], beam * nbest):
-      src = self._batch([ids[i] for i in rows], n, length)
-      self.shapes_used.add((beam, float(alpha), nbest) + src.shape)
-      tokens, scores, weights = jax.device_get(fn(
-          self.params, src, decode_lib.max_output_len(src.shape[1], self._factor),
-          self._factor))
-      for r, i in enumerate(rows):
-        src_tokens = self.src_tok.pieces(texts[i]) + ['</s>']
-        out[i] = self._hypotheses(tokens[r], scores[r], weights[r], src_tokens,
-                                  lambda w, s=len(src_tokens): w[:, :s])
+    plan = list(self._chunks(todo, [len(ids[i]) for i in todo], beam * nbest))
+    shape = lambda n, length: (n, length, decode_lib.max_output_len(length, self._factor),
+                               self._factor)
+    programs = None
+    if self.compile_ahead and hasattr(fn, 'lower'):
+      programs = self._programs.setdefault((beam, float(alpha), nbest), ahead.Programs(fn))
+      programs.schedule(self.params, [shape(*s) for _, s in plan])
+    try:
+      for rows, (n, length) in plan:
+        src = self._batch([ids[i] for i in rows], n, length)
+        self.shapes_used.add((beam, float(alpha), nbest) + src.shape)
+        result = (programs.get(self.params, shape(n, length))(self.params, src) if programs
+                  else fn(self.params, src, *shape(n, length)[2:]))
+        tokens, scores, weights = jax.device_get(result)
+        for r, i in enumerate(rows):
+          src_tokens = self.src_tok.pieces(texts[i]) + ['</s>']
+          out[i] = self._hypotheses(tokens[r], scores[r], weights[r], src_tokens,
+                                    lambda w, s=len(src_tokens): w[:, :s])
+    except BaseException:
+      if programs:   # a stopped decode (an error, Ctrl-C) leaves no compiling queued
+        programs.cancel()
+      raise
     return out
 
   @property

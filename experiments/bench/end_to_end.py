@@ -5,6 +5,7 @@ and with one an identical earlier process filled (warm).
 
   bash launch.sh bench --end_to_end --peer --peer_venv=/tmp/onmt_venv --out=/tmp/e2e.json
   bash launch.sh bench --end_to_end --e2e_archs=transformer --e2e_beams=1 --e2e_cores=2
+  bash launch.sh bench --end_to_end --e2e_noahead --e2e_beams=1 --e2e_cores=2   # what ahead gains
 
 What runs (set up untimed, in a temp folder):
   - the file: `sentences` random sources of 10-250 symbols (uniform: the `char` and `long`
@@ -98,13 +99,13 @@ def timed(cmd: list[str], cpus: str | None, env: dict) -> tuple[float, str]:
 
 
 def ours(run: str, source: str, beam: int, cpus: str | None, cache: str, work: str,
-         again: bool = False) -> dict:
+         again: bool = False, ahead: bool = True) -> dict:
   """One fresh process of ours (experiments/bench/translate_file.py) -> its wall time and
-  figures."""
+  figures. ahead False: each shape compiled on first use (Translator.compile_ahead)."""
   out = os.path.join(work, f'ours_beam{beam}.txt')
   env = {**os.environ, compile_cache.ENV: cache}
   wall, err = timed([sys.executable, '-m', 'experiments.bench.translate_file', run, source,
-                     out, str(beam)] + ['again'] * again, cpus, env)
+                     out, str(beam)] + ['again'] * again + ['noahead'] * (not ahead), cpus, env)
   figures = json.loads(err.strip().splitlines()[-1])
   with open(out, encoding='utf-8') as f:
     figures['output_tokens'] = sum(len(line.rstrip('\n')) for line in f)   # characters
@@ -158,10 +159,12 @@ def peer(venv: str, checkpoint: str, source: str, beam: int, cores: int, work: s
 # ---- the comparison -------------------------------------------------------------------------
 def compare(archs: Sequence[str], beams: Sequence[int], cores: Sequence[int], sentences: int,
             peer_venv: str | None, log=print, lengths: tuple[int, int] = LENGTHS,
-            shape: str = 'char', saved=lambda rows: None) -> list[dict[str, Any]]:
+            shape: str = 'char', saved=lambda rows: None,
+            noahead: bool = False) -> list[dict[str, Any]]:
   """Every (arch, beam, cores): ours cold and warm, OpenNMT-py's -> rows with the ratios
   (OpenNMT-py's wall time over ours: > 1 where ours is faster). saved(rows) after each row:
-  a stopped comparison keeps the rows it finished."""
+  a stopped comparison keeps the rows it finished. noahead: also a cold process that compiles
+  each shape on first use (`cold_noahead`: what compiling ahead gains, ahead.py)."""
   rows = []
   with tempfile.TemporaryDirectory(prefix='e2e_') as work:
     source = os.path.join(work, 'file.src')
@@ -180,6 +183,10 @@ def compare(archs: Sequence[str], beams: Sequence[int], cores: Sequence[int], se
           row = {'arch': arch, 'beam': beam, 'cores': n, 'sentences': sentences,
                  'cold': ours(run, source, beam, cpus, cache, work),
                  'warm': ours(run, source, beam, cpus, cache, work, again=True)}
+          if noahead:
+            row['cold_noahead'] = ours(run, source, beam, cpus,
+                                       tempfile.mkdtemp(dir=work, prefix='cache_'), work,
+                                       ahead=False)
           if checkpoint:
             row['onmt'] = peer(peer_venv, checkpoint, onmt_source, beam, n, work)
             for k in ('cold', 'warm'):
@@ -198,6 +205,9 @@ def format_row(r: dict) -> str:
           f'{r["cold"]["compile_s"]:.1f} s, {len(r["cold"]["shapes"])} shapes), warm '
           f'{r["warm"]["wall_s"]:.1f} s ({n / r["warm"]["wall_s"]:.1f} sent/s; cache reads and '
           f'compiling {r["warm"]["compile_s"]:.1f} s)')
+  if 'cold_noahead' in r:
+    line += (f'; cold without compiling ahead {r["cold_noahead"]["wall_s"]:.1f} s '
+             f'({r["cold_noahead"]["wall_s"] / r["cold"]["wall_s"]:.2f}x ours cold)')
   if 'onmt' in r:
     line += (f'; OpenNMT-py {r["onmt"]["wall_s"]:.1f} s ({n / r["onmt"]["wall_s"]:.1f} sent/s)'
              f': cold {r["cold_ratio"]:.2f}x, warm {r["warm_ratio"]:.2f}x')

@@ -3,10 +3,11 @@ does (experiments/translate.py: aj.load, chunks of lines, each written whole), w
 suppressed, importing no more than `translate` does. Prints its figures as one JSON line on
 stderr.
 
-  python -m experiments.bench.translate_file RUN INPUT OUTPUT BEAM [again]
+  python -m experiments.bench.translate_file RUN INPUT OUTPUT BEAM [again] [noahead]
 
 With `again`, the lines are translated a second time in the same process (not written): the
-first call of a process against its second, which compiles nothing.
+first call of a process against its second, which compiles nothing. With `noahead`, each shape
+compiles when first decoded (Translator.compile_ahead False), not in the background.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ STARTED = 'ATTENTION_JAX_BENCH_STARTED'   # time.time() when the parent started 
 
 
 def translate_file(run: str, source: str, output: str, beam: int, again: bool = False,
-                   batch: int = 1024) -> dict:
+                   batch: int = 1024, ahead: bool = True) -> dict:
   """What a user's `translate` does (experiments/translate.py: aj.load, chunks of `batch`
   lines, each written whole), with EOS suppressed -> the compiling and decoding figures."""
   t = loading.load(run)
   t.params = suppress_eos(t.params)
   t.chunk_size = batch   # as translate's --batch
+  t.compile_ahead = ahead
   with open(source, encoding='utf-8') as f:
     lines = f.read().splitlines()
   start = time.perf_counter()
@@ -49,4 +51,5 @@ def translate_file(run: str, source: str, output: str, beam: int, again: bool = 
 
 if __name__ == '__main__':
   print(json.dumps(translate_file(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]),
-                                  again=sys.argv[5:] == ['again'])), file=sys.stderr)
+                                  again='again' in sys.argv[5:],
+                                  ahead='noahead' not in sys.argv[5:])), file=sys.stderr)
