@@ -231,7 +231,10 @@ class Translator:
                                self._factor)
     programs = None
     if self.compile_ahead and hasattr(fn, 'lower'):
-      programs = self._programs.setdefault((beam, float(alpha), nbest), ahead.Programs(fn))
+      key = (beam, float(alpha), nbest)
+      if key not in self._programs:
+        self._programs[key] = ahead.Programs(fn)
+      programs = self._programs[key]
       programs.schedule(self.params, [shape(*s) for _, s in plan])
     try:
       for rows, (n, length) in plan:
