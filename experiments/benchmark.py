@@ -416,6 +416,9 @@ def define_flags():
                     'cores.')
   flags.DEFINE_bool('e2e_noahead', False, '--end_to_end: also a cold process of ours that '
                     'compiles each shape on first use, not ahead in a background thread.')
+  flags.DEFINE_integer('e2e_devices', 1, '--end_to_end: our processes see the CPU as this '
+                       'many devices (JAX_NUM_CPU_DEVICES; each chunk\'s rows split among '
+                       'them).', lower_bound=1)
   flags.DEFINE_bool('input_feeding', True, 'Luong decoders with input feeding (ours and '
                     'OpenNMT-py\'s); --noinput_feeding: the attention runs after the RNN, '
                     'batched over time.')
@@ -451,7 +454,7 @@ def main(argv):
                        [int(c) for c in FLAGS.e2e_cores], FLAGS.e2e_sentences,
                        FLAGS.peer_venv if FLAGS.peer else None,
                        saved=lambda rows: save({'machine': machine, 'end_to_end': rows}),
-                       noahead=FLAGS.e2e_noahead)
+                       noahead=FLAGS.e2e_noahead, devices=FLAGS.e2e_devices)
     print(f'results: {FLAGS.out}')
     return
   if FLAGS.attribution:

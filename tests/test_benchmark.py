@@ -289,3 +289,10 @@ def test_end_to_end_rows_time_fresh_processes_cold_then_warm(monkeypatch):
   assert row['cold_noahead']['cache_hits'] == 0 and row['cold_noahead']['programs'] >= 1
   assert row['cold_noahead']['output_tokens'] == row['cold']['output_tokens']
   assert 'cold without compiling ahead' in end_to_end.format_row(row)
+  assert row['devices'] == 1 == row['cold']['devices']
+  # --e2e_devices=2: our processes see two CPU devices and split the chunks (each output runs to its limit)
+  (two,) = end_to_end.compare(['rnn'], [1], [2], 6, None, log=lambda s: None, lengths=(3, 12),
+                              shape='tiny', devices=2)
+  assert two['devices'] == 2 == two['cold']['devices'] == two['warm']['devices']
+  assert two['cold']['output_tokens'] == row['cold']['output_tokens']
+  assert 'onmt' not in two and 'as 2 devices' in end_to_end.format_row(two)

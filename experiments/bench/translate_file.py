@@ -17,6 +17,8 @@ import os
 import sys
 import time
 
+import jax
+
 from attention_jax.decoding import compile_cache, loading
 from experiments.bench.measure import suppress_eos
 
@@ -40,7 +42,8 @@ def translate_file(run: str, source: str, output: str, beam: int, again: bool = 
   figures = {'translate_s': time.perf_counter() - start, **compile_cache.counts,
              # since the parent started this process (its clock in STARTED): the file is written
              'written_s': time.time() - float(os.environ.get(STARTED, 'nan')),
-             'shapes': sorted({s[3:] for s in t.shapes_used})}
+             'shapes': sorted({s[3:] for s in t.shapes_used}),
+             'devices': jax.local_device_count()}
   if again:
     start = time.perf_counter()
     for a in range(0, len(lines), batch):
