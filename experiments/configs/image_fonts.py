@@ -23,17 +23,16 @@ from attention_jax.data import image_builders
 from experiments.configs import image_dates
 
 NO_AUGMENT = {f'data.image_{f.name}': 0.0 for f in dataclasses.fields(image_builders.Augment)}
+WIDE_HALF = {'data.image_augment_p': 0.5, 'data.image_fonts': 'wide'}
+WIDE_HALF_10K = {**WIDE_HALF, 'train.steps': 10000}
 VARIANTS = [('augmented', {}),
             ('augmented_half', {'data.image_augment_p': 0.5}),
             ('plain', dict(NO_AUGMENT)),
             ('dejavu_plain', {**NO_AUGMENT, 'data.image_fonts': 'dejavu'}),
-            ('wide_half', {'data.image_augment_p': 0.5, 'data.image_fonts': 'wide'}),
-            ('wide_half_10k', {'data.image_augment_p': 0.5, 'data.image_fonts': 'wide',
-                               'train.steps': 10000}),
-            ('wide_half_w16', {'data.image_augment_p': 0.5, 'data.image_fonts': 'wide',
-                               'train.steps': 10000, 'model.cnn_width': 16}),
-            ('wide_half_w24', {'data.image_augment_p': 0.5, 'data.image_fonts': 'wide',
-                               'train.steps': 10000, 'model.cnn_width': 24})]
+            ('wide_half', dict(WIDE_HALF)),
+            ('wide_half_10k', dict(WIDE_HALF_10K)),
+            ('wide_half_w16', {**WIDE_HALF_10K, 'model.cnn_width': 16}),
+            ('wide_half_w24', {**WIDE_HALF_10K, 'model.cnn_width': 24})]
 
 
 def get_config(arg: str | None = None):
