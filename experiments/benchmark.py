@@ -416,9 +416,9 @@ def define_flags():
                     'cores.')
   flags.DEFINE_bool('e2e_noahead', False, '--end_to_end: also a cold process of ours that '
                     'compiles each shape on first use, not ahead in a background thread.')
-  flags.DEFINE_integer('e2e_devices', 1, '--end_to_end: our processes see the CPU as this '
+  flags.DEFINE_integer('e2e_devices', 0, '--end_to_end: our processes see the CPU as this '
                        'many devices (JAX_NUM_CPU_DEVICES; each chunk\'s rows split among '
-                       'them).', lower_bound=1)
+                       'them); 0: as translate does, one per core.', lower_bound=0)
   flags.DEFINE_bool('input_feeding', True, 'Luong decoders with input feeding (ours and '
                     'OpenNMT-py\'s); --noinput_feeding: the attention runs after the RNN, '
                     'batched over time.')

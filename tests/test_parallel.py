@@ -72,6 +72,11 @@ for decoder in sys.argv[1:]:   # bahdanau, transformer, cnn (luong differs only 
     assert a[0].shape[0] == 13 and len(a) == len(b)
     for x, y in zip(a[1:], b[1:]):                                       # scores, weights
       np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+    # compiled ahead (decoding/ahead.py): the same program, padded and cut alike
+    spec = jax.ShapeDtypeStruct(src.shape, src.dtype)
+    c = eight.lower(params, spec, 9, factor).compile()(params, src)
+    for x, y in zip(b, c):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
   print(decoder, 'decodes alike')
 print('OK')
 '''
@@ -94,6 +99,27 @@ def test_shard_map_pmap_and_single_device_agree_after_5_steps():
 @pytest.mark.slow   # ~1 min; bash launch.sh test -m slow tests/test_parallel.py
 def test_shard_map_and_single_device_agree_for_a_transformer_and_an_image_model():
   agree_on_8_devices('transformer', 'cnn')
+
+
+def test_cpu_devices_split_the_cpu_unless_the_user_did():
+  """parallel.cpu_devices(n) before JAX starts: n CPU devices (0: one per core the process may
+  use); JAX_NUM_CPU_DEVICES set by the user wins (-> None); a bad n is named."""
+  probe = ('import os, jax; from attention_jax.training import parallel; '
+           'print(parallel.cpu_devices(int(os.environ["N"])), jax.device_count(), '
+           'len(os.sched_getaffinity(0)))')
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_NUM_CPU_DEVICES'}
+  env['XLA_FLAGS'] = ' '.join(f for f in env.get('XLA_FLAGS', '').split()
+                              if 'host_platform_device_count' not in f)
+  for n, extra, want in ((3, {}, '3 3'), (0, {}, None), (3, {'JAX_NUM_CPU_DEVICES': '2'},
+                                                         'None 2')):
+    out = subprocess.run([sys.executable, '-c', probe], cwd=ROOT, capture_output=True,
+                         text=True, env={**env, 'N': str(n), **extra}, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got, devices, cores = out.stdout.split()
+    assert f'{got} {devices}' == (want or f'{cores} {cores}')
+  from attention_jax.training import parallel
+  with pytest.raises(ValueError, match='non-negative integer.*-1'):
+    parallel.cpu_devices(-1)
 
 
 def test_unknown_parallel_mode_is_named():

@@ -321,7 +321,7 @@ def test_compiling_ahead_changes_no_output_and_compiles_each_shape_once(translat
 def test_compiling_ahead_cancels_what_a_stopped_decode_queued_and_reports_errors():
   """ahead.Programs: a stopped decode drops the shapes not yet started (the one compiling
   finishes); a shape that fails to compile raises in the caller's thread; a function without
-  .lower (several devices: split_batch) is refused by name."""
+  .lower is refused by name."""
   started, release, lowered = threading.Event(), threading.Event(), []
 
   class Fn:   # a jax.jit stand-in whose first compile waits for `release`
@@ -374,6 +374,28 @@ def test_chunks_stay_in_one_bucket_with_power_of_two_rows_within_the_budget(tran
     assert all(len(ns) <= 2 for ns in per_bucket.values()), per_bucket
   assert shapes.buckets(256) == [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
   assert shapes.length_bucket(41) == 56 and shapes.row_bucket(21, 256) == 32
+
+
+def test_cpu_devices_split_each_chunk_and_change_no_output(run, translator):
+  """translate --cpu_devices=N (default: one device per core): each chunk's rows split over N
+  CPU devices (parallel.split_batch, compiled ahead), the same output and n-best scores as one
+  device in this process; --verbose says how many devices shared the chunks."""
+  lines = TEXTS + ['Sunday, 1 March 1987']
+  want = [f'{h}\t{s:.4f}' for hyps in translator.decode(lines, beam=3, nbest=2)
+          for h, s in zip(hyps.outputs, hyps.scores)]
+  for n in (3, 1):
+    p = command(run, f'--cpu_devices={n}', '--verbose', '--beam=3', '--nbest=2',
+                stdin='\n'.join(lines).encode() + b'\n')
+    err = p.stderr.decode()
+    # (the user's JAX_NUM_CPU_DEVICES or forced XLA device count wins over the flag)
+    forced = ('JAX_NUM_CPU_DEVICES' in os.environ
+              or 'device_count' in os.environ.get('XLA_FLAGS', ''))
+    count = r'\d+' if forced else str(n)
+    assert p.returncode == 0 and re.search(
+        rf'devices sharing each chunk: {count} \(cpu\)', err), err
+    got = [f'{h}\t{float(s):.4f}' for h, s in
+           (line.split('\t') for line in p.stdout.decode().splitlines())]
+    assert got == want
 
 
 def test_compilation_cache_is_reused_and_a_bad_one_is_skipped_with_one_warning(run, translator,

@@ -5,7 +5,7 @@ a decoding loop seldom keeps every core busy (a step is a chain of small depende
 and XLA compiles a program on one thread, so most of a cold file's compiling hides behind its
 decoding (docs/performance.md has the measurement).
 
-  programs = Programs(fn)        # fn: a jax.jit decoder (inference.make_decoder)
+  programs = Programs(fn)        # fn: inference.make_decoder's (jax.jit, or split_batch's)
   programs.schedule(params, [(rows, length, max_len, factor), ...])   # compiled in this order
   out = programs.get(params, (rows, length, max_len, factor))(params, src)   # src [rows, length]
 

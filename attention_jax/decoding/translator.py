@@ -111,8 +111,8 @@ class Translator:
     self.bucket_growth: float | None = shapes.GROWTH
     self.shapes_used: set[tuple] = set()   # (beam, alpha, nbest, rows, length) decoded
     # a file's shapes compiled ahead of use in a background thread, while the first chunks
-    # decode (ahead.py); False: each compiles when first called (as with several devices,
-    # whose split_batch decoder has no single program to compile ahead)
+    # decode (ahead.py; with several devices too: split_batch's .lower); False: each
+    # compiles when first called
     self.compile_ahead: bool = True
 
   @property

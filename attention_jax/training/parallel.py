@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import types
 
 import jax
 import numpy as np
@@ -101,7 +102,9 @@ def rows_apart(fn, mesh: jax.sharding.Mesh):
 def split_batch(fn, devices, static_argnums=(2, 3)):
   """-> call(params, x [B, ...], *static): rows_apart(fn) over `devices`, jit-compiled, for any B:
   padded to a multiple of the device count with copies of the last row, cut off again from
-  every output [B, ...].
+  every output [B, ...]. Like a jax.jit function, `call.lower(params, x, *static).compile()`
+  compiles one shape ahead of use (x a jax.ShapeDtypeStruct or array [B, ...]) and returns
+  program(params, x [B, ...]), padded and cut as `call` does (decoding/ahead.py).
 
   Decoding loops (while_loop over output positions, cache gathers) run as they do on one
   device, on each device's rows: on a CPU split into devices (JAX_NUM_CPU_DEVICES) this
@@ -113,15 +116,44 @@ def split_batch(fn, devices, static_argnums=(2, 3)):
   rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
   jitted = jax.jit(rows_apart(fn, mesh), static_argnums=static_argnums)
 
-  def call(params, x, *static):
+  def run(program, params, x):
     b = x.shape[0]
     pad = -b % n
     if pad:
       x = np.concatenate([np.asarray(x), np.repeat(np.asarray(x)[-1:], pad, 0)])
-    out = jitted(jax.device_put(params, same), jax.device_put(x, rows), *static)
+    out = program(jax.device_put(params, same), jax.device_put(x, rows))
     return jax.tree.map(lambda y: y[:b], out) if pad else out
 
+  def call(params, x, *static):
+    return run(lambda p, xs: jitted(p, xs, *static), params, x)
+
+  def lower(params, x, *static):
+    spec = lambda a, sharding, shape=None: jax.ShapeDtypeStruct(
+        a.shape if shape is None else shape, a.dtype, sharding=sharding)
+    padded = (x.shape[0] + -x.shape[0] % n,) + tuple(x.shape[1:])
+    lowered = jitted.lower(jax.tree.map(lambda a: spec(a, same), params),
+                           spec(x, rows, padded), *static)
+    return types.SimpleNamespace(compile=lambda: functools.partial(run, lowered.compile()))
+
+  call.lower = lower
   return call
+
+
+def cpu_devices(n: int = 0) -> int | None:
+  """Splits this process's CPU into n JAX devices (0: one per core it may run on,
+  os.sched_getaffinity), so that decoding spreads each chunk's rows over the cores
+  (split_batch: XLA's CPU decoding loops keep about one core busy). Call it before JAX runs
+  anything (it raises after). Left alone (-> None) when the user set JAX_NUM_CPU_DEVICES or
+  XLA_FLAGS' --xla_force_host_platform_device_count; -> the count set otherwise. Only the
+  CPU backend is split: a GPU's or TPU's devices are what they are."""
+  if not isinstance(n, int) or n < 0:
+    raise ValueError(f'cpu_devices must be a non-negative integer (0: one per core), got {n!r}')
+  if ('JAX_NUM_CPU_DEVICES' in os.environ
+      or 'xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', '')):
+    return None
+  n = n or len(os.sched_getaffinity(0))
+  jax.config.update('jax_num_cpu_devices', n)
+  return n
 
 
 def pmap_train_step(graphdef, tx, obj, seed: int, ema_decay: float = 0.0):

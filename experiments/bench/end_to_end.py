@@ -23,9 +23,11 @@ sentences by length, so m is about n): the same work within a few tokens a sente
 Timed, per (arch, beam 1 | 5, cores 1 | 2): ours cold, ours warm, OpenNMT-py (no compiling:
 one figure). The warm process then translates the file again (untimed by the wall clock):
 `second_translate_s` against its first call's `translate_s`. One core: `taskset -c 0`,
-OpenNMT-py with 1 thread; two cores: both unpinned, OpenNMT-py with 2 threads
-(`--e2e_devices=2`: ours as two CPU devices, each chunk's rows split between them). Our process also reports the seconds it spent tracing and compiling
-(or reading the cache: compile_cache.counts) and the shapes it decoded.
+OpenNMT-py with 1 thread; two cores: both unpinned, OpenNMT-py with 2 threads. Ours splits
+the CPU as `translate` does: one JAX device per core it may run on, each chunk's rows split
+among them (parallel.cpu_devices; `--e2e_devices=N`: N devices, 1: one). Our process also
+reports the seconds it spent tracing and compiling (or reading the cache:
+compile_cache.counts), the shapes it decoded and its device count.
 """
 
 from __future__ import annotations
@@ -100,14 +102,16 @@ def timed(cmd: list[str], cpus: str | None, env: dict) -> tuple[float, str]:
 
 
 def ours(run: str, source: str, beam: int, cpus: str | None, cache: str, work: str,
-         again: bool = False, ahead: bool = True, devices: int = 1) -> dict:
+         again: bool = False, ahead: bool = True, devices: int = 0) -> dict:
   """One fresh process of ours (experiments/bench/translate_file.py) -> its wall time and
   figures. ahead False: each shape compiled on first use (Translator.compile_ahead).
-  devices > 1: the process sees the CPU as that many devices (JAX_NUM_CPU_DEVICES), and the
-  translator splits each chunk's rows across them (parallel.split_batch)."""
+  devices: the process sees the CPU as that many devices (JAX_NUM_CPU_DEVICES; 0: as
+  `translate` does, one per core it may run on), and the translator splits each chunk's rows
+  across them (parallel.split_batch)."""
   out = os.path.join(work, f'ours_beam{beam}.txt')
   env = {**os.environ, compile_cache.ENV: cache}
-  if devices > 1:
+  env.pop('JAX_NUM_CPU_DEVICES', None)
+  if devices:
     env['JAX_NUM_CPU_DEVICES'] = str(devices)
   wall, err = timed([sys.executable, '-m', 'experiments.bench.translate_file', run, source,
                      out, str(beam)] + ['again'] * again + ['noahead'] * (not ahead), cpus, env)
@@ -165,12 +169,13 @@ def peer(venv: str, checkpoint: str, source: str, beam: int, cores: int, work: s
 def compare(archs: Sequence[str], beams: Sequence[int], cores: Sequence[int], sentences: int,
             peer_venv: str | None, log=print, lengths: tuple[int, int] = LENGTHS,
             shape: str = 'char', saved=lambda rows: None,
-            noahead: bool = False, devices: int = 1) -> list[dict[str, Any]]:
+            noahead: bool = False, devices: int = 0) -> list[dict[str, Any]]:
   """Every (arch, beam, cores): ours cold and warm, OpenNMT-py's -> rows with the ratios
   (OpenNMT-py's wall time over ours: > 1 where ours is faster). saved(rows) after each row:
   a stopped comparison keeps the rows it finished. noahead: also a cold process that compiles
   each shape on first use (`cold_noahead`: what compiling ahead gains, ahead.py). devices:
-  our processes see the CPU as that many devices (ours())."""
+  our processes see the CPU as that many devices (ours(); 0: as `translate` does); the row's
+  `devices` is what they saw."""
   rows = []
   with tempfile.TemporaryDirectory(prefix='e2e_') as work:
     source = os.path.join(work, 'file.src')
@@ -186,11 +191,11 @@ def compare(archs: Sequence[str], beams: Sequence[int], cores: Sequence[int], se
         for n in cores:
           cpus = '0' if n == 1 else None
           cache = tempfile.mkdtemp(dir=work, prefix='cache_')
-          row = {'arch': arch, 'beam': beam, 'cores': n, 'devices': devices,
-                 'sentences': sentences,
+          row = {'arch': arch, 'beam': beam, 'cores': n, 'sentences': sentences,
                  'cold': ours(run, source, beam, cpus, cache, work, devices=devices),
                  'warm': ours(run, source, beam, cpus, cache, work, again=True,
                               devices=devices)}
+          row['devices'] = row['cold']['devices']
           if noahead:
             row['cold_noahead'] = ours(run, source, beam, cpus,
                                        tempfile.mkdtemp(dir=work, prefix='cache_'), work,
