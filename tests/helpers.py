@@ -71,17 +71,18 @@ def train_optimised(config: str, workdir, **overrides) -> dict:
 
 def assert_buckets_change_no_output(t, texts, chunk_size: int = 4,
                                     settings=({}, {'beam': 3, 'nbest': 2}), growth=None):
-  """t.decode(texts) with its length buckets and power-of-two rows (api.Translator's
+  """t.decode(texts) with its length buckets and padded rows (api.Translator's
   default, shapes.py) gives what decoding each chunk at its own length gives (bucket_growth
   None): the same tokens, scores and weights (to float rounding), for each decoding setting
   (default: greedy and beam-3 2-best).
-  chunk_size is lowered so that chunks get padding rows; the texts must include one whose
+  chunk_size is lowered, and the rows padded to a power of two (rows_per_octave 1), so that
+  chunks get padding rows; the texts must include one whose
   bucket is longer than its multiple of 8 (checked: else this compares nothing). growth: the
   buckets' growth instead of the Translator's (a larger one pads shorter texts further: fewer
   and shorter programs to compile)."""
-  bucketed, size = t.bucket_growth, t.chunk_size
+  bucketed, size, per_octave = t.bucket_growth, t.chunk_size, t.rows_per_octave
   growth = bucketed if growth is None else growth
-  t.chunk_size = chunk_size
+  t.chunk_size, t.rows_per_octave = chunk_size, 1
   try:
     with warnings.catch_warnings():   # sources beyond the training lengths (RuntimeWarning)
       warnings.simplefilter('ignore', RuntimeWarning)
@@ -103,7 +104,7 @@ def assert_buckets_change_no_output(t, texts, chunk_size: int = 4,
           for x, y in zip(a.weights, b.weights):
             np.testing.assert_allclose(x, y, atol=1e-5)
   finally:
-    t.bucket_growth, t.chunk_size = bucketed, size
+    t.bucket_growth, t.chunk_size, t.rows_per_octave = bucketed, size, per_octave
 
 
 # a sweep file of two variants and one whose config is invalid (model.attn_dim < 1)

@@ -350,13 +350,15 @@ def test_compiling_ahead_cancels_what_a_stopped_decode_queued_and_reports_errors
     ahead.Programs(lambda params, src, max_len, factor: None)
 
 
-def test_chunks_stay_in_one_bucket_with_power_of_two_rows_within_the_budget(translator):
-  """Translator._chunks on sorted lengths: every slice in one length bucket, padded to a power
-  of two rows (its bucket's full chunks: the most that fit MEMORY_BUDGET and chunk_size),
-  every sentence once, in order; so a file compiles at most 2 shapes per bucket."""
+def test_chunks_stay_in_one_bucket_with_few_row_counts_within_the_budget(translator):
+  """Translator._chunks on sorted lengths: every slice in one length bucket; its bucket's full
+  chunks a power of two rows (the most that fit MEMORY_BUDGET and chunk_size), its last padded
+  by less than 1/8 of its rows (shapes.row_bucket); every sentence once, in order; so a file
+  compiles at most 2 shapes per bucket."""
   t = translator
   lengths = sorted([3, 5, 8, 9, 9, 12, 16, 17, 30, 33, 40, 41, 41, 41, 41, 41, 90] * 7)
-  for hyps, size, budget in ((1, 256, t.MEMORY_BUDGET), (5, 6, t.MEMORY_BUDGET), (1, 256, 10 ** 6)):
+  for hyps, size, budget in ((1, 256, t.MEMORY_BUDGET), (5, 6, t.MEMORY_BUDGET), (1, 256, 10 ** 6),
+                             (1, 16, t.MEMORY_BUDGET)):
     t.chunk_size, t.MEMORY_BUDGET = size, budget
     try:
       chunks = list(t._chunks(list(range(len(lengths))), lengths, hyps))
@@ -368,12 +370,29 @@ def test_chunks_stay_in_one_bucket_with_power_of_two_rows_within_the_budget(tran
     for rows, (n, length) in chunks:
       assert length == shapes.length_bucket(lengths[rows[-1]])
       assert shapes.length_bucket(lengths[rows[0]]) == length          # one bucket
-      assert n & (n - 1) == 0 and len(rows) <= n < 2 * len(rows)
+      assert len(rows) <= n and (n - len(rows)) * shapes.ROWS_PER_OCTAVE < max(n, 8)
       assert n <= size and (n == 1 or t._fits(n, length, hyps))
-      per_bucket.setdefault(length, set()).add(n)
-    assert all(len(ns) <= 2 for ns in per_bucket.values()), per_bucket
+      per_bucket.setdefault(length, []).append(n)
+    for ns in per_bucket.values():   # full chunks (a power of two), then one tail
+      assert len(set(ns)) <= 2 and all(m & (m - 1) == 0 for m in ns[:-1]), per_bucket
   assert shapes.buckets(256) == [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
-  assert shapes.length_bucket(41) == 56 and shapes.row_bucket(21, 256) == 32
+  assert shapes.length_bucket(41) == 56
+
+
+def test_row_buckets_are_few_per_octave_and_pad_under_an_eighth():
+  """shapes.row_bucket(n, most): the smallest of {1..8} and 2^k + j 2^k / 8 (k >= 3) holding n,
+  at most `most`; per_octave 1 is the next power of two; bad arguments are named."""
+  allowed = sorted(set(range(1, 9)) | {2 ** k + j * 2 ** k // 8 for k in range(3, 12)
+                                           for j in range(8)})
+  for most in (1, 8, 64, 1024):
+    for n in range(1, most + 1):
+      assert shapes.row_bucket(n, most) == min(most, min(a for a in allowed if a >= n)), n
+      assert shapes.row_bucket(n, most, per_octave=1) == min(most, 1 << (n - 1).bit_length())
+  assert [shapes.row_bucket(n, 256) for n in (21, 80, 130)] == [22, 80, 144]
+  with pytest.raises(ValueError, match='1..16 rows, got 17'):
+    shapes.row_bucket(17, 16)
+  with pytest.raises(ValueError, match='power of two, got 3'):
+    shapes.row_bucket(5, 16, per_octave=3)
 
 
 def test_cpu_devices_split_each_chunk_and_change_no_output(run, translator):

@@ -1,16 +1,20 @@
 """The bounded set of shapes that decoding compiles: a jit-compiled decoder compiles once per
 (rows, source length) it is called with, so a file of varied lengths decoded at its own
 lengths compiles dozens of programs (most of a first translate's time). Sources are padded to
-geometric length buckets (GROWTH, multiples of MULTIPLE) and chunks to powers of two rows:
+geometric length buckets (GROWTH, multiples of MULTIPLE) and a bucket's last chunk to one of
+ROWS_PER_OCTAVE row counts per octave (its full chunks: a power of two):
 
   length_bucket(37)            # -> 40
   buckets(256)                 # -> [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
-  row_bucket(21, most=256)     # -> 32
+  row_bucket(21, most=256)     # -> 22 (16-32 in steps of 2); row_bucket(130, 256) -> 144
 
 A length bucket wastes at most GROWTH - 1 of a row (plus the rounding to MULTIPLE); a chunk's
-rows at most half of them (its last chunk per bucket only). A file whose sources have at most
-L tokens compiles at most 2 x len(buckets(L)) programs per decoding setting: per bucket, its
-full chunks and one tail (tests/test_translate.py checks outputs do not depend on it).
+rows at most 1 / ROWS_PER_OCTAVE of them (its last chunk per bucket only: padded to a power of
+two, as before 2026-11-28, a uniform file's decoding did 1.49x the rows x steps its sentences
+need; so, 1.15x: docs/performance.md). A file whose sources have at most L tokens compiles at
+most 2 x len(buckets(L)) programs per decoding setting: per bucket, its full chunks and one
+tail (tests/test_translate.py checks outputs do not depend on it); another file's tails may
+need other programs (more row counts: fewer shared through the compilation cache).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from attention_jax.data.batching import round_up
 
 GROWTH = 1.25   # each length bucket at most this times the one below (then rounded up)
 MULTIPLE = 8    # bucket lengths are multiples of this (as training's: data.bucket_multiple)
+ROWS_PER_OCTAVE = 8   # row counts of a bucket's last chunk between 2^k and 2^(k+1) (a power of 2)
 
 
 def length_bucket(n: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> int:
@@ -41,10 +46,17 @@ def buckets(limit: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> lis
   return out
 
 
-def row_bucket(n: int, most: int) -> int:
-  """The rows a chunk of n sources is padded to: the next power of two, at most `most` (a
-  power of two itself: a bucket's full chunks)."""
+def row_bucket(n: int, most: int, per_octave: int = ROWS_PER_OCTAVE) -> int:
+  """The rows a chunk of n sources is padded to, at most `most` (a power of two: a bucket's
+  full chunks): n itself up to per_octave rows (a power of two itself), else the next multiple of
+  2^k / per_octave for 2^k < n <= 2^(k+1), so at most 1 / per_octave of the rows are padding.
+  per_octave 1: the next power of two."""
   if not 1 <= n <= most:
     raise ValueError(f'a chunk has 1..{most} rows, got {n}')
-  return min(1 << (n - 1).bit_length(), most)
+  if per_octave < 1 or per_octave & (per_octave - 1):
+    raise ValueError(f'per_octave must be a power of two, got {per_octave!r}')
+  if n <= per_octave:
+    return min(n, most)
+  step = (1 << ((n - 1).bit_length() - 1)) // per_octave
+  return min(-(-n // step) * step, most)
 

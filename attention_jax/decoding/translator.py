@@ -19,7 +19,7 @@ Inputs longer than `t.max_input_len` tokens (4x the training maximum, at least 5
 ValueError before anything is allocated. Non-strings raise TypeError naming the argument.
 Large batches are decoded in chunks of at most `chunk_size` sentences (sorted by length, so
 each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays bounded.
-Sources are padded to geometric length buckets and chunks to power-of-two rows (shapes.py:
+Sources are padded to geometric length buckets and chunks to a few row counts (shapes.py:
 growth `t.bucket_growth`), so a file compiles a bounded set of shapes, each once per
 (beam, alpha, nbest), in a background thread while the chunks before them decode (ahead.py;
 `t.compile_ahead = False`: each on first use); `t.shapes_used` lists them. `load` turns on
@@ -106,9 +106,10 @@ class Translator:
     self._decoders: dict[tuple, object] = {}
     self._programs: dict[tuple, ahead.Programs] = {}
     self._attributors: dict[tuple, object] = {}
-    # sources padded to geometric length buckets and chunks to power-of-two rows (shapes.py):
+    # sources padded to geometric length buckets and chunks to a few row counts (shapes.py):
     # a file compiles a bounded set of shapes; None: multiples of 8, chunks as they come
     self.bucket_growth: float | None = shapes.GROWTH
+    self.rows_per_octave: int = shapes.ROWS_PER_OCTAVE   # a bucket's last chunk's row counts
     self.shapes_used: set[tuple] = set()   # (beam, alpha, nbest, rows, length) decoded
     # a file's shapes compiled ahead of use in a background thread, while the first chunks
     # decode (ahead.py; with several devices too: split_batch's .lower); False: each
@@ -316,8 +317,9 @@ class Translator:
     """Consecutive slices of `todo` (sorted by length; lengths in tokens, EOS included), each
     with its padded (rows, length): at most chunk_size rows whose weights and caches fit
     MEMORY_BUDGET (_fits; at least one row). With length buckets, a slice never spans two
-    buckets, its rows are a power of two (the bucket's full chunks: the most that fit; its
-    last: the next power of two of what is left)."""
+    buckets, its rows are a power of two (the bucket's full chunks: the most that fit) or,
+    in its last, what is left rounded up to one of shapes.ROWS_PER_OCTAVE counts per octave
+    (shapes.row_bucket)."""
     start = 0
     if self.bucket_growth is None:
       while start < len(todo):
@@ -338,7 +340,7 @@ class Translator:
         most *= 2
       for a in range(start, stop, most):
         rows = todo[a:min(a + most, stop)]
-        yield rows, (shapes.row_bucket(len(rows), most), length)
+        yield rows, (shapes.row_bucket(len(rows), most, self.rows_per_octave), length)
       start = stop
 
   def translate(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
