@@ -3,8 +3,7 @@ augmentations gain on the held-out split (test_heldout_fonts: the test dates in 
 
   bash launch.sh sweep experiments/configs/image_fonts.py --seeds=2 --only=augmented
   bash launch.sh sweep experiments/configs/image_fonts.py --only=plain,dejavu_plain
-  bash launch.sh compare runs/image_fonts/wide_half_w24 runs/image_fonts/wide_half_w16 \
-      --split=test_heldout_fonts
+  bash launch.sh compare runs/image_fonts/wide_half_w{24,16} --split=test_heldout_fonts
 
 Variants go to runs/image_fonts[_smoke]/<variant>: `augmented` is experiments/configs/
 image_dates.py as it is (17 typefaces, every data.image_* augmentation); `augmented_half`
