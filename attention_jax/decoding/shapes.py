@@ -11,7 +11,7 @@ ROWS_PER_OCTAVE row counts per octave (its full chunks: a power of two):
 A length bucket wastes at most GROWTH - 1 of a row (plus the rounding to MULTIPLE); a chunk's
 rows at most 1 / ROWS_PER_OCTAVE of them (its last chunk per bucket only: padded to a power of
 two, as before 2026-11-28, a uniform file's decoding did 1.49x the rows x steps its sentences
-need; so, 1.15x: docs/performance.md). A file whose sources have at most L tokens compiles at
+need; so, 1.13x: docs/performance.md). A file whose sources have at most L tokens compiles at
 most 2 x len(buckets(L)) programs per decoding setting: per bucket, its full chunks and one
 tail (tests/test_translate.py checks outputs do not depend on it); another file's tails may
 need other programs (more row counts: fewer shared through the compilation cache).
