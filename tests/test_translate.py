@@ -18,7 +18,7 @@ import attention_jax as aj
 from attention_jax import data
 from attention_jax.decoding import greedy as decode_lib
 from attention_jax.decoding import ahead, compile_cache, inference, shapes
-from attention_jax.training import train
+from attention_jax.training import parallel, train
 from experiments import translate as translate_cmd
 from experiments.configs import dates
 
@@ -402,13 +402,11 @@ def test_cpu_devices_split_each_chunk_and_change_no_output(run, translator):
   lines = TEXTS + ['Sunday, 1 March 1987']
   want = [f'{h}\t{s:.4f}' for hyps in translator.decode(lines, beam=3, nbest=2)
           for h, s in zip(hyps.outputs, hyps.scores)]
+  forced = parallel.cpu_devices_set_by_user()   # then the user's count wins over the flag
   for n in (3, 1):
     p = command(run, f'--cpu_devices={n}', '--verbose', '--beam=3', '--nbest=2',
                 stdin='\n'.join(lines).encode() + b'\n')
     err = p.stderr.decode()
-    # (the user's JAX_NUM_CPU_DEVICES or forced XLA device count wins over the flag)
-    forced = ('JAX_NUM_CPU_DEVICES' in os.environ
-              or 'device_count' in os.environ.get('XLA_FLAGS', ''))
     count = r'\d+' if forced else str(n)
     assert p.returncode == 0 and re.search(
         rf'devices sharing each chunk: {count} \(cpu\)', err), err

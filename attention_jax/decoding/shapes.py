@@ -56,7 +56,7 @@ def row_bucket(n: int, most: int, per_octave: int = ROWS_PER_OCTAVE) -> int:
   if per_octave < 1 or per_octave & (per_octave - 1):
     raise ValueError(f'per_octave must be a power of two, got {per_octave!r}')
   if n <= per_octave:
-    return min(n, most)
+    return n
   step = (1 << ((n - 1).bit_length() - 1)) // per_octave
   return min(-(-n // step) * step, most)
 

@@ -139,6 +139,13 @@ def split_batch(fn, devices, static_argnums=(2, 3)):
   return call
 
 
+def cpu_devices_set_by_user() -> bool:
+  """Whether this process's CPU device count was set by the user: JAX_NUM_CPU_DEVICES, or
+  XLA_FLAGS' --xla_force_host_platform_device_count (cpu_devices then leaves it alone)."""
+  return ('JAX_NUM_CPU_DEVICES' in os.environ
+          or 'xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', ''))
+
+
 def cpu_devices(n: int = 0) -> int | None:
   """Splits this process's CPU into n JAX devices (0: one per core it may run on,
   os.sched_getaffinity), so that decoding spreads each chunk's rows over the cores
@@ -148,8 +155,7 @@ def cpu_devices(n: int = 0) -> int | None:
   CPU backend is split: a GPU's or TPU's devices are what they are."""
   if not isinstance(n, int) or n < 0:
     raise ValueError(f'cpu_devices must be a non-negative integer (0: one per core), got {n!r}')
-  if ('JAX_NUM_CPU_DEVICES' in os.environ
-      or 'xla_force_host_platform_device_count' in os.environ.get('XLA_FLAGS', '')):
+  if cpu_devices_set_by_user():
     return None
   n = n or len(os.sched_getaffinity(0))
   jax.config.update('jax_num_cpu_devices', n)
