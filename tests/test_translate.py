@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 
+import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -395,6 +396,49 @@ def test_row_buckets_are_few_per_octave_and_pad_under_an_eighth():
     shapes.row_bucket(5, 16, per_octave=3)
 
 
+def test_cache_rows_are_the_largest_power_of_two_multiple_of_least_within_the_budget():
+  """shapes.cache_rows: least x 2^k rows, the most whose bytes fit the budget (at least
+  `least`); l2_bytes: what sysfs says, or the fallback; bad arguments are named."""
+  assert shapes.cache_rows(100, 1) == 4                    # never below least
+  assert shapes.cache_rows(100, 799) == 4 and shapes.cache_rows(100, 800) == 8
+  assert shapes.cache_rows(4 * 304 * 512, 2 * 2 ** 20) == 4
+  assert shapes.cache_rows(4 * 72 * 512, 2 * 2 ** 20) == 8
+  assert shapes.cache_rows(4 * 16 * 512, 2 * 2 ** 20) == 64
+  assert shapes.cache_rows(3, 100, least=1) == 32
+  with pytest.raises(ValueError, match='positive, got 0'):
+    shapes.cache_rows(0, 100)
+  assert shapes.l2_bytes() >= 2 ** 14
+
+
+def test_cache_budget_caps_a_chunks_rows_per_device_and_changes_no_output(translator):
+  """On a CPU the translator keeps a chunk's rows to those whose attention memory fits
+  cache_budget (local devices x shapes.cache_rows); off (None) it takes chunk_size rows.
+  Tokens, scores and weights are the same either way, greedy and beam-3 2-best."""
+  t = translator
+  assert jax.local_devices()[0].platform == 'cpu' and t.cache_budget == 2 * shapes.l2_bytes()
+  texts = [f'{d % 28 + 1} November {1950 + d}'
+           for d in range(8 * jax.local_device_count() * shapes.CACHE_LEAST_ROWS)] + TEXTS
+  length = shapes.length_bucket(max(len(t.src_tok.encode(x)) for x in texts) + 1)
+  budget = t.cache_budget
+  try:
+    for kw in ({}, {'beam': 3, 'nbest': 2}):
+      t.cache_budget, t.shapes_used = 1, set()       # a budget no row fits: `least` rows
+      capped = t.decode(texts, **kw)
+      rows = {s[3] for s in t.shapes_used}
+      assert max(rows) == jax.local_device_count() * shapes.CACHE_LEAST_ROWS, rows
+      assert t._cache_cap(length, 1) == max(rows)
+      t.cache_budget, t.shapes_used = None, set()
+      free = t.decode(texts, **kw)
+      assert max(s[3] for s in t.shapes_used) > max(rows)   # the cap changed the chunks
+      for a, b in zip(capped, free):
+        assert a.outputs == b.outputs
+        np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-6)
+        for x, y in zip(a.weights, b.weights):
+          np.testing.assert_allclose(x, y, atol=1e-5)
+  finally:
+    t.cache_budget = budget
+
+
 def test_cpu_devices_split_each_chunk_and_change_no_output(run, translator):
   """translate --cpu_devices=N (default: one device per core): each chunk's rows split over N
   CPU devices (parallel.split_batch, compiled ahead), the same output and n-best scores as one
@@ -409,7 +453,8 @@ def test_cpu_devices_split_each_chunk_and_change_no_output(run, translator):
     err = p.stderr.decode()
     count = r'\d+' if forced else str(n)
     assert p.returncode == 0 and re.search(
-        rf'devices sharing each chunk: {count} \(cpu\)', err), err
+        rf'devices sharing each chunk: {count} \(cpu\); rows per device kept in cache: '
+        rf'[\d.]+ MiB of attention memory', err), err
     got = [f'{h}\t{float(s):.4f}' for h, s in
            (line.split('\t') for line in p.stdout.decode().splitlines())]
     assert got == want

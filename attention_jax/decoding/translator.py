@@ -18,7 +18,9 @@ whose output layer has model.max_src_len positions, rejects longer inputs with a
 Inputs longer than `t.max_input_len` tokens (4x the training maximum, at least 512) raise a
 ValueError before anything is allocated. Non-strings raise TypeError naming the argument.
 Large batches are decoded in chunks of at most `chunk_size` sentences (sorted by length, so
-each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays bounded.
+each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays bounded. On
+CPUs a chunk is also kept to the rows per device whose attention memory fits twice a core's
+L2 cache (`t.cache_budget` bytes; None: off), since each decoding step reads all of it.
 Sources are padded to geometric length buckets and chunks to a few row counts (shapes.py:
 growth `t.bucket_growth`), so a file compiles a bounded set of shapes, each once per
 (beam, alpha, nbest), in a background thread while the chunks before them decode (ahead.py;
@@ -115,6 +117,10 @@ class Translator:
     # decode (ahead.py; with several devices too: split_batch's .lower); False: each
     # compiles when first called
     self.compile_ahead: bool = True
+    # on CPUs, a chunk's rows per device kept to what keeps the attention's memory in cache
+    # (shapes.cache_rows: 2x a core's L2); None (GPUs, TPUs): chunk_size and MEMORY_BUDGET only
+    self.cache_budget: int | None = (2 * shapes.l2_bytes()
+                                     if jax.local_devices()[0].platform == 'cpu' else None)
 
   @property
   def model_configs(self) -> tuple[ModelConfig, ...]:
@@ -313,10 +319,23 @@ class Translator:
     return (rows * hyps * (length + sum(c.cache_width for c in self.model_configs))
             * decode_lib.max_output_len(length, self._factor) * 4 <= self.MEMORY_BUDGET)
 
+  def _cache_cap(self, length: int, hyps: int) -> int:
+    """The most rows of a chunk of sources padded to `length` under cache_budget: each of
+    the local devices (parallel.split_batch shares a chunk's rows among them) decodes
+    shapes.cache_rows of the bytes its attention reads per row and step (the memory, and a
+    Transformer's KV caches per hypothesis); no cap without a cache_budget."""
+    if self.cache_budget is None:
+      return self.chunk_size
+    steps = decode_lib.max_output_len(length, self._factor)
+    row_bytes = 4 * sum(length * c.memory_width + hyps * steps * c.cache_width
+                        for c in self.model_configs)
+    return jax.local_device_count() * shapes.cache_rows(row_bytes, self.cache_budget)
+
   def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
     """Consecutive slices of `todo` (sorted by length; lengths in tokens, EOS included), each
     with its padded (rows, length): at most chunk_size rows whose weights and caches fit
-    MEMORY_BUDGET (_fits; at least one row). With length buckets, a slice never spans two
+    MEMORY_BUDGET (_fits; at least one row) and, on CPUs, whose attention reads stay in
+    cache (_cache_cap). With length buckets, a slice never spans two
     buckets, its rows are a power of two (the bucket's full chunks: the most that fit) or,
     in its last, what is left rounded up to one of shapes.ROWS_PER_OCTAVE counts per octave
     (shapes.row_bucket)."""
@@ -325,7 +344,8 @@ class Translator:
       while start < len(todo):
         end = start + 1
         while (end < min(len(todo), start + self.chunk_size)
-               and self._fits(end + 1 - start, self._length(lengths[end]), hyps)):
+               and self._fits(end + 1 - start, self._length(lengths[end]), hyps)
+               and end - start < self._cache_cap(self._length(lengths[end]), hyps)):
           end += 1
         yield todo[start:end], (end - start, self._length(lengths[end - 1]))
         start = end
@@ -336,7 +356,8 @@ class Translator:
       while stop < len(todo) and lengths[stop] <= length:
         stop += 1
       most = 1   # the bucket's full chunks: the most rows, a power of two, that fit
-      while 2 * most <= self.chunk_size and self._fits(2 * most, length, hyps):
+      cap = min(self.chunk_size, self._cache_cap(length, hyps))
+      while 2 * most <= cap and self._fits(2 * most, length, hyps):
         most *= 2
       for a in range(start, stop, most):
         rows = todo[a:min(a + most, stop)]

@@ -194,6 +194,15 @@ class ModelConfig:
     return 2 * self.transformer_layers * self.d_model
 
   @property
+  def memory_width(self) -> int:
+    """Numbers the attention reads per source position (grid cell) and decoding step: the
+    annotations (RNN decoders: key_dim); a Transformer's cross-attention keys and values of
+    every layer (2 x layers x d_model)."""
+    if self.arch == 'transformer':
+      return 2 * self.transformer_layers * self.d_model
+    return self.key_dim
+
+  @property
   def compute_dtype(self) -> Any:
     return DTYPES[self.dtype]
 
