@@ -419,6 +419,9 @@ def define_flags():
   flags.DEFINE_integer('e2e_devices', 0, '--end_to_end: our processes see the CPU as this '
                        'many devices (JAX_NUM_CPU_DEVICES; each chunk\'s rows split among '
                        'them); 0: as translate does, one per core.', lower_bound=0)
+  flags.DEFINE_integer('e2e_repeats', 1, '--end_to_end: interleaved rounds of ours cold, '
+                       'ours warm and OpenNMT-py\'s per row; the row gives their medians and '
+                       'every round.', lower_bound=1)
   flags.DEFINE_bool('input_feeding', True, 'Luong decoders with input feeding (ours and '
                     'OpenNMT-py\'s); --noinput_feeding: the attention runs after the RNN, '
                     'batched over time.')
@@ -454,7 +457,8 @@ def main(argv):
                        [int(c) for c in FLAGS.e2e_cores], FLAGS.e2e_sentences,
                        FLAGS.peer_venv if FLAGS.peer else None,
                        saved=lambda rows: save({'machine': machine, 'end_to_end': rows}),
-                       noahead=FLAGS.e2e_noahead, devices=FLAGS.e2e_devices)
+                       noahead=FLAGS.e2e_noahead, devices=FLAGS.e2e_devices,
+                       repeats=FLAGS.e2e_repeats)
     print(f'results: {FLAGS.out}')
     return
   if FLAGS.attribution:

@@ -263,14 +263,14 @@ def test_end_to_end_rows_time_fresh_processes_cold_then_warm(monkeypatch):
   def fake_peer(venv, checkpoint, source, beam, cores, work):
     with open(source, encoding='utf-8') as f:
       calls.append(('translate', beam, cores, [len(line.split()) for line in f]))
-    return {'wall_s': 2.0, 'output_tokens': 10}
+    return {'wall_s': 2.0 * (len(calls) - 1), 'output_tokens': 10}   # 2 s, then 4 s
 
   monkeypatch.setattr(end_to_end, 'peer_model', fake_model)
   monkeypatch.setattr(end_to_end, 'peer', fake_peer)
   saved = []
   rows = end_to_end.compare(['rnn'], [1], [2], 6, '/fake', log=lambda s: None,
                             lengths=(3, 12), shape='tiny', saved=lambda r: saved.append(list(r)),
-                            noahead=True)
+                            noahead=True, repeats=2)
   assert saved == [rows]   # each row saved as it finishes
   (row,) = rows
   assert (row['arch'], row['beam'], row['cores'], row['sentences']) == ('rnn', 1, 2, 6)
@@ -278,11 +278,18 @@ def test_end_to_end_rows_time_fresh_processes_cold_then_warm(monkeypatch):
     r = row[k]
     assert r['exit_s'] > r['wall_s'] > r['translate_s'] > 0 and r['programs'] >= 1 and r['shapes']
     assert row[f'{k}_ratio'] == pytest.approx(2.0 / r['wall_s'])
+    # two interleaved rounds: the median run (of two, the faster) and each round's ratio
+    assert len(row[f'{k}_all_s']) == 2 and r['wall_s'] == min(row[f'{k}_all_s'])
+    assert row[f'{k}_ratios'] == pytest.approx([2.0 / row[f'{k}_all_s'][0],
+                                                4.0 / row[f'{k}_all_s'][1]])
+  assert row['repeats'] == 2 and row['onmt_all_s'] == [2.0, 4.0]
+  assert '(medians of 2 interleaved rounds: cold ' in end_to_end.format_row(row)
   assert row['cold']['cache_hits'] == 0 < row['warm']['cache_hits']
+  assert row['cold']['cache_budget'] == row['warm']['cache_budget'] > 0   # CPU: rows in cache
   assert row['cold']['output_tokens'] == row['warm']['output_tokens'] > 0
   assert row['warm']['second_translate_s'] > 0 and 'second_translate_s' not in row['cold']
   assert calls[0] == ('model', 'rnn', 'tiny')
-  assert calls[1][:3] == ('translate', 1, 2)
+  assert calls[1][:3] == calls[2][:3] == ('translate', 1, 2)
   assert calls[1][3] == [len(s) for s in end_to_end.source_lines(6, (3, 12))]
   assert end_to_end.format_row(row).startswith('rnn         beam 1 2 core(s)')
   # --e2e_noahead: one more cold process, each shape compiled on first use: the same output

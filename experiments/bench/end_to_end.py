@@ -6,6 +6,7 @@ and with one an identical earlier process filled (warm).
   bash launch.sh bench --end_to_end --peer --peer_venv=/tmp/onmt_venv --out=/tmp/e2e.json
   bash launch.sh bench --end_to_end --e2e_archs=transformer --e2e_beams=1 --e2e_cores=2
   bash launch.sh bench --end_to_end --e2e_noahead --e2e_beams=1 --e2e_cores=2   # what ahead gains
+  bash launch.sh bench --end_to_end --peer --peer_venv=/tmp/onmt_venv --e2e_repeats=3 --e2e_cores=2
 
 What runs (set up untimed, in a temp folder):
   - the file: `sentences` random sources of 10-250 symbols (uniform: the `char` and `long`
@@ -21,7 +22,8 @@ for a source of n (train.max_decode_factor 2, each sentence its own limit), Open
 2m + 5 for a batch whose longest source has m (-max_length_ratio 2; it sorts a file's
 sentences by length, so m is about n): the same work within a few tokens a sentence.
 Timed, per (arch, beam 1 | 5, cores 1 | 2): ours cold, ours warm, OpenNMT-py (no compiling:
-one figure). The warm process then translates the file again (untimed by the wall clock):
+one figure); with `--e2e_repeats=N`, N interleaved rounds of the three and their medians (one
+pair of processes on a shared VM moved by a third between runs of one command). The warm process then translates the file again (untimed by the wall clock):
 `second_translate_s` against its first call's `translate_s`. One core: `taskset -c 0`,
 OpenNMT-py with 1 thread; two cores: both unpinned, OpenNMT-py with 2 threads. Ours splits
 the CPU as `translate` does: one JAX device per core it may run on, each chunk's rows split
@@ -169,9 +171,13 @@ def peer(venv: str, checkpoint: str, source: str, beam: int, cores: int, work: s
 def compare(archs: Sequence[str], beams: Sequence[int], cores: Sequence[int], sentences: int,
             peer_venv: str | None, log=print, lengths: tuple[int, int] = LENGTHS,
             shape: str = 'char', saved=lambda rows: None,
-            noahead: bool = False, devices: int = 0) -> list[dict[str, Any]]:
+            noahead: bool = False, devices: int = 0, repeats: int = 1) -> list[dict[str, Any]]:
   """Every (arch, beam, cores): ours cold and warm, OpenNMT-py's -> rows with the ratios
-  (OpenNMT-py's wall time over ours: > 1 where ours is faster). saved(rows) after each row:
+  (OpenNMT-py's wall time over ours: > 1 where ours is faster). repeats: rounds of the three
+  processes, interleaved (ours cold, ours warm, OpenNMT-py's; a fresh cache each round), so
+  that a machine's drift falls on all three alike: the row's `cold`, `warm` and `onmt` are
+  the median runs, `*_all_s` every round's wall time, `*_ratios` each round's ratio, `*_ratio`
+  the medians'. saved(rows) after each row:
   a stopped comparison keeps the rows it finished. noahead: also a cold process that compiles
   each shape on first use (`cold_noahead`: what compiling ahead gains, ahead.py). devices:
   our processes see the CPU as that many devices (ours(); 0: as `translate` does); the row's
@@ -190,24 +196,38 @@ def compare(archs: Sequence[str], beams: Sequence[int], cores: Sequence[int], se
       for beam in beams:
         for n in cores:
           cpus = '0' if n == 1 else None
-          cache = tempfile.mkdtemp(dir=work, prefix='cache_')
+          runs = {'cold': [], 'warm': [], 'onmt': []}
+          for _ in range(repeats):   # interleaved: each round ours cold, warm, OpenNMT-py's
+            cache = tempfile.mkdtemp(dir=work, prefix='cache_')
+            runs['cold'].append(ours(run, source, beam, cpus, cache, work, devices=devices))
+            runs['warm'].append(ours(run, source, beam, cpus, cache, work, again=True,
+                                     devices=devices))
+            if checkpoint:
+              runs['onmt'].append(peer(peer_venv, checkpoint, onmt_source, beam, n, work))
           row = {'arch': arch, 'beam': beam, 'cores': n, 'sentences': sentences,
-                 'cold': ours(run, source, beam, cpus, cache, work, devices=devices),
-                 'warm': ours(run, source, beam, cpus, cache, work, again=True,
-                              devices=devices)}
+                 'repeats': repeats}
+          for k, done in runs.items():
+            if done:
+              row[k] = median_run(done)
+              row[f'{k}_all_s'] = [r['wall_s'] for r in done]
           row['devices'] = row['cold']['devices']
           if noahead:
             row['cold_noahead'] = ours(run, source, beam, cpus,
                                        tempfile.mkdtemp(dir=work, prefix='cache_'), work,
                                        ahead=False, devices=devices)
           if checkpoint:
-            row['onmt'] = peer(peer_venv, checkpoint, onmt_source, beam, n, work)
             for k in ('cold', 'warm'):
               row[f'{k}_ratio'] = row['onmt']['wall_s'] / row[k]['wall_s']
+              row[f'{k}_ratios'] = [o / x for o, x in zip(row['onmt_all_s'], row[f'{k}_all_s'])]
           rows.append(row)
           saved(rows)
           log(format_row(row))
   return rows
+
+
+def median_run(runs: list[dict]) -> dict:
+  """The run of median wall time (of an even number, the faster of the middle two)."""
+  return sorted(runs, key=lambda r: r['wall_s'])[(len(runs) - 1) // 2]
 
 
 def format_row(r: dict) -> str:
@@ -225,4 +245,8 @@ def format_row(r: dict) -> str:
   if 'onmt' in r:
     line += (f'; OpenNMT-py {r["onmt"]["wall_s"]:.1f} s ({n / r["onmt"]["wall_s"]:.1f} sent/s)'
              f': cold {r["cold_ratio"]:.2f}x, warm {r["warm_ratio"]:.2f}x')
+  if r.get('repeats', 1) > 1:
+    line += f' (medians of {r["repeats"]} interleaved rounds: ' + '; '.join(
+        f'{k} ' + ' '.join(f'{x:.1f}' for x in r[f'{k}_all_s']) + ' s'
+        for k in ('cold', 'warm', 'onmt') if f'{k}_all_s' in r) + ')'
   return line

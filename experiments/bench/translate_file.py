@@ -45,7 +45,7 @@ def translate_file(run: str, source: str, output: str, beam: int, again: bool = 
              # since the parent started this process (its clock in STARTED): the file is written
              'written_s': time.time() - float(os.environ.get(STARTED, 'nan')),
              'shapes': sorted({s[3:] for s in t.shapes_used}),
-             'devices': jax.local_device_count()}
+             'devices': jax.local_device_count(), 'cache_budget': t.cache_budget}
   if again:
     start = time.perf_counter()
     for a in range(0, len(lines), batch):
