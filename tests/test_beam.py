@@ -357,3 +357,35 @@ def test_an_output_does_not_depend_on_the_batch_it_is_decoded_in(k):
   assert unended or k > 1, 'pick a seed whose greedy output runs to its limit'
   for r in unended:
     assert (narrow_tok[r] != PAD).sum() == int(factor * n[r]) + 10
+
+
+@pytest.mark.parametrize('arch', sorted(aj.DECODERS) + ['transformer'])
+def test_scored_greedy_is_beam_one_with_nbest_in_tokens_scores_and_weights(arch):
+  """make_decoder(beam=1, nbest=1) decodes with greedy.greedy_scored, a smaller loop than
+  beam search: it gives beam_search(beam_size=1, nbest=1)'s tokens, weights and scores
+  (log P / lp, each row stopping at its own limit), for both length penalties; filler rows
+  score 0. Sentences both ending in EOS and stopped at their limit are covered."""
+  limit = jnp.asarray([7, 7, 7, 4, 7], jnp.int32)   # [B]: each row's own output limit
+  ends = set()
+  for seed, alpha in itertools.product((0, 2), (0.6, 0.0)):
+    if arch == 'transformer':   # untrained, it never ends: EOS raised to end some rows
+      m = aj.build(aj.ModelConfig(src_vocab=V_SRC, tgt_vocab=V_TGT, arch='transformer',
+                                  d_model=16, heads=2, ff_dim=24, transformer_layers=1),
+                   rngs=nnx.Rngs(seed))
+      m.out.bias[...] = m.out.bias[...].at[EOS].add(seed)
+      graphdef, params = nnx.split(m)
+    else:
+      graphdef, params = tiny(arch, seed)
+    model = nnx.merge(graphdef, params)
+    want = beam.beam_search(model, jnp.asarray(SRC), beam_size=1, max_len=L, alpha=alpha,
+                            nbest=1, limit=limit)
+    got = jax.jit(lambda p, s, a=alpha, g=graphdef: greedy.greedy_scored(
+        nnx.merge(g, p), s, L, limit, a))(params, jnp.asarray(SRC))
+    (wt, ws, ww), (gt, gs, gw) = map(np.asarray, want), map(np.asarray, got)
+    assert gt.shape == wt.shape and gs.shape == ws.shape and gw.shape == ww.shape
+    np.testing.assert_array_equal(gt, wt)
+    np.testing.assert_allclose(gs, ws, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(gw, ww, atol=1e-7)
+    assert gs[2, 0] == 0 and (gt[2] == PAD).all()
+    ends |= {'eos' if (gt[r, 0] == EOS).any() else 'limit' for r in (0, 1, 3, 4)}
+  assert ends == {'eos', 'limit'}, ends

@@ -44,15 +44,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from attention_jax.decoding.greedy import emittable, run_segments
+from attention_jax.decoding.greedy import emittable, length_penalty, run_segments
 from attention_jax.symbols import BOS, EOS, PAD
 
 NEG_INF = float('-inf')
-
-
-def length_penalty(length, alpha: float):
-  """lp = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016); `length` counts the EOS token."""
-  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
 def _tile(tree, k: int):

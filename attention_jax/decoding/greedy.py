@@ -26,6 +26,11 @@ def output_limits(mask: jax.Array, factor: float, max_len: int) -> jax.Array:
   return jnp.minimum(jnp.floor(factor * n).astype(jnp.int32) + 10, max_len)
 
 
+def length_penalty(length, alpha: float):
+  """lp = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016); `length` counts the EOS token."""
+  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
 def emittable(logp: jax.Array) -> jax.Array:
   """log-probabilities [N, V] with PAD and BOS set to -inf: no decoder outputs them. (A model
   gives them some probability, e.g. the floor of label smoothing, where they tie with every
@@ -62,6 +67,8 @@ class _Loop(NamedTuple):
   tokens: jax.Array   # [B, L] int32
   weights: jax.Array  # [B, L, S] float32
   done: jax.Array     # [B] bool
+  logp: jax.Array     # [B] float32, log P of the output so far
+  score: jax.Array    # [B] float32, logp / lp(|Y|) once the row is done (0 before, filler)
 
 
 def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None):
@@ -72,6 +79,23 @@ def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None):
   limit [B] int32 (<= max_len; default max_len): sentence b stops after limit[b] symbols
   without EOS. Stops early when every sentence has ended; shapes never depend on that.
   """
+  st = _greedy(model, src, max_len, limit, 0.0, None)
+  return st.tokens, st.weights
+
+
+def greedy_scored(model, src: jax.Array, max_len: int, limit: jax.Array | None = None,
+                  alpha: float = 0.6):
+  """greedy's output with its score, as beam search of one beam gives them (beam.py:
+  log P / lp(|Y|), Wu et al. 2016's length penalty with `alpha`; 0 for filler rows):
+  (tokens [B, 1, L], scores [B, 1], weights [B, 1, L, S]), the n-best layout. The same
+  tokens, weights and scores as beam_search(beam_size=1, nbest=1) (tests/test_beam.py) in a
+  smaller loop: nothing ranked, merged or back-tracked."""
+  st = _greedy(model, src, max_len, limit, alpha)
+  return st.tokens[:, None], st.score[:, None], st.weights[:, None]
+
+
+def _greedy(model, src, max_len, limit, alpha, penalty=length_penalty) -> _Loop:
+  """greedy's loop -> its final state (with a penalty: each row's score when done)."""
   mask = model.source_mask(src)               # [B, S]
   b, s = mask.shape
   carry, mem = model.start(src, max_len)
@@ -86,13 +110,19 @@ def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None):
   def body(st: _Loop) -> _Loop:
     t, done = st.t, st.done
     carry, logp, w = model.step(st.carry, st.y_prev, mem)
-    y = jnp.argmax(emittable(logp), axis=-1).astype(jnp.int32)
+    logp = emittable(logp)
+    y = jnp.argmax(logp, axis=-1).astype(jnp.int32)
+    now_done = done | (y == EOS) | (t + 1 >= limit)
+    total, score = st.logp, st.score
+    if penalty is not None:   # the sum beam search keeps, in its order of additions
+      total = jnp.where(done, total, total + jnp.take_along_axis(logp, y[:, None], 1)[:, 0])
+      score = jnp.where(now_done & ~done, total / penalty(t + 1, alpha), score)
     y = jnp.where(done, PAD, y)
     return _Loop(t + 1, carry, y, st.tokens.at[:, t].set(y),
                  st.weights.at[:, t].set(jnp.where(done[:, None], 0.0, w)),
-                 done | (y == EOS) | (t + 1 >= limit))
+                 now_done, total, score)
 
   y0 = jnp.full((b,), BOS, jnp.int32)
-  st = run_segments(model, max_len, cond, body,
-                    _Loop(jnp.int32(0), carry, y0, tokens, weights, done))
-  return st.tokens, st.weights
+  zero = jnp.zeros((b,), jnp.float32)
+  return run_segments(model, max_len, cond, body,
+                      _Loop(jnp.int32(0), carry, y0, tokens, weights, done, zero, zero))

@@ -49,9 +49,11 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
     model = nnx.merge(graphdef, params)
     limit = (None if factor is None
              else decode_lib.output_limits(model.source_mask(src), factor, max_len))
+    if beam == 1:   # beam search of one beam is greedy: its smaller loop, with the score
+      if nbest:
+        return decode_lib.greedy_scored(model, src, max_len, limit, alpha)
+      return decode_lib.greedy(model, src, max_len, limit)
     if not nbest:
-      if beam == 1:
-        return decode_lib.greedy(model, src, max_len, limit)
       tokens, _, weights = beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len,
                                                 alpha=alpha, limit=limit)
       return tokens, weights
