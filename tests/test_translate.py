@@ -353,9 +353,9 @@ def test_compiling_ahead_cancels_what_a_stopped_decode_queued_and_reports_errors
 
 def test_chunks_stay_in_one_bucket_with_few_row_counts_within_the_budget(translator):
   """Translator._chunks on sorted lengths: every slice in one length bucket; its bucket's full
-  chunks a power of two rows (the most that fit MEMORY_BUDGET and chunk_size), its last padded
-  by less than 1/8 of its rows (shapes.row_bucket); every sentence once, in order; so a file
-  compiles at most 2 shapes per bucket."""
+  chunks a power of two rows (the most that fit MEMORY_BUDGET and chunk_size), its last
+  padding under 1/8 of the bucket's rows (shapes.tail_rows); every sentence once, in order; so
+  a file compiles at most 2 shapes per bucket."""
   t = translator
   lengths = sorted([3, 5, 8, 9, 9, 12, 16, 17, 30, 33, 40, 41, 41, 41, 41, 41, 90] * 7)
   for hyps, size, budget in ((1, 256, t.MEMORY_BUDGET), (5, 6, t.MEMORY_BUDGET), (1, 256, 10 ** 6),
@@ -367,15 +367,17 @@ def test_chunks_stay_in_one_bucket_with_few_row_counts_within_the_budget(transla
       t.chunk_size = 256
       del t.MEMORY_BUDGET   # the class's again
     assert [i for rows, _ in chunks for i in rows] == list(range(len(lengths)))
-    per_bucket = {}
+    per_bucket, real = {}, {}
     for rows, (n, length) in chunks:
       assert length == shapes.length_bucket(lengths[rows[-1]])
       assert shapes.length_bucket(lengths[rows[0]]) == length          # one bucket
-      assert len(rows) <= n and (n - len(rows)) * shapes.ROWS_PER_OCTAVE < max(n, 8)
-      assert n <= size and (n == 1 or t._fits(n, length, hyps))
+      assert len(rows) <= n <= size and (n == 1 or t._fits(n, length, hyps))
       per_bucket.setdefault(length, []).append(n)
-    for ns in per_bucket.values():   # full chunks (a power of two), then one tail
+      real[length] = real.get(length, 0) + len(rows)
+    for length, ns in per_bucket.items():   # full chunks (a power of two), then one tail
       assert len(set(ns)) <= 2 and all(m & (m - 1) == 0 for m in ns[:-1]), per_bucket
+      # padding rows: under 1/8 of the bucket's padded rows (tail_rows, row_bucket)
+      assert (sum(ns) - real[length]) * (shapes.ROWS_PER_OCTAVE - 1) <= real[length]
   assert shapes.buckets(256) == [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
   assert shapes.length_bucket(41) == 56
 
@@ -390,6 +392,11 @@ def test_row_buckets_are_few_per_octave_and_pad_under_an_eighth():
       assert shapes.row_bucket(n, most) == min(most, min(a for a in allowed if a >= n)), n
       assert shapes.row_bucket(n, most, per_octave=1) == min(most, 1 << (n - 1).bit_length())
   assert [shapes.row_bucket(n, 256) for n in (21, 80, 130)] == [22, 80, 144]
+  # a bucket's last chunk takes its full chunks' rows where that pads <= 1/8 of the bucket
+  assert [shapes.tail_rows(5, 8, b) for b in (5, 23, 24, 93)] == [5, 5, 8, 8]
+  assert shapes.tail_rows(130, 256, 130) == 144 and shapes.tail_rows(250, 256, 250) == 256
+  with pytest.raises(ValueError, match='1..8 rows, got 9'):
+    shapes.tail_rows(9, 8, 100)
   with pytest.raises(ValueError, match='1..16 rows, got 17'):
     shapes.row_bucket(17, 16)
   with pytest.raises(ValueError, match='power of two, got 3'):

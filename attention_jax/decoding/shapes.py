@@ -1,20 +1,23 @@
 """The bounded set of shapes that decoding compiles: a jit-compiled decoder compiles once per
 (rows, source length) it is called with, so a file of varied lengths decoded at its own
 lengths compiles dozens of programs (most of a first translate's time). Sources are padded to
-geometric length buckets (GROWTH, multiples of MULTIPLE) and a bucket's last chunk to one of
-ROWS_PER_OCTAVE row counts per octave (its full chunks: a power of two):
+geometric length buckets (GROWTH, multiples of MULTIPLE) and a bucket's last chunk to its
+full chunks' rows (a power of two) where that pads at most 1 / ROWS_PER_OCTAVE of the
+bucket's rows, else to one of ROWS_PER_OCTAVE row counts per octave:
 
   length_bucket(37)            # -> 40
   buckets(256)                 # -> [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
   row_bucket(21, most=256)     # -> 22 (16-32 in steps of 2); row_bucket(130, 256) -> 144
+  tail_rows(5, most=8, bucket_rows=93)   # -> 8: 3 padding rows of 93 (one program a bucket)
 
-A length bucket wastes at most GROWTH - 1 of a row (plus the rounding to MULTIPLE); a chunk's
-rows at most 1 / ROWS_PER_OCTAVE of them (its last chunk per bucket only: padded to a power of
-two, as before 2026-11-28, a uniform file's decoding did 1.49x the rows x steps its sentences
-need; so, 1.13x: docs/performance.md). A file whose sources have at most L tokens compiles at
-most 2 x len(buckets(L)) programs per decoding setting: per bucket, its full chunks and one
-tail (tests/test_translate.py checks outputs do not depend on it); another file's tails may
-need other programs (more row counts: fewer shared through the compilation cache).
+A length bucket wastes at most GROWTH - 1 of a row (plus the rounding to MULTIPLE); the rows
+at most 1 / ROWS_PER_OCTAVE of a bucket's (its last chunk only: padded to a power of two, as
+before 2026-11-28, a uniform file's decoding did 1.49x the rows x steps its sentences need;
+so, 1.13x: docs/performance.md). A file whose sources have at most L tokens compiles at most
+2 x len(buckets(L)) programs per decoding setting: per bucket, its full chunks and one tail,
+and one program for a bucket of many chunks (on CPUs chunks are small: a bucket's tail takes
+its full chunks' shape; tests/test_translate.py checks outputs do not depend on it); another
+file's tails may need other programs (fewer shared through the compilation cache).
 """
 
 from __future__ import annotations
@@ -50,6 +53,18 @@ def buckets(limit: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> lis
   while out[-1] < limit:
     out.append(length_bucket(out[-1] + 1, growth, multiple))
   return out
+
+
+def tail_rows(n: int, most: int, bucket_rows: int, per_octave: int = ROWS_PER_OCTAVE) -> int:
+  """The rows a bucket's last chunk of n sources is padded to, when the bucket has
+  `bucket_rows` sources in chunks of `most`: `most` itself (the shape of its full chunks:
+  one program for the bucket) where that pads at most 1 / per_octave of the bucket's rows,
+  else row_bucket(n, most)."""
+  if not 1 <= n <= min(most, bucket_rows):
+    raise ValueError(f'a last chunk has 1..{min(most, bucket_rows)} rows, got {n}')
+  if (most - n) * per_octave <= bucket_rows:
+    return most
+  return row_bucket(n, most, per_octave)
 
 
 def row_bucket(n: int, most: int, per_octave: int = ROWS_PER_OCTAVE) -> int:

@@ -337,8 +337,9 @@ class Translator:
     MEMORY_BUDGET (_fits; at least one row) and, on CPUs, whose attention reads stay in
     cache (_cache_cap). With length buckets, a slice never spans two
     buckets, its rows are a power of two (the bucket's full chunks: the most that fit) or,
-    in its last, what is left rounded up to one of shapes.ROWS_PER_OCTAVE counts per octave
-    (shapes.row_bucket)."""
+    in its last, what is left padded to the full chunks' rows where that pads at most
+    1 / rows_per_octave of the bucket's rows, else to one of rows_per_octave counts per octave
+    (shapes.tail_rows)."""
     start = 0
     if self.bucket_growth is None:
       while start < len(todo):
@@ -361,7 +362,8 @@ class Translator:
         most *= 2
       for a in range(start, stop, most):
         rows = todo[a:min(a + most, stop)]
-        yield rows, (shapes.row_bucket(len(rows), most, self.rows_per_octave), length)
+        yield rows, (most if len(rows) == most else shapes.tail_rows(
+            len(rows), most, stop - start, self.rows_per_octave), length)
       start = stop
 
   def translate(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
