@@ -77,6 +77,11 @@ for decoder in sys.argv[1:]:   # bahdanau, transformer, cnn (luong differs only 
     c = eight.lower(params, spec, 9, factor).compile()(params, src)
     for x, y in zip(b, c):
       np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # new params (a new object) are placed on the devices anew, not the last ones reused
+    other = jax.tree.map(lambda x: x * 1.5, params)
+    for x, y in zip(one(other, src, 9, factor), eight(other, src, 9, factor)):
+      np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
+    assert not np.array_equal(np.asarray(one(other, src, 9, factor)[-1]), np.asarray(a[-1]))
   print(decoder, 'decodes alike')
 print('OK')
 '''

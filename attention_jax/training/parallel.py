@@ -115,13 +115,21 @@ def split_batch(fn, devices, static_argnums=(2, 3)):
   n = mesh.size
   rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
   jitted = jax.jit(rows_apart(fn, mesh), static_argnums=static_argnums)
+  placed = [None, None]   # the params last given and their copy on every device
+
+  def replicated(params):
+    """params on every device, copied once per params object (not once per chunk: a file
+    decodes hundreds of chunks with the same params)."""
+    if placed[0] is not params:
+      placed[:] = [params, jax.device_put(params, same)]
+    return placed[1]
 
   def run(program, params, x):
     b = x.shape[0]
     pad = -b % n
     if pad:
       x = np.concatenate([np.asarray(x), np.repeat(np.asarray(x)[-1:], pad, 0)])
-    out = program(jax.device_put(params, same), jax.device_put(x, rows))
+    out = program(replicated(params), jax.device_put(x, rows))
     return jax.tree.map(lambda y: y[:b], out) if pad else out
 
   def call(params, x, *static):
