@@ -14,7 +14,7 @@ UTF-8 stops the command before anything is translated, with an error naming the 
 (stdout by default, or --output=FILE), in input order:
   - one translation per line; an empty input line gives an empty output line;
   - with --nbest=N: N lines per input line, `hypothesis<TAB>score`, best first (the score is
-    the beam's length-normalised log-probability, the log-probability for --beam=1);
+    the length-normalised log-probability, log P / lp with --alpha's penalty, --beam=1 too);
     an empty input line gives N lines `<TAB>0`.
 --attention=FILE writes each sentence's attention matrix (of its best output) with its tokens:
   .jsonl: one JSON object per input line {"line", "source", "output", "src_tokens",
@@ -23,8 +23,8 @@ UTF-8 stops the command before anything is translated, with an error naming the 
 Every line is checked before anything is decoded or written (an over-long line stops the
 command naming its 1-based line number). Sentences are decoded in chunks of --batch lines,
 each sorted by length into length buckets (attention_jax/decoding/shapes.py: few compiled shapes; a
-2,000-line file of 10-250 characters compiles 12-14 of them in one chunk, 28 in 256-line
-chunks), and the programs are kept in a persistent compilation cache for the next command
+2,000-line file of 10-250 characters compiled 17-22 of them on 2 CPU devices in 1,024-line
+chunks, docs/performance.md), and the programs are kept in a persistent compilation cache for the next command
 (--compilation_cache; --verbose says what was compiled). On a CPU each chunk's rows are split
 over one JAX device per core (--cpu_devices; parallel.split_batch): XLA's decoding loop keeps
 about one core busy, and two devices decoded 1.6x faster on 2 cores (docs/performance.md);
