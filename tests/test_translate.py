@@ -294,7 +294,7 @@ def test_compiling_ahead_changes_no_output_and_compiles_each_shape_once(translat
   the same tokens, scores and weights as compiling each shape on first call; one program per
   shape, in the order the chunks use them, none again for a second decode."""
   texts = TEXTS + [LONG, LONG[:41], 'x' * 33]
-  size, translator.chunk_size = translator.chunk_size, 4
+  size, translator.chunk_size = translator.chunk_size, 2
   try:
     for kw in ({}, {'beam': 3, 'nbest': 2}):
       translator.compile_ahead, translator.shapes_used = False, set()
@@ -351,33 +351,36 @@ def test_compiling_ahead_cancels_what_a_stopped_decode_queued_and_reports_errors
     ahead.Programs(lambda params, src, max_len, factor: None)
 
 
-def test_chunks_stay_in_one_bucket_with_few_row_counts_within_the_budget(translator):
-  """Translator._chunks on sorted lengths: every slice in one length bucket; its bucket's full
-  chunks a power of two rows (the most that fit MEMORY_BUDGET and chunk_size), its last
-  padding under 1/8 of the bucket's rows (shapes.tail_rows); every sentence once, in order; so
-  a file compiles at most 2 shapes per bucket."""
+def test_chunks_are_full_chunks_of_the_smallest_bucket_one_shape_per_bucket(translator):
+  """Translator._chunks on sorted lengths: every sentence once, in order; each slice but the
+  last a full chunk (_most(L) rows: a power of two that fits MEMORY_BUDGET and chunk_size)
+  of L, the smallest length bucket that holds its rows; the last padded under 1/8 of the
+  rows (shapes.tail_rows); so a call compiles at most one shape per bucket, and one more."""
   t = translator
   lengths = sorted([3, 5, 8, 9, 9, 12, 16, 17, 30, 33, 40, 41, 41, 41, 41, 41, 90] * 7)
   for hyps, size, budget in ((1, 256, t.MEMORY_BUDGET), (5, 6, t.MEMORY_BUDGET), (1, 256, 10 ** 6),
-                             (1, 16, t.MEMORY_BUDGET)):
+                             (1, 16, t.MEMORY_BUDGET), (1, 4, t.MEMORY_BUDGET)):
     t.chunk_size, t.MEMORY_BUDGET = size, budget
     try:
       chunks = list(t._chunks(list(range(len(lengths))), lengths, hyps))
+      most = {L: t._most(L, hyps) for L in shapes.buckets(max(lengths))}
     finally:
       t.chunk_size = 256
       del t.MEMORY_BUDGET   # the class's again
     assert [i for rows, _ in chunks for i in rows] == list(range(len(lengths)))
-    per_bucket, real = {}, {}
-    for rows, (n, length) in chunks:
-      assert length == shapes.length_bucket(lengths[rows[-1]])
-      assert shapes.length_bucket(lengths[rows[0]]) == length          # one bucket
-      assert len(rows) <= n <= size and (n == 1 or t._fits(n, length, hyps))
-      per_bucket.setdefault(length, []).append(n)
-      real[length] = real.get(length, 0) + len(rows)
-    for length, ns in per_bucket.items():   # full chunks (a power of two), then one tail
-      assert len(set(ns)) <= 2 and all(m & (m - 1) == 0 for m in ns[:-1]), per_bucket
-      # padding rows: under 1/8 of the bucket's padded rows (tail_rows, row_bucket)
-      assert (sum(ns) - real[length]) * (shapes.ROWS_PER_OCTAVE - 1) <= real[length]
+    assert all(m & (m - 1) == 0 and m <= size for m in most.values())
+    assert all(m == 1 or t._fits(m, L, hyps) for L, m in most.items())
+    for k, (rows, (n, length)) in enumerate(chunks):
+      assert length in most and lengths[rows[-1]] <= length
+      if k < len(chunks) - 1:
+        assert len(rows) == n == most[length]
+      else:   # the last: its rows padded to a full chunk's where that pads <= 1/8 of them
+        assert n == shapes.tail_rows(len(rows), most[length], len(lengths))
+        assert (n - len(rows)) * (shapes.ROWS_PER_OCTAVE - 1) <= len(lengths)
+      for smaller in (L for L in most if shapes.length_bucket(lengths[rows[0]]) <= L < length):
+        # a smaller bucket's full chunk from here would not hold its rows
+        assert lengths[min(rows[0] + most[smaller], len(lengths)) - 1] > smaller
+    assert len({s for _, s in chunks}) <= len({L for _, (_, L) in chunks}) + 1
   assert shapes.buckets(256) == [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
   assert shapes.length_bucket(41) == 56
 
@@ -485,7 +488,7 @@ def test_compilation_cache_is_reused_and_a_bad_one_is_skipped_with_one_warning(r
     return err, int(hits.group(1))
 
   err, hits = translate(cache)
-  assert 'warning' not in err and hits == 0 and re.search(r'decoding shapes .*: 2: ', err), err
+  assert 'warning' not in err and hits == 0 and re.search(r'decoding shapes .*: 1: 3x24', err), err
   entries = [p for p in cache.iterdir() if p.name.endswith('-cache')]
   assert entries
   err, hits = translate(cache)

@@ -1,23 +1,26 @@
 """The bounded set of shapes that decoding compiles: a jit-compiled decoder compiles once per
 (rows, source length) it is called with, so a file of varied lengths decoded at its own
-lengths compiles dozens of programs (most of a first translate's time). Sources are padded to
-geometric length buckets (GROWTH, multiples of MULTIPLE) and a bucket's last chunk to its
-full chunks' rows (a power of two) where that pads at most 1 / ROWS_PER_OCTAVE of the
-bucket's rows, else to one of ROWS_PER_OCTAVE row counts per octave:
+lengths compiles dozens of programs (most of a first translate's time). Sources, sorted by
+length, go in full chunks of geometric length buckets (GROWTH, multiples of MULTIPLE): each
+chunk takes the smallest bucket L whose full chunk (the most rows that fit at L, a power of
+two) holds its sources, so every chunk but a call's last has the shape of its bucket's full
+chunk; the last is padded to that where it pads at most 1 / ROWS_PER_OCTAVE of the call's
+rows, else to one of ROWS_PER_OCTAVE row counts per octave:
 
   length_bucket(37)            # -> 40
   buckets(256)                 # -> [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
   row_bucket(21, most=256)     # -> 22 (16-32 in steps of 2); row_bucket(130, 256) -> 144
-  tail_rows(5, most=8, bucket_rows=93)   # -> 8: 3 padding rows of 93 (one program a bucket)
+  tail_rows(5, most=8, rows=93)   # -> 8: 3 padding rows of 93
 
-A length bucket wastes at most GROWTH - 1 of a row (plus the rounding to MULTIPLE); the rows
-at most 1 / ROWS_PER_OCTAVE of a bucket's (its last chunk only: padded to a power of two, as
-before 2026-11-28, a uniform file's decoding did 1.49x the rows x steps its sentences need;
-so, 1.13x: docs/performance.md). A file whose sources have at most L tokens compiles at most
-2 x len(buckets(L)) programs per decoding setting: per bucket, its full chunks and one tail,
-and one program for a bucket of many chunks (on CPUs chunks are small: a bucket's tail takes
-its full chunks' shape; tests/test_translate.py checks outputs do not depend on it); another
-file's tails may need other programs (fewer shared through the compilation cache).
+A call whose sources have at most L tokens compiles at most len(buckets(L)) + 1 programs per
+decoding setting (26 -> 14 for L = 256; the 2,000-line file of docs/performance.md: 22 -> 9
+for the RNN, 17 -> 12 for the Transformer, a call of 1,024 lines at a time). Only a last
+chunk pads rows (under 1 / ROWS_PER_OCTAVE of the call's); a source is padded to its bucket
+(at most GROWTH - 1 of its length, plus the rounding to MULTIPLE) or, in a chunk across a
+bucket's edge, to a bucket above: on that file the RNN's chunks decode 0.7% more rows x
+steps x length than with every bucket's own chunks and tail (as until 2026-11-28), the
+Transformer's 1.5% fewer (fewer padding rows); tests/test_translate.py checks that outputs
+do not depend on it.
 """
 
 from __future__ import annotations
@@ -55,14 +58,13 @@ def buckets(limit: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> lis
   return out
 
 
-def tail_rows(n: int, most: int, bucket_rows: int, per_octave: int = ROWS_PER_OCTAVE) -> int:
-  """The rows a bucket's last chunk of n sources is padded to, when the bucket has
-  `bucket_rows` sources in chunks of `most`: `most` itself (the shape of its full chunks:
-  one program for the bucket) where that pads at most 1 / per_octave of the bucket's rows,
-  else row_bucket(n, most)."""
-  if not 1 <= n <= min(most, bucket_rows):
-    raise ValueError(f'a last chunk has 1..{min(most, bucket_rows)} rows, got {n}')
-  if (most - n) * per_octave <= bucket_rows:
+def tail_rows(n: int, most: int, rows: int, per_octave: int = ROWS_PER_OCTAVE) -> int:
+  """The rows a last chunk of n sources is padded to, when a call decodes `rows` sources and
+  full chunks at its length have `most`: `most` itself (the full chunks' shape: no program
+  more) where that pads at most 1 / per_octave of the rows, else row_bucket(n, most)."""
+  if not 1 <= n <= min(most, rows):
+    raise ValueError(f'a last chunk has 1..{min(most, rows)} rows, got {n}')
+  if (most - n) * per_octave <= rows:
     return most
   return row_bucket(n, most, per_octave)
 

@@ -331,15 +331,25 @@ class Translator:
                         for c in self.model_configs)
     return jax.local_device_count() * shapes.cache_rows(row_bytes, self.cache_budget)
 
+  def _most(self, length: int, hyps: int) -> int:
+    """A full chunk's rows for sources padded to `length`: the most, a power of two, within
+    chunk_size, MEMORY_BUDGET (_fits) and, on CPUs, the cache (_cache_cap); at least 1."""
+    most = 1
+    cap = min(self.chunk_size, self._cache_cap(length, hyps))
+    while 2 * most <= cap and self._fits(2 * most, length, hyps):
+      most *= 2
+    return most
+
   def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
     """Consecutive slices of `todo` (sorted by length; lengths in tokens, EOS included), each
     with its padded (rows, length): at most chunk_size rows whose weights and caches fit
     MEMORY_BUDGET (_fits; at least one row) and, on CPUs, whose attention reads stay in
-    cache (_cache_cap). With length buckets, a slice never spans two
-    buckets, its rows are a power of two (the bucket's full chunks: the most that fit) or,
-    in its last, what is left padded to the full chunks' rows where that pads at most
-    1 / rows_per_octave of the bucket's rows, else to one of rows_per_octave counts per octave
-    (shapes.tail_rows)."""
+    cache (_cache_cap). With length buckets, each slice is a full chunk of the smallest
+    bucket that holds its rows: (_most(L), L), one shape per bucket whatever the file; only
+    the last slice has fewer rows, padded to a full chunk's where that pads at most
+    1 / rows_per_octave of the rows, else to one of rows_per_octave counts per octave
+    (shapes.tail_rows). A source is padded to its own bucket, or (a slice across a bucket's
+    edge) to the next ones up."""
     start = 0
     if self.bucket_growth is None:
       while start < len(todo):
@@ -353,18 +363,16 @@ class Translator:
       return
     while start < len(todo):
       length = self._length(lengths[start])
-      stop = start
-      while stop < len(todo) and lengths[stop] <= length:
-        stop += 1
-      most = 1   # the bucket's full chunks: the most rows, a power of two, that fit
-      cap = min(self.chunk_size, self._cache_cap(length, hyps))
-      while 2 * most <= cap and self._fits(2 * most, length, hyps):
-        most *= 2
-      for a in range(start, stop, most):
-        rows = todo[a:min(a + most, stop)]
-        yield rows, (most if len(rows) == most else shapes.tail_rows(
-            len(rows), most, stop - start, self.rows_per_octave), length)
-      start = stop
+      while True:   # the smallest bucket whose full chunk holds the next rows
+        most = self._most(length, hyps)
+        end = min(start + most, len(todo))
+        if lengths[end - 1] <= length:
+          break
+        length = self._length(length + 1)
+      n = end - start
+      yield todo[start:end], (shapes.tail_rows(n, most, len(todo), self.rows_per_octave),
+                              length)
+      start = end
 
   def translate(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
                 nbest: int = 1) -> list:
