@@ -171,7 +171,8 @@ def translate(translator: Translator, lines: list[str], out, *, beam: int, alpha
   bar = tqdm.tqdm(total=len(lines), unit='sent', disable=not progress, file=sys.stderr)
   for start in range(0, len(lines), batch):
     chunk = lines[start:start + batch]
-    hyps = translator.decode(chunk, beam=beam, alpha=alpha, nbest=nbest)
+    hyps = translator.decode(chunk, beam=beam, alpha=alpha, nbest=nbest,
+                             with_weights=attention is not None)
     out.write(''.join(line + '\n' for h in hyps for line in format_hypotheses(h, nbest)))
     if attention is not None:
       for i, (text, h) in enumerate(zip(chunk, hyps)):

@@ -13,7 +13,7 @@ from flax import nnx
 
 import attention_jax as aj
 from attention_jax.data.tokenizers import BOS, EOS, PAD
-from attention_jax.decoding import beam, greedy
+from attention_jax.decoding import beam, greedy, inference
 from attention_jax.models import contract
 
 A, B = 3, 4          # the chain's two content tokens (V = 5: PAD, BOS, EOS, A, B)
@@ -389,3 +389,26 @@ def test_scored_greedy_is_beam_one_with_nbest_in_tokens_scores_and_weights(arch)
     assert gs[2, 0] == 0 and (gt[2] == PAD).all()
     ends |= {'eos' if (gt[r, 0] == EOS).any() else 'limit' for r in (0, 1, 3, 4)}
   assert ends == {'eos', 'limit'}, ends
+
+
+@pytest.mark.parametrize('arch', ['bahdanau', 'transformer'])
+def test_decoding_without_weights_gives_the_same_tokens_and_scores(arch):
+  """make_decoder(with_weights=False), as translate() decodes: the same tokens and scores as
+  with weights for greedy, scored greedy, beam search and its n-best, and weights with a last
+  axis of 0 (none kept while decoding)."""
+  if arch == 'transformer':
+    graphdef, params = nnx.split(aj.build(aj.ModelConfig(
+        src_vocab=V_SRC, tgt_vocab=V_TGT, arch='transformer', d_model=16, heads=2, ff_dim=24,
+        transformer_layers=1), rngs=nnx.Rngs(0)))
+  else:
+    graphdef, params = tiny(arch, 1)
+  src = jnp.asarray(SRC)
+  for beam_size, nbest in ((1, 0), (1, 1), (3, 0), (3, 2)):
+    one = jax.local_devices()[:1]
+    want = inference.make_decoder(graphdef, beam_size, 0.6, nbest, one)(params, src, L, 2.0)
+    got = inference.make_decoder(graphdef, beam_size, 0.6, nbest, one,
+                                 with_weights=False)(params, src, L, 2.0)
+    assert len(got) == len(want)
+    for g, w in zip(got[:-1], want[:-1]):   # tokens (and scores)
+      np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    assert got[-1].shape == want[-1].shape[:-1] + (0,) and want[-1].shape[-1] == SRC.shape[1]

@@ -289,6 +289,21 @@ def test_length_buckets_and_padded_rows_change_no_output(translator):
   helpers.assert_buckets_change_no_output(translator, TEXTS + [LONG, LONG[:41], 'x' * 33])
 
 
+def test_translate_decodes_without_weights_and_outputs_what_decode_does(translator):
+  """translate() (and the command without --attention) decodes with_weights=False: the same
+  outputs and scores as decode() with weights, each output's weights [T_i, 0]."""
+  texts = TEXTS + [LONG]
+  for kw in ({}, {'beam': 3, 'nbest': 2}):
+    full = translator.decode(texts, **kw)
+    bare = translator.decode(texts, with_weights=False, **kw)
+    for a, b in zip(full, bare):
+      assert a.outputs == b.outputs and a.tgt_tokens == b.tgt_tokens
+      np.testing.assert_array_equal(a.scores, b.scores)
+      assert [w.shape for w in b.weights] == [(w.shape[0], 0) for w in a.weights]
+    assert any(w.size for h in full for w in h.weights)
+  assert translator.translate(texts) == [h.outputs[0] for h in translator.decode(texts)]
+
+
 def test_compiling_ahead_changes_no_output_and_compiles_each_shape_once(translator):
   """Translator.compile_ahead (ahead.py: a file's shapes compiled in a background thread):
   the same tokens, scores and weights as compiling each shape on first call; one program per

@@ -78,6 +78,7 @@ class _State(NamedTuple):
   # attention weights by back-pointers: each step writes [B, K, S] rows and [B, *] indices
   # instead of reordering every hypothesis's [L, S] history (which cost most of the time)
   w_hist: jax.Array      # [L, B, K, S] float32, step t's weights of alive beam k (of t-1)
+                         # (S = 0 without weights)
   parent: jax.Array      # [L, B, 2K] int32, the alive beam each of step t's candidates extends
   alive_from: jax.Array  # [L, B, K] int32, the candidate that became alive beam k at step t
 
@@ -101,7 +102,7 @@ def _backtrack(st: _State, t_end: jax.Array, cand: jax.Array) -> jax.Array:
 
 
 def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: float = 0.6,
-                nbest: int = 0, limit: jax.Array | None = None):
+                nbest: int = 0, limit: jax.Array | None = None, with_weights: bool = True):
   """src [B, ...] -> (tokens [B, L] int32, scores [B] float32, weights [B, L, S] float32).
 
   `model` has `source_mask(src) -> [B, S] bool` (the memory's real positions),
@@ -121,6 +122,8 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   EOS, are scored with |Y| = the limit). The first is the answer without nbest. With N > 1
   a sentence stops only once K hypotheses have finished (the early stop that keeps the best
   answer can drop the runners-up).
+  with_weights False: weights [B, L, 0] ([B, N, L, 0]): no history kept; the same tokens and
+  scores.
   Call it inside `jax.jit` with beam_size, max_len, alpha and nbest static.
   """
   if not isinstance(beam_size, int) or beam_size < 1:
@@ -134,6 +137,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
                      f'got {nbest!r}')
   mask = model.source_mask(src)                                        # [B, S]
   b, s = mask.shape
+  width = s if with_weights else 0                                     # weights kept a step
   k, n = beam_size, max_len
   carry, mem = model.start(src, max_len)
   # the carry per hypothesis (leaves [B*K, ...]); the memory stays [B, ...]: the attention
@@ -185,7 +189,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
     beaten = answer > alive_logp[:, 0] / lp_limit
     return _State(t + 1, carry, alive_tok, alive_logp, fin_tok, fin_score, fin_at,
                   fin_cand, st.done | settled | beaten | capped,
-                  st.w_hist.at[t].set(w.reshape(b, k, s).astype(jnp.float32)),
+                  st.w_hist.at[t].set(w.reshape(b, k, s)[..., :width].astype(jnp.float32)),
                   st.parent.at[t].set(parent.astype(jnp.int32)),
                   st.alive_from.at[t].set(i.astype(jnp.int32)))
 
@@ -195,7 +199,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
               jnp.full((b, k, n), PAD, jnp.int32), alive_logp,
               jnp.full((b, k, n), PAD, jnp.int32), jnp.full((b, k), NEG_INF, jnp.float32),
               zeros(b, k), zeros(b, k), filler,
-              jnp.zeros((n, b, k, s), jnp.float32), zeros(n, b, 2 * k), zeros(n, b, k))
+              jnp.zeros((n, b, k, width), jnp.float32), zeros(n, b, 2 * k), zeros(n, b, k))
   st = run_segments(model, n, cond, body, st)   # to t = n at the latest
 
   # every sentence is done (at the latest at its limit): the answers are its finished

@@ -71,36 +71,42 @@ class _Loop(NamedTuple):
   score: jax.Array    # [B] float32, logp / lp(|Y|) once the row is done (0 before, filler)
 
 
-def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None):
+def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None,
+           with_weights: bool = True):
   """src [B, ...] -> (tokens [B, L] int32 (EOS then PAD after the end), weights [B, L, S]):
   the most probable emittable symbol at each step, L = max_len; S = the memory's length
   (model.source_mask: the source's tokens, or an image's grid cells).
 
   limit [B] int32 (<= max_len; default max_len): sentence b stops after limit[b] symbols
   without EOS. Stops early when every sentence has ended; shapes never depend on that.
+  with_weights False: weights [B, L, 0], nothing kept (a translation that does not show its
+  attention: about 10% less decoding for a CPU's RNN, docs/performance.md); same tokens.
   """
-  st = _greedy(model, src, max_len, limit, 0.0, None)
+  st = _greedy(model, src, max_len, limit, 0.0, None, with_weights)
   return st.tokens, st.weights
 
 
 def greedy_scored(model, src: jax.Array, max_len: int, limit: jax.Array | None = None,
-                  alpha: float = 0.6):
+                  alpha: float = 0.6, with_weights: bool = True):
   """greedy's output with its score, as beam search of one beam gives them (beam.py:
   log P / lp(|Y|), Wu et al. 2016's length penalty with `alpha`; 0 for filler rows):
   (tokens [B, 1, L], scores [B, 1], weights [B, 1, L, S]), the n-best layout. The same
   tokens, weights and scores as beam_search(beam_size=1, nbest=1) (tests/test_beam.py) in a
-  smaller loop: nothing ranked, merged or back-tracked."""
-  st = _greedy(model, src, max_len, limit, alpha)
+  smaller loop: nothing ranked, merged or back-tracked. with_weights False: weights
+  [B, 1, L, 0] (greedy's)."""
+  st = _greedy(model, src, max_len, limit, alpha, length_penalty, with_weights)
   return st.tokens[:, None], st.score[:, None], st.weights[:, None]
 
 
-def _greedy(model, src, max_len, limit, alpha, penalty=length_penalty) -> _Loop:
+def _greedy(model, src, max_len, limit, alpha, penalty=length_penalty,
+            with_weights: bool = True) -> _Loop:
   """greedy's loop -> its final state (with a penalty: each row's score when done)."""
   mask = model.source_mask(src)               # [B, S]
   b, s = mask.shape
+  width = s if with_weights else 0            # the weights kept per step: all, or none
   carry, mem = model.start(src, max_len)
   tokens = jnp.full((b, max_len), PAD, jnp.int32)
-  weights = jnp.zeros((b, max_len, s), jnp.float32)
+  weights = jnp.zeros((b, max_len, width), jnp.float32)
   done = ~jnp.any(mask, axis=1)               # filler rows produce nothing
   limit = jnp.full((b,), max_len, jnp.int32) if limit is None else limit
 
@@ -119,7 +125,7 @@ def _greedy(model, src, max_len, limit, alpha, penalty=length_penalty) -> _Loop:
       score = jnp.where(now_done & ~done, total / penalty(t + 1, alpha), score)
     y = jnp.where(done, PAD, y)
     return _Loop(t + 1, carry, y, st.tokens.at[:, t].set(y),
-                 st.weights.at[:, t].set(jnp.where(done[:, None], 0.0, w)),
+                 st.weights.at[:, t].set(jnp.where(done[:, None], 0.0, w[:, :width])),
                  now_done, total, score)
 
   y0 = jnp.full((b,), BOS, jnp.int32)

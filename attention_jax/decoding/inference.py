@@ -28,7 +28,7 @@ from attention_jax.training import parallel
 
 
 def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
-                 devices=None) -> Callable:
+                 devices=None, with_weights: bool = True) -> Callable:
   """-> jit-compiled decode(params, src [B, S], max_len, factor=None) (max_len, factor static;
   with factor, each sentence stops at its own limit, greedy.output_limits: its output does
   not depend on the batch it is in).
@@ -39,6 +39,7 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
   beam == 1 and N == 1: the greedy output and its log-probability).
 
   devices: the devices that share each batch, row-wise (default: jax.local_devices()).
+  with_weights False: weights with a last axis of 0, none kept (same tokens and scores).
   """
   if not isinstance(beam, int) or beam < 1:
     raise ValueError(f'beam must be a positive integer, got {beam!r}')
@@ -51,14 +52,15 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
              else decode_lib.output_limits(model.source_mask(src), factor, max_len))
     if beam == 1:   # beam search of one beam is greedy: its smaller loop, with the score
       if nbest:
-        return decode_lib.greedy_scored(model, src, max_len, limit, alpha)
-      return decode_lib.greedy(model, src, max_len, limit)
+        return decode_lib.greedy_scored(model, src, max_len, limit, alpha, with_weights)
+      return decode_lib.greedy(model, src, max_len, limit, with_weights)
     if not nbest:
       tokens, _, weights = beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len,
-                                                alpha=alpha, limit=limit)
+                                                alpha=alpha, limit=limit,
+                                                with_weights=with_weights)
       return tokens, weights
     return beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len, alpha=alpha,
-                                nbest=nbest, limit=limit)
+                                nbest=nbest, limit=limit, with_weights=with_weights)
   devices = jax.local_devices() if devices is None else list(devices)
   if len(devices) > 1:
     return parallel.split_batch(decode, devices, static_argnums=(2, 3))

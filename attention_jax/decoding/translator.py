@@ -127,13 +127,15 @@ class Translator:
     """The config of every model decoded: this run's (an ensemble's members': ensemble.py)."""
     return (self.config,)
 
-  def decoder(self, beam: int = 1, alpha: float = 0.6, nbest: int = 1):
+  def decoder(self, beam: int = 1, alpha: float = 0.6, nbest: int = 1,
+              with_weights: bool = True):
     """The jit-compiled n-best decode function (inference.make_decoder), one per setting."""
-    key = (beam, float(alpha), nbest)
+    key = (beam, float(alpha), nbest, with_weights)
     if key not in self._decoders:
       if not alpha >= 0:
         raise ValueError(f'alpha must be >= 0, got {alpha!r}')
-      self._decoders[key] = inference.make_decoder(self.graphdef, beam, float(alpha), nbest)
+      self._decoders[key] = inference.make_decoder(self.graphdef, beam, float(alpha), nbest,
+                                                   with_weights=with_weights)
     return self._decoders[key]
 
   def _encode(self, texts: Sequence[str]) -> np.ndarray:
@@ -212,19 +214,22 @@ class Translator:
            else ids.index(data_lib.PAD) if data_lib.PAD in ids else len(ids))
       outs.append(self.tgt_tok.decode(ids))
       tgts.append([self.tgt_tok.id_to_piece(i) for i in ids[:n]])
-      ws.append(source_weights(np.asarray(w[:n], np.float32)))
+      ws.append(source_weights(np.asarray(w[:n], np.float32)) if w.shape[-1]
+                else np.zeros((n, 0), np.float32))   # decoded without weights
       id_rows.append(np.asarray(ids[:n], np.int32))
     return Hypotheses(outs, [float(x) for x in scores], ws, src_tokens, tgts, id_rows)
 
   def decode(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
-             nbest: int = 1) -> list[Hypotheses]:
+             nbest: int = 1, with_weights: bool = True) -> list[Hypotheses]:
     """list of source strings -> their n-best Hypotheses (outputs, scores, attention), in
     input order. An empty or whitespace-only text gives nbest empty outputs of score 0.
-    Image models: a list of images (file paths or arrays); weights [T_i, H', W']."""
+    Image models: a list of images (file paths or arrays); weights [T_i, H', W'].
+    with_weights False: weights [T_i, 0], none kept while decoding (translate(): less work
+    a step); the same outputs and scores."""
     if self.config.source == 'images':
-      return self._decode_images(texts, beam, alpha, nbest)
+      return self._decode_images(texts, beam, alpha, nbest, with_weights)
     self._check_texts(texts, 'decode(texts)')
-    fn = self.decoder(beam, alpha, nbest)
+    fn = self.decoder(beam, alpha, nbest, with_weights)
     out: list[Hypotheses | None] = [None] * len(texts)
     todo = [i for i, t in enumerate(texts) if t.strip()]
     for i in set(range(len(texts))) - set(todo):
@@ -238,7 +243,7 @@ class Translator:
                                self._factor)
     programs = None
     if self.compile_ahead and hasattr(fn, 'lower'):
-      key = (beam, float(alpha), nbest)
+      key = (beam, float(alpha), nbest, with_weights)
       if key not in self._programs:
         self._programs[key] = ahead.Programs(fn)
       programs = self._programs[key]
@@ -284,13 +289,14 @@ class Translator:
         raise ValueError(f'{name(i)}: {e}') from None
     return imgs
 
-  def _decode_images(self, sources, beam: int, alpha: float, nbest: int) -> list[Hypotheses]:
+  def _decode_images(self, sources, beam: int, alpha: float, nbest: int,
+                     with_weights: bool = True) -> list[Hypotheses]:
     if isinstance(sources, (str, bytes, np.ndarray)) or not isinstance(sources, Sequence):
       raise TypeError(f'this model reads images: pass a list of images (file paths or arrays), '
                       f'got {type(sources).__name__}')
     imgs = self._read_images(sources)
     cell = encoders.lookup(self.config.encoder).cell_size(self.config)
-    fn = self.decoder(beam, alpha, nbest)
+    fn = self.decoder(beam, alpha, nbest, with_weights)
     max_tgt = int(self.run_config.get('data', {}).get('max_tgt_len', 128))
     max_len = decode_lib.max_output_len(max_tgt, self._factor)
     out = []
@@ -378,10 +384,11 @@ class Translator:
                 nbest: int = 1) -> list:
     """list of source strings -> list of output strings, in input order (greedy for beam 1,
     else beam search with length penalty alpha). nbest > 1: a list of [(output, score)]
-    per input, best first. Image models: a list of images (file paths or arrays)."""
+    per input, best first. Image models: a list of images (file paths or arrays). Decodes
+    without attention weights (decode(texts) gives them), which it does not return."""
     if self.config.source == 'tokens':
       self._check_texts(texts)
-    hyps = self.decode(texts, beam, alpha, nbest)
+    hyps = self.decode(texts, beam, alpha, nbest, with_weights=False)
     if nbest == 1:
       return [h.outputs[0] for h in hyps]
     return [list(zip(h.outputs, h.scores)) for h in hyps]
