@@ -14,23 +14,44 @@
   aj.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
 """
 
-from attention_jax.decoding.beam import beam_search
-from attention_jax.decoding.ensemble import Ensemble, EnsembleTranslator, load, load_ensemble
-from attention_jax.decoding.greedy import greedy
-from attention_jax.decoding.translator import Hypotheses, Translator
-from attention_jax.evaluation import metrics  # metrics.register(metrics.Metric(...)): a new metric
-from attention_jax.evaluation.plots import plot_attention, plot_attention_grid
-from attention_jax.evaluation.run_eval import evaluate_run
-from attention_jax.models.attention import (MODES, NORMALISERS, Attention, masked_softmax,
-                                            masked_sparsemax)
-from attention_jax.models.cells import CELLS
-from attention_jax.models.model import ARCHS, ModelConfig, Seq2Seq, build
-from attention_jax.models.multihead import MultiHeadAttention
-from attention_jax.models.rnn_decoder import DECODERS
-from attention_jax.models.scores import SCORES, Score, register
-from attention_jax.models.transformer import Transformer
+import importlib
 
-__all__ = ['ARCHS', 'MultiHeadAttention', 'Transformer', 'build', 'Attention', 'Hypotheses', 'beam_search', 'evaluate_run', 'greedy', 'CELLS', 'DECODERS', 'MODES', 'ModelConfig',
-           'NORMALISERS', 'SCORES', 'Score', 'Seq2Seq', 'Translator', 'load', 'masked_softmax',
-           'masked_sparsemax', 'plot_attention', 'plot_attention_grid', 'register',
-           'Ensemble', 'EnsembleTranslator', 'load_ensemble']
+# Each name is imported from its module when first used (PEP 562), so that a process that
+# needs only part of the package (`translate`: decoding, no TFDS, Matplotlib or SciPy)
+# does not import all of it: about 0.7 s of a translation's start (docs/performance.md).
+_EXPORTS = {
+    'attention_jax.decoding.beam': ['beam_search'],
+    'attention_jax.decoding.ensemble': ['Ensemble', 'EnsembleTranslator', 'load',
+                                        'load_ensemble'],
+    'attention_jax.decoding.greedy': ['greedy'],
+    'attention_jax.decoding.translator': ['Hypotheses', 'Translator'],
+    'attention_jax.evaluation.plots': ['plot_attention', 'plot_attention_grid'],
+    'attention_jax.evaluation.run_eval': ['evaluate_run'],
+    'attention_jax.models.attention': ['MODES', 'NORMALISERS', 'Attention', 'masked_softmax',
+                                       'masked_sparsemax'],
+    'attention_jax.models.cells': ['CELLS'],
+    'attention_jax.models.model': ['ARCHS', 'ModelConfig', 'Seq2Seq', 'build'],
+    'attention_jax.models.multihead': ['MultiHeadAttention'],
+    'attention_jax.models.rnn_decoder': ['DECODERS'],
+    'attention_jax.models.scores': ['SCORES', 'Score', 'register'],
+    'attention_jax.models.transformer': ['Transformer'],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+_MODULES = {'metrics': 'attention_jax.evaluation.metrics'}  # metrics.register(metrics.Metric(...))
+
+__all__ = [*sorted(_WHERE), *sorted(_MODULES)]
+
+
+def __getattr__(name: str):
+  if name in _MODULES:
+    value = importlib.import_module(_MODULES[name])
+  elif name in _WHERE:
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+  else:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  globals()[name] = value   # imported once
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(__all__))

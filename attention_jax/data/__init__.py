@@ -9,16 +9,30 @@
 Token ids: PAD=0, BOS=1, EOS=2, UNK=3 in every vocabulary.
 """
 
-from attention_jax.data.batching import Buckets, TrainIterator
-from attention_jax.data.builders import BUILDERS, gold_alignment, prepare
-from attention_jax.data.loaders import TASKS, Loaded, register_task
-from attention_jax.data.tasks import FIELD_DEFAULTS, SPLITS, Task, decode_limit, load_task
-from attention_jax.data.textfiles import CorpusError, read_corpus
-from attention_jax.data.tokenizers import (BOS, EOS, PAD, TOKENIZERS, UNK, Tokenizer,
-                                           load_tokenizer, load_tokenizers, save_tokenizers,
-                                           train_tokenizer)
+import importlib
 
-__all__ = ['BOS', 'BUILDERS', 'Buckets', 'CorpusError', 'EOS', 'FIELD_DEFAULTS', 'Loaded', 'PAD',
-           'SPLITS', 'TASKS', 'TOKENIZERS', 'Task', 'Tokenizer', 'TrainIterator', 'UNK',
-           'decode_limit', 'gold_alignment', 'load_task', 'load_tokenizer', 'load_tokenizers',
-           'prepare', 'read_corpus', 'register_task', 'save_tokenizers', 'train_tokenizer']
+# Each name is imported from its module when first used (PEP 562): decoding a saved run needs
+# the tokenizers, not the TFDS builders or the image drawing (Matplotlib, SciPy).
+_EXPORTS = {
+    'attention_jax.data.batching': ['Buckets', 'TrainIterator', 'decode_limit'],
+    'attention_jax.data.builders': ['BUILDERS', 'gold_alignment', 'prepare'],
+    'attention_jax.data.loaders': ['TASKS', 'Loaded', 'register_task'],
+    'attention_jax.data.tasks': ['FIELD_DEFAULTS', 'SPLITS', 'Task', 'load_task'],
+    'attention_jax.data.textfiles': ['CorpusError', 'read_corpus'],
+    'attention_jax.data.tokenizers': ['BOS', 'EOS', 'PAD', 'TOKENIZERS', 'UNK', 'Tokenizer',
+                                      'load_tokenizer', 'load_tokenizers', 'save_tokenizers',
+                                      'train_tokenizer'],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = [*sorted(_WHERE)]
+
+
+def __getattr__(name: str):
+  if name not in _WHERE:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  value = globals()[name] = getattr(importlib.import_module(_WHERE[name]), name)
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(__all__))

@@ -20,6 +20,12 @@ from attention_jax.symbols import BOS, EOS, PAD
 MULTIPLE = 8  # bucket lengths are rounded up to a multiple of this
 
 
+def decode_limit(max_train_len: int) -> int:
+  """The longest input (tokens) that evaluation or translation decodes for a run trained up to
+  max_train_len tokens: 4x that, at least 512; beyond it the work or memory would be unbounded."""
+  return max(512, 4 * max_train_len)
+
+
 def round_up(n: int, multiple: int = MULTIPLE) -> int:
   return int(-(-int(n) // multiple) * multiple)
 

@@ -19,6 +19,7 @@ from absl import logging
 
 from attention_jax.data import batching, builders, cmudict, loaders, strips
 from attention_jax.data import tokenizers as tok_lib
+from attention_jax.data.batching import decode_limit  # re-exported
 
 SPLITS = loaders.SPLITS
 # data fields added after runs were saved, with the value a saved config without them means
@@ -34,12 +35,6 @@ def _encode(tok, texts: Sequence[str]) -> batching.Ragged:
   if hasattr(tok, 'encode_batch'):
     return batching.Ragged.from_lists(tok.encode_batch(list(texts)))
   return batching.Ragged.from_lists([tok.encode(t) for t in texts])
-
-
-def decode_limit(max_train_len: int) -> int:
-  """The longest input (tokens) that evaluation or translation decodes for a run trained up to
-  max_train_len tokens: 4x that, at least 512; beyond it the work or memory would be unbounded."""
-  return max(512, 4 * max_train_len)
 
 
 def length_stats(lengths: np.ndarray) -> dict[str, float]:
