@@ -39,7 +39,7 @@ _EXPORTS = {
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 _MODULES = {'metrics': 'attention_jax.evaluation.metrics'}  # metrics.register(metrics.Metric(...))
 
-__all__ = [*sorted(_WHERE), *sorted(_MODULES)]
+__all__ = [*sorted(_WHERE), *sorted(_MODULES)]  # noqa: PLE0604 (the names above)
 
 
 def __getattr__(name: str):

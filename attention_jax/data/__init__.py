@@ -24,7 +24,7 @@ _EXPORTS = {
                                       'train_tokenizer'],
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = [*sorted(_WHERE)]
+__all__ = [*sorted(_WHERE)]  # noqa: PLE0604 (the names above)
 
 
 def __getattr__(name: str):
