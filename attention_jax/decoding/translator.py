@@ -21,9 +21,9 @@ Large batches are decoded in chunks of at most `chunk_size` sentences (sorted by
 each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays bounded. On
 CPUs a chunk is also kept to the rows per device whose attention memory fits twice a core's
 L2 cache (`t.cache_budget` bytes; None: off), since each decoding step reads all of it.
-Sources are padded to geometric length buckets and chunks to a few row counts (shapes.py:
-growth `t.bucket_growth`), so a file compiles a bounded set of shapes, each once per
-(beam, alpha, nbest), in a background thread while the chunks before them decode (ahead.py;
+Sources are padded to geometric length buckets, each chunk a full chunk of its bucket
+(shapes.py: growth `t.bucket_growth`), so a file compiles a bounded set of shapes (about one
+per bucket), each once per (beam, alpha, nbest), in a background thread while the chunks before them decode (ahead.py;
 `t.compile_ahead = False`: each on first use); `t.shapes_used` lists them. `load` turns on
 JAX's persistent compilation cache (compile_cache.py): the next process reads the programs
 from disk.
@@ -108,10 +108,10 @@ class Translator:
     self._decoders: dict[tuple, object] = {}
     self._programs: dict[tuple, ahead.Programs] = {}
     self._attributors: dict[tuple, object] = {}
-    # sources padded to geometric length buckets and chunks to a few row counts (shapes.py):
+    # sources padded to geometric length buckets, chunks full chunks of a bucket (shapes.py):
     # a file compiles a bounded set of shapes; None: multiples of 8, chunks as they come
     self.bucket_growth: float | None = shapes.GROWTH
-    self.rows_per_octave: int = shapes.ROWS_PER_OCTAVE   # a bucket's last chunk's row counts
+    self.rows_per_octave: int = shapes.ROWS_PER_OCTAVE   # a call's last chunk's row counts
     self.shapes_used: set[tuple] = set()   # (beam, alpha, nbest, rows, length) decoded
     # a file's shapes compiled ahead of use in a background thread, while the first chunks
     # decode (ahead.py; with several devices too: split_batch's .lower); False: each
