@@ -14,12 +14,12 @@
   aj.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
 """
 
-import importlib
+from attention_jax import lazy
 
-# Each name is imported from its module when first used (PEP 562), so that a process that
+# Each name is imported from its module when first used (lazy.py), so that a process that
 # needs only part of the package (`translate`: decoding, no TFDS, Matplotlib or SciPy)
 # does not import all of it: about 0.7 s of a translation's start (docs/performance.md).
-_EXPORTS = {
+__getattr__, __dir__, __all__ = lazy.exports(__name__, {
     'attention_jax.decoding.beam': ['beam_search'],
     'attention_jax.decoding.ensemble': ['Ensemble', 'EnsembleTranslator', 'load',
                                         'load_ensemble'],
@@ -35,23 +35,4 @@ _EXPORTS = {
     'attention_jax.models.rnn_decoder': ['DECODERS'],
     'attention_jax.models.scores': ['SCORES', 'Score', 'register'],
     'attention_jax.models.transformer': ['Transformer'],
-}
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-_MODULES = {'metrics': 'attention_jax.evaluation.metrics'}  # metrics.register(metrics.Metric(...))
-
-__all__ = [*sorted(_WHERE), *sorted(_MODULES)]  # noqa: PLE0604 (the names above)
-
-
-def __getattr__(name: str):
-  if name in _MODULES:
-    value = importlib.import_module(_MODULES[name])
-  elif name in _WHERE:
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-  else:
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-  globals()[name] = value   # imported once
-  return value
-
-
-def __dir__():
-  return sorted(set(globals()) | set(__all__))
+}, modules={'metrics': 'attention_jax.evaluation.metrics'})  # metrics.register(Metric(...))

@@ -9,11 +9,11 @@
 Token ids: PAD=0, BOS=1, EOS=2, UNK=3 in every vocabulary.
 """
 
-import importlib
+from attention_jax import lazy
 
-# Each name is imported from its module when first used (PEP 562): decoding a saved run needs
+# Each name is imported from its module when first used (lazy.py): decoding a saved run needs
 # the tokenizers, not the TFDS builders or the image drawing (Matplotlib, SciPy).
-_EXPORTS = {
+__getattr__, __dir__, __all__ = lazy.exports(__name__, {
     'attention_jax.data.batching': ['Buckets', 'TrainIterator', 'decode_limit'],
     'attention_jax.data.builders': ['BUILDERS', 'gold_alignment', 'prepare'],
     'attention_jax.data.loaders': ['TASKS', 'Loaded', 'register_task'],
@@ -22,17 +22,4 @@ _EXPORTS = {
     'attention_jax.data.tokenizers': ['BOS', 'EOS', 'PAD', 'TOKENIZERS', 'UNK', 'Tokenizer',
                                       'load_tokenizer', 'load_tokenizers', 'save_tokenizers',
                                       'train_tokenizer'],
-}
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = [*sorted(_WHERE)]  # noqa: PLE0604 (the names above)
-
-
-def __getattr__(name: str):
-  if name not in _WHERE:
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-  value = globals()[name] = getattr(importlib.import_module(_WHERE[name]), name)
-  return value
-
-
-def __dir__():
-  return sorted(set(globals()) | set(__all__))
+})
