@@ -252,8 +252,10 @@ def compile_report(translator: Translator) -> str:
   if folder is not None:
     entries, size = compile_cache.size(folder)
     cache = f'{folder} ({entries} entries, {size / 2 ** 20:.1f} MB)'
-  return (f'decoding shapes (rows x source length): {len(shapes)}: '
-          + ' '.join(f'{r}x{s}' for r, s in shapes)
+  growth = translator.bucket_growth
+  buckets = 'multiples of 8' if growth is None else f'growth {growth:g}'
+  return (f'decoding shapes (rows x source length; length buckets of {buckets}): '
+          f'{len(shapes)}: ' + ' '.join(f'{r}x{s}' for r, s in shapes)
           + f'\nprograms compiled or read from the cache: {c["programs"]} in '
           f'{c["compile_s"]:.1f} s ({c["cache_hits"]} cache hits); compilation cache: {cache}'
           f'\ndevices sharing each chunk: {jax.local_device_count()} '

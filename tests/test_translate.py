@@ -19,6 +19,8 @@ import attention_jax as aj
 from attention_jax import data
 from attention_jax.decoding import greedy as decode_lib
 from attention_jax.decoding import ahead, compile_cache, inference, shapes
+from attention_jax.decoding import translator as translator_lib
+from attention_jax.models.model import ModelConfig
 from attention_jax.training import parallel, train
 from experiments import translate as translate_cmd
 from experiments.configs import dates
@@ -378,7 +380,7 @@ def test_chunks_are_full_chunks_of_the_smallest_bucket_one_shape_per_bucket(tran
     t.chunk_size, t.MEMORY_BUDGET = size, budget
     try:
       chunks = list(t._chunks(list(range(len(lengths))), lengths, hyps))
-      most = {L: t._most(L, hyps) for L in shapes.buckets(max(lengths))}
+      most = {L: t._most(L, hyps) for L in shapes.buckets(max(lengths), t.bucket_growth)}
     finally:
       t.chunk_size = 256
       del t.MEMORY_BUDGET   # the class's again
@@ -392,12 +394,27 @@ def test_chunks_are_full_chunks_of_the_smallest_bucket_one_shape_per_bucket(tran
       else:   # the last: its rows padded to a full chunk's where that pads <= 1/8 of them
         assert n == shapes.tail_rows(len(rows), most[length], len(lengths))
         assert (n - len(rows)) * (shapes.ROWS_PER_OCTAVE - 1) <= len(lengths)
-      for smaller in (L for L in most if shapes.length_bucket(lengths[rows[0]]) <= L < length):
+      for smaller in (L for L in most if t._length(lengths[rows[0]]) <= L < length):
         # a smaller bucket's full chunk from here would not hold its rows
         assert lengths[min(rows[0] + most[smaller], len(lengths)) - 1] > smaller
     assert len({s for _, s in chunks}) <= len({L for _, (_, L) in chunks}) + 1
   assert shapes.buckets(256) == [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
   assert shapes.length_bucket(41) == 56
+
+
+def test_one_core_decodes_coarser_buckets_many_cores_finer():
+  """shapes.growth: GROWTH where another core can compile while one decodes, GROWTH_ONE_CORE
+  (fewer programs: each one's compile time adds to the wall time) on one; a Translator takes
+  the growth of the cores this process may run on."""
+  assert shapes.growth(2) == shapes.growth(64) == shapes.GROWTH == 1.25
+  assert shapes.growth(1) == shapes.GROWTH_ONE_CORE == 2.0
+  assert shapes.buckets(256, shapes.growth(1)) == [8, 16, 32, 64, 128, 256]
+  assert shapes.growth() == shapes.growth(len(os.sched_getaffinity(0)))
+  with pytest.raises(ValueError, match='cores must be >= 1, got 0'):
+    shapes.growth(0)
+  mcfg = ModelConfig(src_vocab=8, tgt_vocab=8)
+  assert translator_lib.Translator(mcfg, None, None, None, None, 2.0, 0).bucket_growth == \
+      shapes.growth()
 
 
 def test_row_buckets_are_few_per_octave_and_pad_under_an_eighth():
@@ -443,7 +460,7 @@ def test_cache_budget_caps_a_chunks_rows_per_device_and_changes_no_output(transl
   assert jax.local_devices()[0].platform == 'cpu' and t.cache_budget == 2 * shapes.l2_bytes()
   texts = [f'{d % 28 + 1} November {1950 + d}'
            for d in range(8 * jax.local_device_count() * shapes.CACHE_LEAST_ROWS)] + TEXTS
-  length = shapes.length_bucket(max(len(t.src_tok.encode(x)) for x in texts) + 1)
+  length = t._length(max(len(t.src_tok.encode(x)) for x in texts) + 1)
   budget = t.cache_budget
   try:
     for kw in ({}, {'beam': 3, 'nbest': 2}):
@@ -503,7 +520,9 @@ def test_compilation_cache_is_reused_and_a_bad_one_is_skipped_with_one_warning(r
     return err, int(hits.group(1))
 
   err, hits = translate(cache)
-  assert 'warning' not in err and hits == 0 and re.search(r'decoding shapes .*: 1: 3x24', err), err
+  length = translator._length(max(len(translator.src_tok.encode(x)) for x in lines) + 1)
+  assert 'warning' not in err and hits == 0 and re.search(
+      rf'decoding shapes .*growth {shapes.growth():g}\): 1: 3x{length}\b', err), err
   entries = [p for p in cache.iterdir() if p.name.endswith('-cache')]
   assert entries
   err, hits = translate(cache)

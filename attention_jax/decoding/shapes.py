@@ -1,7 +1,8 @@
 """The bounded set of shapes that decoding compiles: a jit-compiled decoder compiles once per
 (rows, source length) it is called with, so a file of varied lengths decoded at its own
 lengths compiles dozens of programs (most of a first translate's time). Sources, sorted by
-length, go in full chunks of geometric length buckets (GROWTH, multiples of MULTIPLE): each
+length, go in full chunks of geometric length buckets (GROWTH, multiples of MULTIPLE; on one
+core, where compiling cannot hide behind decoding, the coarser GROWTH_ONE_CORE: growth()): each
 chunk takes the smallest bucket L whose full chunk (the most rows that fit at L, a power of
 two) holds its sources, so every chunk but a call's last has the shape of its bucket's full
 chunk; the last is padded to that where it pads at most 1 / ROWS_PER_OCTAVE of the call's
@@ -9,6 +10,7 @@ rows, else to one of ROWS_PER_OCTAVE row counts per octave:
 
   length_bucket(37)            # -> 40
   buckets(256)                 # -> [8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240, 304]
+  buckets(256, growth(1))      # -> [8, 16, 32, 64, 128, 256] (one core)
   row_bucket(21, most=256)     # -> 22 (16-32 in steps of 2); row_bucket(130, 256) -> 144
   tail_rows(5, most=8, rows=93)   # -> 8: 3 padding rows of 93
 
@@ -32,6 +34,7 @@ import os
 from attention_jax.data.batching import round_up
 
 GROWTH = 1.25   # each length bucket at most this times the one below (then rounded up)
+GROWTH_ONE_CORE = 2.0   # ... where compiling and decoding share one core (growth())
 MULTIPLE = 8    # bucket lengths are multiples of this (as training's: data.bucket_multiple)
 ROWS_PER_OCTAVE = 8   # row counts of a bucket's last chunk between 2^k and 2^(k+1) (a power of 2)
 CACHE_FALLBACK = 2 ** 20   # a CPU core's L2 cache where the OS does not say (1 MiB)
@@ -56,6 +59,20 @@ def buckets(limit: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> lis
   while out[-1] < limit:
     out.append(length_bucket(out[-1] + 1, growth, multiple))
   return out
+
+
+def growth(cores: int | None = None) -> float:
+  """The bucket growth for a process that may run on `cores` CPU cores (default: those of
+  os.sched_getaffinity). With two or more, one core compiles the next shapes while the others
+  decode (ahead.py), so fine buckets (GROWTH) cost little compiling and pad little. On one,
+  compiling and decoding take turns: every program adds its whole compile time to the
+  wall time (1.5-2 s for the bench's RNN), and coarser buckets (GROWTH_ONE_CORE: 4 programs
+  instead of 10 for sources of 10-250 symbols) cost less than their padding
+  (docs/performance.md, "One core")."""
+  cores = len(os.sched_getaffinity(0)) if cores is None else cores
+  if cores < 1:
+    raise ValueError(f'cores must be >= 1, got {cores!r}')
+  return GROWTH if cores > 1 else GROWTH_ONE_CORE
 
 
 def tail_rows(n: int, most: int, rows: int, per_octave: int = ROWS_PER_OCTAVE) -> int:

@@ -109,8 +109,9 @@ class Translator:
     self._programs: dict[tuple, ahead.Programs] = {}
     self._attributors: dict[tuple, object] = {}
     # sources padded to geometric length buckets, chunks full chunks of a bucket (shapes.py):
-    # a file compiles a bounded set of shapes; None: multiples of 8, chunks as they come
-    self.bucket_growth: float | None = shapes.GROWTH
+    # a file compiles a bounded set of shapes, coarser on one core (shapes.growth); None:
+    # multiples of 8, chunks as they come
+    self.bucket_growth: float | None = shapes.growth()
     self.rows_per_octave: int = shapes.ROWS_PER_OCTAVE   # a call's last chunk's row counts
     self.shapes_used: set[tuple] = set()   # (beam, alpha, nbest, rows, length) decoded
     # a file's shapes compiled ahead of use in a background thread, while the first chunks
