@@ -22,8 +22,9 @@ each chunk pads little) whose attention weights fit MEMORY_BUDGET: memory stays 
 CPUs a chunk is also kept to the rows per device whose attention memory fits twice a core's
 L2 cache (`t.cache_budget` bytes; None: off), since each decoding step reads all of it.
 Sources are padded to geometric length buckets, each chunk a full chunk of its bucket
-(shapes.py: growth `t.bucket_growth`), so a file compiles a bounded set of shapes (about one
-per bucket), each once per (beam, alpha, nbest), in a background thread while the chunks before them decode (ahead.py;
+(shapes.py: growth `t.bucket_growth`, 1.25, or 2 on one core: shapes.growth), so a file
+compiles a bounded set of shapes (about one per bucket), each once per (beam, alpha, nbest),
+in a background thread while the chunks before them decode (ahead.py;
 `t.compile_ahead = False`: each on first use); `t.shapes_used` lists them. `load` turns on
 JAX's persistent compilation cache (compile_cache.py): the next process reads the programs
 from disk.
