@@ -18,7 +18,9 @@ pip packages' typefaces, image_builders.PIP_FONTS; none of them STIX or Times-li
 `wide_half_w16_120k` is `wide_half_w16` with twice the distinct training images (120,000
 drawn once: the 24-wide CNN's validation loss rose over its last 1,000 steps of 60,000 images);
 `wide_half_w16_120k_20k` trains that twice as long (20,000 steps: both seeds' validation was
-still rising at 10,000, seed 2's far behind seed 1's).
+still rising at 10,000, seed 2's far behind seed 1's); `wide_half_w16_120k_ema` is
+`wide_half_w16_120k` (10,000 steps) evaluated and saved as an exponential moving average of
+its weights (train.ema_decay 0.999: about the last 1,000 steps; Polyak & Juditsky 1992).
 """
 
 import dataclasses
@@ -40,7 +42,9 @@ VARIANTS = [('augmented', {}),
             ('wide_half_w16_120k', {**WIDE_HALF_10K, 'model.cnn_width': 16,
                                     'data.num_train': 120000}),
             ('wide_half_w16_120k_20k', {**WIDE_HALF, 'train.steps': 20000, 'model.cnn_width': 16,
-                                        'data.num_train': 120000})]
+                                        'data.num_train': 120000}),
+            ('wide_half_w16_120k_ema', {**WIDE_HALF_10K, 'model.cnn_width': 16,
+                                        'data.num_train': 120000, 'train.ema_decay': 0.999})]
 
 
 def get_config(arg: str | None = None):
