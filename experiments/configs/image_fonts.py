@@ -31,6 +31,7 @@ from experiments.configs import image_dates
 NO_AUGMENT = {f'data.image_{f.name}': 0.0 for f in dataclasses.fields(image_builders.Augment)}
 WIDE_HALF = {'data.image_augment_p': 0.5, 'data.image_fonts': 'wide'}
 WIDE_HALF_10K = {**WIDE_HALF, 'train.steps': 10000}
+W16_120K = {**WIDE_HALF_10K, 'model.cnn_width': 16, 'data.num_train': 120000}
 VARIANTS = [('augmented', {}),
             ('augmented_half', {'data.image_augment_p': 0.5}),
             ('plain', dict(NO_AUGMENT)),
@@ -39,12 +40,9 @@ VARIANTS = [('augmented', {}),
             ('wide_half_10k', dict(WIDE_HALF_10K)),
             ('wide_half_w16', {**WIDE_HALF_10K, 'model.cnn_width': 16}),
             ('wide_half_w24', {**WIDE_HALF_10K, 'model.cnn_width': 24}),
-            ('wide_half_w16_120k', {**WIDE_HALF_10K, 'model.cnn_width': 16,
-                                    'data.num_train': 120000}),
-            ('wide_half_w16_120k_20k', {**WIDE_HALF, 'train.steps': 20000, 'model.cnn_width': 16,
-                                        'data.num_train': 120000}),
-            ('wide_half_w16_120k_ema', {**WIDE_HALF_10K, 'model.cnn_width': 16,
-                                        'data.num_train': 120000, 'train.ema_decay': 0.999})]
+            ('wide_half_w16_120k', dict(W16_120K)),
+            ('wide_half_w16_120k_20k', {**W16_120K, 'train.steps': 20000}),
+            ('wide_half_w16_120k_ema', {**W16_120K, 'train.ema_decay': 0.999})]
 
 
 def get_config(arg: str | None = None):
