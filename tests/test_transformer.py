@@ -359,12 +359,19 @@ def test_the_cache_grows_in_doubling_segments_that_end_at_max_len():
     assert all(e % 8 == 0 for e in ends[:-1]) and all(b <= 2 * a for a, b in zip(ends, ends[1:]))
   assert m.cache_lengths(127) == (127,) and m.cache_lengths(128) == (64, 128)
   assert m.cache_lengths(250) == (64, 128, 250) and m.cache_lengths(1000) == (256, 504, 1000)
+  # the finer bounds of beam search on one core (shapes.kv_segments)
+  assert m.cache_lengths(250, 32, 6) == (32, 64, 128, 250)
+  assert m.cache_lengths(1000, 32, 6) == (32, 64, 128, 256, 504, 1000)
+  assert m.cache_lengths(63, 32, 6) == (63,) and m.cache_lengths(64, 32, 6) == (32, 64)
+  with pytest.raises(ValueError, match='shortest >= 1 and most >= 1, got shortest=0, most=6'):
+    m.cache_lengths(100, 0, 6)
 
 
 @pytest.mark.parametrize('kw', [{}, VARIANTS[4]], ids=['scaled_dot', 'general-self_additive-cross'])
 def test_decoding_in_segments_returns_what_one_loop_does(kw, monkeypatch):
   """Greedy and beam search over a KV cache grown segment by segment (decode.segments; 40
-  positions with segments of at least 8: 3 segments) give what one loop over a 40-position
+  positions with segments of at least 8: 3 segments, or beam search's 4 with kv_segments
+  (8, 6)) give what one loop over a 40-position
   cache gives: the same tokens, scores and weights to 1e-5 (EOS suppressed, as in the
   benchmark: every output runs to the limit)."""
   monkeypatch.setattr(transformer, 'CACHE_SEGMENT', 8)
@@ -373,18 +380,22 @@ def test_decoding_in_segments_returns_what_one_loop_does(kw, monkeypatch):
   src = jnp.array(GOLDEN_SRC, jnp.int32)
   assert decode_lib.segments(m, 40) == (16, 24, 40)
 
-  def run():
+  assert decode_lib.segments(m, 40, (8, 6)) == (8, 16, 24, 40)   # beam search on one core
+
+  def run(kv=None):
     g_tok, g_w = jax.jit(lambda s: decode_lib.greedy(m, s, 40))(src)
     tok, sc, w = jax.jit(lambda s: beam_lib.beam_search(m, s, beam_size=3, max_len=40,
-                                                        alpha=0.0, nbest=3))(src)
+                                                        alpha=0.0, nbest=3,
+                                                        kv_segments=kv))(src)
     return g_tok, tok, (g_w, sc, w)
 
-  seg = run()
+  seg, finer = run(), run((8, 6))
   monkeypatch.setattr(transformer.Transformer, 'cache_lengths', lambda self, n: (n,))
   assert decode_lib.segments(m, 40) == (40,)
   one = run()
   assert (np.asarray(seg[0]) != PAD).all()   # ran to the limit, through every segment
-  for a, b in zip(seg[:2], one[:2]):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  for a, b in zip(seg[2], one[2]):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+  for got in (seg, finer):
+    for a, b in zip(got[:2], one[:2]):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for a, b in zip(got[2], one[2]):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)

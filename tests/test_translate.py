@@ -417,6 +417,28 @@ def test_one_core_decodes_coarser_buckets_many_cores_finer():
       shapes.growth()
 
 
+def test_beam_search_on_one_core_takes_finer_kv_segments(monkeypatch):
+  """shapes.kv_segments: KV_SEGMENTS_ONE_CORE_BEAM for beam search on one core (each step
+  reorders the whole cache), the model's defaults (None) for greedy or several cores; a
+  Translator's decoder passes it on to make_decoder for the cores this process may run on."""
+  assert shapes.kv_segments(5, 1) == shapes.KV_SEGMENTS_ONE_CORE_BEAM == (32, 6)
+  assert shapes.kv_segments(2, 1) == (32, 6)
+  assert shapes.kv_segments(1, 1) is None and shapes.kv_segments(5, 2) is None
+  with pytest.raises(ValueError, match='cores must be >= 1, got 0'):
+    shapes.kv_segments(5, 0)
+  seen = []
+  monkeypatch.setattr(translator_lib.inference, 'make_decoder',
+                      lambda *a, kv_segments=None, **k: seen.append(kv_segments) or len(seen))
+  t = translator_lib.Translator(ModelConfig(src_vocab=8, tgt_vocab=8), None, None, None, None,
+                                2.0, 0)
+  for cores, want in (({0}, [None, (32, 6)]), ({0, 1}, [None, None])):
+    seen.clear()
+    t._decoders = {}
+    monkeypatch.setattr(shapes.os, 'sched_getaffinity', lambda pid, c=cores: c)
+    t.decoder(1), t.decoder(5)
+    assert seen == want, (cores, seen)
+
+
 def test_row_buckets_are_few_per_octave_and_pad_under_an_eighth():
   """shapes.row_bucket(n, most): the smallest of {1..8} and 2^k + j 2^k / 8 (k >= 3) holding n,
   at most `most`; per_octave 1 is the next power of two; bad arguments are named."""

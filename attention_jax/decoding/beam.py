@@ -102,7 +102,8 @@ def _backtrack(st: _State, t_end: jax.Array, cand: jax.Array) -> jax.Array:
 
 
 def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: float = 0.6,
-                nbest: int = 0, limit: jax.Array | None = None, with_weights: bool = True):
+                nbest: int = 0, limit: jax.Array | None = None, with_weights: bool = True,
+                kv_segments: tuple[int, int] | None = None):
   """src [B, ...] -> (tokens [B, L] int32, scores [B] float32, weights [B, L, S] float32).
 
   `model` has `source_mask(src) -> [B, S] bool` (the memory's real positions),
@@ -124,7 +125,9 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
   answer can drop the runners-up).
   with_weights False: weights [B, L, 0] ([B, N, L, 0]): no history kept; the same tokens and
   scores.
-  Call it inside `jax.jit` with beam_size, max_len, alpha and nbest static.
+  kv_segments (shortest, most): bounds of a growing carry's segments (greedy.segments; None:
+  the model's defaults); the same outputs, another speed (shapes.kv_segments).
+  Call it inside `jax.jit` with beam_size, max_len, alpha, nbest and kv_segments static.
   """
   if not isinstance(beam_size, int) or beam_size < 1:
     raise ValueError(f'beam_size must be a positive integer, got {beam_size!r}')
@@ -200,7 +203,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int, max_len: int, alpha: f
               jnp.full((b, k, n), PAD, jnp.int32), jnp.full((b, k), NEG_INF, jnp.float32),
               zeros(b, k), zeros(b, k), filler,
               jnp.zeros((n, b, k, width), jnp.float32), zeros(n, b, 2 * k), zeros(n, b, k))
-  st = run_segments(model, n, cond, body, st)   # to t = n at the latest
+  st = run_segments(model, n, cond, body, st, kv_segments)   # to t = n at the latest
 
   # every sentence is done (at the latest at its limit): the answers are its finished
   # hypotheses, sorted (-inf: an empty slot)

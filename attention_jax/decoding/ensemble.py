@@ -101,9 +101,11 @@ class Ensemble(nnx.Module, contract.EncoderDecoder):
     return (tuple(o[0] for o in outs), _mean([o[1] for o in outs]),
             _mean([o[2] for o in outs]))
 
-  def cache_lengths(self, max_len: int) -> tuple[int, ...]:
+  def cache_lengths(self, max_len: int, shortest: int | None = None,
+                    most: int | None = None) -> tuple[int, ...]:
     """The union of the members' (each ends at max_len): (max_len,) for RNNs alone."""
-    return tuple(sorted({e for m in self.members for e in m.cache_lengths(max_len)}))
+    return tuple(sorted({e for m in self.members
+                         for e in m.cache_lengths(max_len, shortest, most)}))
 
   def resize(self, carry: tuple, length: int) -> tuple:
     return tuple(m.resize(c, length) for m, c in zip(self.members, carry))

@@ -39,20 +39,26 @@ def emittable(logp: jax.Array) -> jax.Array:
   return logp.at[:, PAD].set(-jnp.inf).at[:, BOS].set(-jnp.inf)
 
 
-def segments(model, max_len: int) -> tuple[int, ...]:
+def segments(model, max_len: int, kv_segments: tuple[int, int] | None = None
+             ) -> tuple[int, ...]:
   """The output positions at which decoding's loop restarts with a longer carry
   (contract.EncoderDecoder.cache_lengths): a model whose carry grows with the output (the
   Transformer's KV cache) gives increasing lengths, the last max_len, and `resize`s its carry
   to each; each segment is a loop of its own over a cache as long as its end, since every
-  step reads (and beam search reorders) the whole cache. Other models: one loop to max_len."""
-  return tuple(model.cache_lengths(max_len))
+  step reads (and beam search reorders) the whole cache. Other models: one loop to max_len.
+  kv_segments (shortest, most): the schedule's bounds (shapes.kv_segments); None: the
+  model's defaults."""
+  if kv_segments is None:
+    return tuple(model.cache_lengths(max_len))
+  return tuple(model.cache_lengths(max_len, *kv_segments))
 
 
-def run_segments(model, max_len: int, cond, body, loop):
+def run_segments(model, max_len: int, cond, body, loop,
+                 kv_segments: tuple[int, int] | None = None):
   """jax.lax.while_loop(cond, body, loop) run in `segments`: before each segment's loop
   (it ends at loop.t = the segment's end), the model's carry, loop.carry, is resized to that
   end. `loop`: a NamedTuple with fields t and carry."""
-  ends = segments(model, max_len)
+  ends = segments(model, max_len, kv_segments)
   for end in ends:
     if len(ends) > 1:
       loop = loop._replace(carry=model.resize(loop.carry, end))

@@ -28,7 +28,8 @@ from attention_jax.training import parallel
 
 
 def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
-                 devices=None, with_weights: bool = True) -> Callable:
+                 devices=None, with_weights: bool = True,
+                 kv_segments: tuple[int, int] | None = None) -> Callable:
   """-> jit-compiled decode(params, src [B, S], max_len, factor=None) (max_len, factor static;
   with factor, each sentence stops at its own limit, greedy.output_limits: its output does
   not depend on the batch it is in).
@@ -40,6 +41,8 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
 
   devices: the devices that share each batch, row-wise (default: jax.local_devices()).
   with_weights False: weights with a last axis of 0, none kept (same tokens and scores).
+  kv_segments (shortest, most): beam search's KV cache segment bounds (shapes.kv_segments;
+  None: the model's defaults): the same outputs, another speed.
   """
   if not isinstance(beam, int) or beam < 1:
     raise ValueError(f'beam must be a positive integer, got {beam!r}')
@@ -57,10 +60,12 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
     if not nbest:
       tokens, _, weights = beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len,
                                                 alpha=alpha, limit=limit,
-                                                with_weights=with_weights)
+                                                with_weights=with_weights,
+                                                kv_segments=kv_segments)
       return tokens, weights
     return beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len, alpha=alpha,
-                                nbest=nbest, limit=limit, with_weights=with_weights)
+                                nbest=nbest, limit=limit, with_weights=with_weights,
+                                kv_segments=kv_segments)
   devices = jax.local_devices() if devices is None else list(devices)
   if len(devices) > 1:
     return parallel.split_batch(decode, devices, static_argnums=(2, 3))

@@ -39,6 +39,7 @@ MULTIPLE = 8    # bucket lengths are multiples of this (as training's: data.buck
 ROWS_PER_OCTAVE = 8   # row counts of a bucket's last chunk between 2^k and 2^(k+1) (a power of 2)
 CACHE_FALLBACK = 2 ** 20   # a CPU core's L2 cache where the OS does not say (1 MiB)
 CACHE_LEAST_ROWS = 4  # a device's rows under a cache budget never fall below this
+KV_SEGMENTS_ONE_CORE_BEAM = (32, 6)   # (shortest, most) KV cache segments: kv_segments()
 
 
 def length_bucket(n: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> int:
@@ -73,6 +74,22 @@ def growth(cores: int | None = None) -> float:
   if cores < 1:
     raise ValueError(f'cores must be >= 1, got {cores!r}')
   return GROWTH if cores > 1 else GROWTH_ONE_CORE
+
+
+def kv_segments(beam: int, cores: int | None = None) -> tuple[int, int] | None:
+  """The bounds (shortest, most) of a Transformer's KV cache segments (cache_lengths) for
+  decoding with `beam` hypotheses per sentence in a process that may run on `cores` CPU
+  cores (default: os.sched_getaffinity's); None: the model's defaults (at most 3 segments,
+  none under 64 positions). Beam search on one core takes KV_SEGMENTS_ONE_CORE_BEAM, finer:
+  there each step reorders the beam's whole cache, so shorter caches early on save more
+  than the extra loops cost to compile (11% of the one-core beam-5 bench's decoding, whose
+  warm time is nearly all decoding); greedy decoding, which reorders nothing, and two or
+  more cores, where compiling takes a core of its own, keep the defaults (finer there: one
+  core greedy 7.2 -> 8.1 s, two cores beam 5 first call 66 -> 95 s; docs/performance.md)."""
+  cores = len(os.sched_getaffinity(0)) if cores is None else cores
+  if cores < 1:
+    raise ValueError(f'cores must be >= 1, got {cores!r}')
+  return KV_SEGMENTS_ONE_CORE_BEAM if beam > 1 and cores == 1 else None
 
 
 def tail_rows(n: int, most: int, rows: int, per_octave: int = ROWS_PER_OCTAVE) -> int:

@@ -131,13 +131,15 @@ class Translator:
 
   def decoder(self, beam: int = 1, alpha: float = 0.6, nbest: int = 1,
               with_weights: bool = True):
-    """The jit-compiled n-best decode function (inference.make_decoder), one per setting."""
-    key = (beam, float(alpha), nbest, with_weights)
+    """The jit-compiled n-best decode function (inference.make_decoder), one per setting;
+    beam search on one core with finer KV cache segments (shapes.kv_segments)."""
+    kv = shapes.kv_segments(beam)   # finer KV cache segments for beam search on one core
+    key = (beam, float(alpha), nbest, with_weights, kv)
     if key not in self._decoders:
       if not alpha >= 0:
         raise ValueError(f'alpha must be >= 0, got {alpha!r}')
       self._decoders[key] = inference.make_decoder(self.graphdef, beam, float(alpha), nbest,
-                                                   with_weights=with_weights)
+                                                   with_weights=with_weights, kv_segments=kv)
     return self._decoders[key]
 
   def _encode(self, texts: Sequence[str]) -> np.ndarray:

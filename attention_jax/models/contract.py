@@ -54,9 +54,12 @@ class EncoderDecoder:
     Beam search reorders every leaf of the carry and memory along axis 0."""
     raise NotImplementedError
 
-  def cache_lengths(self, max_len: int) -> tuple[int, ...]:
-    """The carry lengths decoding grows through (greedy.segments), the last max_len; a model
-    whose carry has a fixed size decodes in one loop."""
+  def cache_lengths(self, max_len: int, shortest: int | None = None,
+                    most: int | None = None) -> tuple[int, ...]:
+    """The carry lengths decoding grows through (greedy.segments), the last max_len, at most
+    `most` of them, none under `shortest` (None: the model's defaults); a model whose carry
+    has a fixed size decodes in one loop."""
+    del shortest, most
     return (max_len,)
 
   def resize(self, carry: Any, length: int) -> Any:

@@ -295,16 +295,23 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
                    for layer in self.dec_layers)
     return Carry(jnp.zeros((), jnp.int32), caches), mem
 
-  def cache_lengths(self, max_len: int) -> tuple[int, ...]:
+  def cache_lengths(self, max_len: int, shortest: int | None = None,
+                    most: int | None = None) -> tuple[int, ...]:
     """The KV cache lengths decoding grows through (greedy.segments), the last max_len:
     every step reads the whole cache and beam search reorders it, so on long outputs a cache
     about as long as the output so far costs less than one of max_len positions; but each
     segment is a loop compiled of its own (about as long to compile as the whole decoder
     step). So segments double, max_len / 4, max_len / 2, max_len (rounded up to multiples of
-    8), at most MAX_SEGMENTS of them, none shorter than CACHE_SEGMENT: outputs of
-    fewer than 2 x CACHE_SEGMENT positions decode in one loop (docs/performance.md)."""
+    8), at most `most` (default MAX_SEGMENTS) of them, none shorter than `shortest` (default
+    CACHE_SEGMENT): outputs of fewer than 2 x shortest positions decode in one loop. Beam
+    search on one core takes a finer schedule (shapes.kv_segments; docs/performance.md)."""
+    shortest = CACHE_SEGMENT if shortest is None else shortest
+    most = MAX_SEGMENTS if most is None else most
+    if shortest < 1 or most < 1:
+      raise ValueError(f'KV cache segments need shortest >= 1 and most >= 1, got '
+                       f'shortest={shortest!r}, most={most!r}')
     ends = [max_len]
-    while len(ends) < MAX_SEGMENTS and ends[0] // 2 >= CACHE_SEGMENT:
+    while len(ends) < most and ends[0] // 2 >= shortest:
       ends.insert(0, -(-(ends[0] // 2) // 8) * 8)
     return tuple(ends)
 
