@@ -420,7 +420,8 @@ def test_one_core_decodes_coarser_buckets_many_cores_finer():
 def test_beam_search_on_one_core_takes_finer_kv_segments(monkeypatch):
   """shapes.kv_segments: KV_SEGMENTS_ONE_CORE_BEAM for beam search on one core (each step
   reorders the whole cache), the model's defaults (None) for greedy or several cores; a
-  Translator's decoder passes it on to make_decoder for the cores this process may run on."""
+  Translator's decoder passes it on to make_decoder for the cores this process may run on,
+  on CPUs only."""
   assert shapes.kv_segments(5, 1) == shapes.KV_SEGMENTS_ONE_CORE_BEAM == (32, 6)
   assert shapes.kv_segments(2, 1) == (32, 6)
   assert shapes.kv_segments(1, 1) is None and shapes.kv_segments(5, 2) is None
@@ -437,6 +438,12 @@ def test_beam_search_on_one_core_takes_finer_kv_segments(monkeypatch):
     monkeypatch.setattr(shapes.os, 'sched_getaffinity', lambda pid, c=cores: c)
     t.decoder(1), t.decoder(5)
     assert seen == want, (cores, seen)
+  seen.clear()
+  t._decoders = {}
+  gpu = [type('Device', (), {'platform': 'gpu'})()]
+  monkeypatch.setattr(translator_lib.jax, 'local_devices', lambda: gpu)
+  t.decoder(5)
+  assert seen == [None]   # measured on CPUs: GPUs and TPUs keep the model's defaults
 
 
 def test_row_buckets_are_few_per_octave_and_pad_under_an_eighth():

@@ -132,8 +132,10 @@ class Translator:
   def decoder(self, beam: int = 1, alpha: float = 0.6, nbest: int = 1,
               with_weights: bool = True):
     """The jit-compiled n-best decode function (inference.make_decoder), one per setting;
-    beam search on one core with finer KV cache segments (shapes.kv_segments)."""
-    kv = shapes.kv_segments(beam)   # finer KV cache segments for beam search on one core
+    beam search on one CPU core with finer KV cache segments (shapes.kv_segments)."""
+    # finer KV cache segments for beam search on one CPU core (measured there; GPUs and
+    # TPUs keep the model's defaults)
+    kv = shapes.kv_segments(beam) if jax.local_devices()[0].platform == 'cpu' else None
     key = (beam, float(alpha), nbest, with_weights, kv)
     if key not in self._decoders:
       if not alpha >= 0:
