@@ -48,9 +48,7 @@ def segments(model, max_len: int, kv_segments: tuple[int, int] | None = None
   step reads (and beam search reorders) the whole cache. Other models: one loop to max_len.
   kv_segments (shortest, most): the schedule's bounds (shapes.kv_segments); None: the
   model's defaults."""
-  if kv_segments is None:
-    return tuple(model.cache_lengths(max_len))
-  return tuple(model.cache_lengths(max_len, *kv_segments))
+  return tuple(model.cache_lengths(max_len, *(kv_segments or ())))
 
 
 def run_segments(model, max_len: int, cond, body, loop,

@@ -62,6 +62,14 @@ def buckets(limit: int, growth: float = GROWTH, multiple: int = MULTIPLE) -> lis
   return out
 
 
+def _cores(cores: int | None) -> int:
+  """`cores`, or the CPU cores this process may run on (os.sched_getaffinity) for None."""
+  cores = len(os.sched_getaffinity(0)) if cores is None else cores
+  if cores < 1:
+    raise ValueError(f'cores must be >= 1, got {cores!r}')
+  return cores
+
+
 def growth(cores: int | None = None) -> float:
   """The bucket growth for a process that may run on `cores` CPU cores (default: those of
   os.sched_getaffinity). With two or more, one core compiles the next shapes while the others
@@ -70,9 +78,7 @@ def growth(cores: int | None = None) -> float:
   wall time (1.5-2 s for the bench's RNN), and coarser buckets (GROWTH_ONE_CORE: 4 programs
   instead of 10 for sources of 10-250 symbols) cost less than their padding
   (docs/performance.md, "One core")."""
-  cores = len(os.sched_getaffinity(0)) if cores is None else cores
-  if cores < 1:
-    raise ValueError(f'cores must be >= 1, got {cores!r}')
+  cores = _cores(cores)
   return GROWTH if cores > 1 else GROWTH_ONE_CORE
 
 
@@ -86,9 +92,7 @@ def kv_segments(beam: int, cores: int | None = None) -> tuple[int, int] | None:
   warm time is nearly all decoding); greedy decoding, which reorders nothing, and two or
   more cores, where compiling takes a core of its own, keep the defaults (finer there: one
   core greedy 7.2 -> 8.1 s, two cores beam 5 first call 66 -> 95 s; docs/performance.md)."""
-  cores = len(os.sched_getaffinity(0)) if cores is None else cores
-  if cores < 1:
-    raise ValueError(f'cores must be >= 1, got {cores!r}')
+  cores = _cores(cores)
   return KV_SEGMENTS_ONE_CORE_BEAM if beam > 1 and cores == 1 else None
 
 
