@@ -91,6 +91,12 @@ class Saliency:
   tgt_tokens: list[str]            # T output pieces, '</s>' last if it ended
 
 
+def _on_cpu() -> bool:
+  """Whether this process decodes on CPU devices, where the cache-sized chunks and the finer
+  KV cache segments were measured (GPUs and TPUs keep the defaults)."""
+  return jax.local_devices()[0].platform == 'cpu'
+
+
 class Translator:
   """A trained model with its tokenizers; greedy or beam decoding, jit-compiled per shape."""
 
@@ -121,8 +127,7 @@ class Translator:
     self.compile_ahead: bool = True
     # on CPUs, a chunk's rows per device kept to what keeps the attention's memory in cache
     # (shapes.cache_rows: 2x a core's L2); None (GPUs, TPUs): chunk_size and MEMORY_BUDGET only
-    self.cache_budget: int | None = (2 * shapes.l2_bytes()
-                                     if jax.local_devices()[0].platform == 'cpu' else None)
+    self.cache_budget: int | None = 2 * shapes.l2_bytes() if _on_cpu() else None
 
   @property
   def model_configs(self) -> tuple[ModelConfig, ...]:
@@ -135,7 +140,7 @@ class Translator:
     beam search on one CPU core with finer KV cache segments (shapes.kv_segments)."""
     # finer KV cache segments for beam search on one CPU core (measured there; GPUs and
     # TPUs keep the model's defaults)
-    kv = shapes.kv_segments(beam) if jax.local_devices()[0].platform == 'cpu' else None
+    kv = shapes.kv_segments(beam) if _on_cpu() else None
     key = (beam, float(alpha), nbest, with_weights, kv)
     if key not in self._decoders:
       if not alpha >= 0:
