@@ -165,6 +165,12 @@ def test_seeds_from_the_sweep_file_and_a_single_seed_run_in_the_way(tmp_path):
   (tmp_path / 'seed_sweep' / 'additive' / 'config.json').write_text('{}')
   with pytest.raises(ValueError, match='holds a single-seed run of variant .additive.'):
     sweep.load_sweep(str(path), root=str(tmp_path))
+  # another variant's single-seed folder is not in the way of the one --only selects
+  path.write_text(SEED_SWEEP.replace("]\n", ", ('dot', {'model.score': 'dot'})]\n"))
+  _, runs = sweep.load_sweep(str(path), root=str(tmp_path), seeds=2, only=['dot'])
+  assert [v.label for v in runs] == ['dot/seed_1', 'dot/seed_2']
+  with pytest.raises(ValueError, match='holds a single-seed run of variant .additive.'):
+    sweep.load_sweep(str(path), root=str(tmp_path), seeds=2, only=['add*'])
   with pytest.raises(ValueError, match='seeds must be a whole number >= 1, got 0'):
     sweep.load_sweep(str(path), root=str(tmp_path / 'x'), seeds=0)
 

@@ -99,11 +99,14 @@ def baseline(path_arg: str) -> str | None:
   return getattr(_module(path_arg.partition(':')[0]), 'BASELINE', None)
 
 
-def load_sweep(path_arg: str, root: str = 'runs',
-               seeds: int | None = None) -> tuple[str, list[Variant]]:
-  """'experiments/configs/x.py[:arg]' -> (sweep name, runs): every variant once, or under
-  seeds 1..N where N is `seeds`, else the sweep file's SEEDS (if it sets one)."""
+def load_sweep(path_arg: str, root: str = 'runs', seeds: int | None = None,
+               only: Sequence[str] = ()) -> tuple[str, list[Variant]]:
+  """'experiments/configs/x.py[:arg]' -> (sweep name, runs): every variant (or those that
+  `only` selects) once, or under seeds 1..N where N is `seeds`, else the sweep file's SEEDS
+  (if it sets one). A single-seed run in the way of a selected variant's seeds fails; other
+  variants' folders are not looked at."""
   name, variants, module = _variants(path_arg, root)
+  variants = select(variants, only)
   seeds = seeds if seeds is not None else getattr(module, 'SEEDS', None)
   if seeds is None:
     return name, variants
@@ -257,11 +260,10 @@ def run(config_arg: str, execute, root: str = 'runs', extra_flags: Sequence[str]
   skipped nor reported (one line names the fields), unless `rerun_changed`, which sets the
   old run aside under <sweep dir>/.replaced/ and runs the variant afresh. `population`: each
   variant's unfinished seeds as populations (`populations`), into the same runs."""
-  name, variants = load_sweep(config_arg, root, seeds)
+  name, variants = load_sweep(config_arg, root, seeds, only)
   if population and any(v.seed is None for v in variants):
     raise ValueError('--population trains a variant\'s seeds as one program: give --seeds=N '
                      '(the sweep file sets no SEEDS)')
-  variants = select(variants, only)
   sweep_dir = os.path.join(root, name)
   with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
     status, queue = {}, []
