@@ -26,7 +26,7 @@ read 98.75% in-font, 95.35% held out, seed 2's validation still rising at its en
 `wide_half_w16_120k_20k_d256` is the 20,000-step run with twice the row GRU and decoder
 (model.image_dim and model.dec_hidden 256: 1.03M parameters against 306k; about 1.25x the
 step time here): 30,000 steps of the small model read 97.9% in-font for seed 2, and its
-in-font errors are mostly a field read from the wrong place (`3 May 1960` -> 1960-03-03).
+in-font errors are often a field read from the wrong place (`3 May 1960` -> 1960-03-03).
 """
 
 import dataclasses
