@@ -26,7 +26,11 @@ read 98.75% in-font, 95.35% held out, seed 2's validation still rising at its en
 `wide_half_w16_120k_20k_d256` is the 20,000-step run with twice the row GRU and decoder
 (model.image_dim and model.dec_hidden 256: 1.03M parameters against 306k; about 1.25x the
 step time here): 30,000 steps of the small model read 97.9% in-font for seed 2, and its
-in-font errors are often a field read from the wrong place (`3 May 1960` -> 1960-03-03).
+in-font errors are often a field read from the wrong place (`3 May 1960` -> 1960-03-03);
+`wide_half_w16_120k_20k_cov` is the 20,000-step run with a coverage vector in the additive
+score (model.coverage: the attention sees how much each column was read so far; Tu et al. 2016,
+and Zhang et al. 2017's "Watch, Attend and Parse" against reading a part of an image twice or
+not at all), without a coverage loss.
 """
 
 import dataclasses
@@ -51,7 +55,9 @@ VARIANTS = [('augmented', {}),
             ('wide_half_w16_120k_ema', {**W16_120K, 'train.ema_decay': 0.999}),
             ('wide_half_w16_120k_30k', {**W16_120K, 'train.steps': 30000}),
             ('wide_half_w16_120k_20k_d256', {**W16_120K, 'train.steps': 20000,
-                                             'model.image_dim': 256, 'model.dec_hidden': 256})]
+                                             'model.image_dim': 256, 'model.dec_hidden': 256}),
+            ('wide_half_w16_120k_20k_cov', {**W16_120K, 'train.steps': 20000,
+                                            'model.coverage': True})]
 
 
 def get_config(arg: str | None = None):
