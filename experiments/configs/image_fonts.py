@@ -42,6 +42,7 @@ NO_AUGMENT = {f'data.image_{f.name}': 0.0 for f in dataclasses.fields(image_buil
 WIDE_HALF = {'data.image_augment_p': 0.5, 'data.image_fonts': 'wide'}
 WIDE_HALF_10K = {**WIDE_HALF, 'train.steps': 10000}
 W16_120K = {**WIDE_HALF_10K, 'model.cnn_width': 16, 'data.num_train': 120000}
+W16_120K_20K = {**W16_120K, 'train.steps': 20000}
 VARIANTS = [('augmented', {}),
             ('augmented_half', {'data.image_augment_p': 0.5}),
             ('plain', dict(NO_AUGMENT)),
@@ -51,13 +52,12 @@ VARIANTS = [('augmented', {}),
             ('wide_half_w16', {**WIDE_HALF_10K, 'model.cnn_width': 16}),
             ('wide_half_w24', {**WIDE_HALF_10K, 'model.cnn_width': 24}),
             ('wide_half_w16_120k', dict(W16_120K)),
-            ('wide_half_w16_120k_20k', {**W16_120K, 'train.steps': 20000}),
+            ('wide_half_w16_120k_20k', dict(W16_120K_20K)),
             ('wide_half_w16_120k_ema', {**W16_120K, 'train.ema_decay': 0.999}),
             ('wide_half_w16_120k_30k', {**W16_120K, 'train.steps': 30000}),
-            ('wide_half_w16_120k_20k_d256', {**W16_120K, 'train.steps': 20000,
-                                             'model.image_dim': 256, 'model.dec_hidden': 256}),
-            ('wide_half_w16_120k_20k_cov', {**W16_120K, 'train.steps': 20000,
-                                            'model.coverage': True})]
+            ('wide_half_w16_120k_20k_d256', {**W16_120K_20K, 'model.image_dim': 256,
+                                             'model.dec_hidden': 256}),
+            ('wide_half_w16_120k_20k_cov', {**W16_120K_20K, 'model.coverage': True})]
 
 
 def get_config(arg: str | None = None):
