@@ -71,9 +71,7 @@ VARIANTS = [('augmented', {}),
 
 def get_config(arg: str | None = None):
   c = image_dates.get_config()
-  for key, value in BASE.items():
-    section, field = key.split('.')
-    c[section][field] = value
+  c.update_from_flattened_dict(BASE)
   return common.apply_arg(c, arg)
 
 
