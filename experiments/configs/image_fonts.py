@@ -53,6 +53,7 @@ WIDE_HALF = {'data.image_augment_p': 0.5, 'data.image_fonts': 'wide'}
 WIDE_HALF_10K = {**WIDE_HALF, 'train.steps': 10000}
 W16_120K = {**WIDE_HALF_10K, 'model.cnn_width': 16, 'data.num_train': 120000}
 W16_120K_20K = {**W16_120K, 'train.steps': 20000}
+COV_20K = {**W16_120K_20K, 'model.coverage': True}
 VARIANTS = [('augmented', {}),
             ('augmented_half', {'data.image_augment_p': 0.5}),
             ('plain', dict(NO_AUGMENT)),
@@ -67,12 +68,10 @@ VARIANTS = [('augmented', {}),
             ('wide_half_w16_120k_30k', {**W16_120K, 'train.steps': 30000}),
             ('wide_half_w16_120k_20k_d256', {**W16_120K_20K, 'model.image_dim': 256,
                                              'model.dec_hidden': 256}),
-            ('wide_half_w16_120k_20k_cov', {**W16_120K_20K, 'model.coverage': True}),
-            ('wide_half_w16_240k_20k_cov', {**W16_120K_20K, 'model.coverage': True,
-                                            'data.num_train': 240000}),
-            ('wide_half_w16_120k_b32_25k_cov', {**W16_120K, 'model.coverage': True,
-                                                'data.batch_size': 32, 'train.steps': 25000,
-                                                'train.eval_every': 1000})]
+            ('wide_half_w16_120k_20k_cov', dict(COV_20K)),
+            ('wide_half_w16_240k_20k_cov', {**COV_20K, 'data.num_train': 240000}),
+            ('wide_half_w16_120k_b32_25k_cov', {**COV_20K, 'data.batch_size': 32,
+                                                'train.steps': 25000, 'train.eval_every': 1000})]
 
 
 def get_config(arg: str | None = None):
