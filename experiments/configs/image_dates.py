@@ -15,10 +15,10 @@ Bahdanau decoder attends over the columns with the additive score and a coverage
 (Tu et al. 2016), with Xu et al.'s gate on the context and their doubly stochastic regulariser
 (off); no dropout. Besides `test`, drawn in the training typefaces, every run reads the test
 dates in a family never trained on (test_heldout_fonts, STIX General): 14,000 steps of 96
-images from 120,000 read 99.05% in-font and 96.50% held out (2 seeds: 99.1 / 99.0% and 96.1 / 96.9%;
-20,000 steps of 64 read 98.80% and 95.95%); two seeds side by side took about 2 h 40 min here
-(2-core CPU), and drawing the images about 4 minutes more, once. Version 1.0.0 of the data (8 typefaces, no augmentation, no
-held-out split) was read at 99.1% by 5,000 steps of a 12-wide CNN without coverage, in 13
+images from 120,000 read 99.05% in-font and 96.50% held out (2 seeds: 99.1 / 99.0% and
+96.1 / 96.9%; 20,000 steps of 64 read 98.80% and 95.95%); two seeds side by side took about
+2 h 40 min here (2-core CPU), and drawing the images about 4 minutes more, once. Version 1.0.0
+of the data (8 typefaces, no augmentation, no held-out split) was read at 99.1% by 5,000 steps of a 12-wide CNN without coverage, in 13
 minutes; what each change since gained is in docs/images.md. The test heatmaps
 (runs/<name>/heatmaps/) show each output character's attention upsampled onto the image, for
 both test splits.
