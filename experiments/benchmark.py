@@ -77,7 +77,8 @@ from flax import nnx
 from attention_jax.decoding import beam, greedy
 from attention_jax.implicit import attribution
 from attention_jax.models.scores import SCORES
-from attention_jax.training import parallel, train
+from attention_jax.state import devices
+from attention_jax.training import train
 from experiments import cli
 from experiments.bench import attribution as bench_attribution
 from experiments.bench import end_to_end
@@ -109,14 +110,14 @@ def loop_matmuls(shape: Shape) -> dict[str, Any]:
 # ---- one variant ----------------------------------------------------------------------
 def decoders(graphdef, max_len: int) -> dict[str, Callable]:
   """The decodings timed: name -> fn(params, src [B, S]) -> tokens [B, max_len]; with several
-  devices each decodes its rows of the batch (parallel.rows_apart), as inference does."""
+  devices each decodes its rows of the batch (devices.rows_apart), as inference does."""
   fns = {
       'greedy': lambda p, s: greedy.greedy(nnx.merge(graphdef, p), s, max_len)[0],
       'beam5': lambda p, s: beam.beam_search(nnx.merge(graphdef, p), s, beam_size=5,
                                              max_len=max_len)[0]}
   if jax.local_device_count() > 1:
-    mesh = parallel.local_mesh(jax.local_devices())
-    fns = {k: parallel.rows_apart(f, mesh) for k, f in fns.items()}
+    mesh = devices.local_mesh(jax.local_devices())
+    fns = {k: devices.rows_apart(f, mesh) for k, f in fns.items()}
   return fns
 
 

@@ -20,7 +20,7 @@ from absl import app, flags
 from attention_jax import workdir
 from attention_jax.data import textfiles
 from attention_jax.decoding import compile_cache
-from attention_jax.training import checkpoint, parallel
+from attention_jax.state import checkpoint, devices
 
 EXPECTED = (ValueError, OSError, checkpoint.CheckpointError, workdir.WorkdirInUse,
             textfiles.CorpusError, FloatingPointError, MemoryError)
@@ -40,7 +40,7 @@ def out_of_memory(e: BaseException) -> str:
   """The one line for an accelerator out of memory (XLA's RESOURCE_EXHAUSTED): what failed,
   the share of the device this process had, and what to lower."""
   first = next((x.strip() for x in str(e).splitlines() if x.strip()), type(e).__name__)
-  had = parallel.share_note() or "this process had JAX's default 75% of the device"
+  had = devices.share_note() or "this process had JAX's default 75% of the device"
   return (f'error: out of accelerator memory ({first[:200]}); {had}: run fewer per device, or '
           'lower data.batch_size')
 

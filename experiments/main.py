@@ -18,7 +18,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from attention_jax.models import model as model_lib
-from attention_jax.training import parallel, population_loop, preemption, train
+from attention_jax.state import devices
+from attention_jax.training import population_loop, preemption, train
 from experiments import cli
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (path[:arg]), e.g. '
@@ -43,7 +44,7 @@ def main(argv):
   if unread:    # a flag that would be silently ignored by the model trained
     raise app.UsageError(unread)
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
-  parallel.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
+  devices.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
   try:
     if FLAGS.config.train.get('population', 1) > 1:   # seeds as one program, <workdir>/seed_k
       population_loop.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)

@@ -26,7 +26,7 @@ each sorted by length into length buckets (attention_jax/decoding/shapes.py: few
 2,000-line file of 10-250 characters compiles 9 (RNN) or 12 (Transformer) of them on 2 CPU
 devices in 1,024-line chunks, docs/performance.md), and the programs are kept in a persistent compilation cache for the next command
 (--compilation_cache; --verbose says what was compiled). On a CPU each chunk's rows are split
-over one JAX device per core (--cpu_devices; parallel.split_batch): XLA's decoding loop keeps
+over one JAX device per core (--cpu_devices; inference.split_batch): XLA's decoding loop keeps
 about one core busy, and two devices decoded 1.6x faster on 2 cores (docs/performance.md);
 each device decodes at most the rows whose attention memory fits twice its core's L2 cache
 (Translator.cache_budget): a step reads all of it, from cache 1.4-2.1x faster than from RAM.
@@ -52,7 +52,7 @@ from absl import app, flags, logging
 from attention_jax import hold
 from attention_jax.decoding import compile_cache, ensemble
 from attention_jax.decoding.translator import Hypotheses, Translator
-from attention_jax.training import parallel
+from attention_jax.state import devices
 from experiments import cli
 
 flags.DEFINE_list('workdir', None, 'A training run directory, or several, comma-separated: '
@@ -212,7 +212,7 @@ def run():
       if path == same:
         raise app.UsageError(f'{other} and {flag} name the same file {path}')
   lines = read_lines(data, name)
-  parallel.cpu_devices(FLAGS.cpu_devices)   # before JAX starts its CPU backend
+  devices.cpu_devices(FLAGS.cpu_devices)   # before JAX starts its CPU backend
   cli.use_compilation_cache(CACHE)
   translator = ensemble.load(FLAGS.workdir, step=FLAGS.step)
   translator.chunk_size = FLAGS.batch

@@ -41,7 +41,7 @@ def command(workdir: str, data_dir: str) -> list[str]:
 def final_state(workdir: str):
   import jax
   import attention_jax as aj
-  from attention_jax.training import checkpoint as ckpt_lib, train
+  from attention_jax.state import checkpoint as ckpt_lib, train
   from experiments.configs import dates
   mc = aj.ModelConfig.from_dict(json.load(open(os.path.join(workdir, 'model_config.json'))))
   template = train.init_state(mc, train.make_optimizer(dates.get_config('smoke').train), 0)[1]

@@ -106,7 +106,7 @@ def test_sweep_variant_names_are_plain_directory_names(name, tmp_path):
 def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, monkeypatch,
                                                                       capfd):
   import numpy as np
-  from attention_jax.training import checkpoint as ckpt_lib
+  from attention_jax.state import checkpoint as ckpt_lib
   ckpts = ckpt_lib.Checkpoints(str(tmp_path))
   state = {'w': np.ones(3, np.float32)}
   ckpts.save_latest(20, state, {'step': 20})

@@ -7,7 +7,7 @@ import pytest
 import scipy.stats
 
 from attention_jax.evaluation import compare, stats
-from attention_jax.implicit import implicit_study
+from attention_jax.evaluation import implicit_study
 
 
 def test_paired_t_test_against_scipy():

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import attention_jax as aj
-from attention_jax.training import checkpoint as ckpt_lib
+from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.training import train
 from experiments.configs import dates
 

@@ -16,10 +16,11 @@ SCRIPT = r'''
 import functools, sys, jax, jax.numpy as jnp, numpy as np, ml_collections
 import attention_jax as aj
 from attention_jax.decoding import inference
-from attention_jax.training import parallel, train
+from attention_jax.state import devices
+from attention_jax.training import data_parallel, train
 OBJ = train.objective.Objective()
 assert jax.device_count() == 8, jax.devices()
-assert parallel.resolve('auto') == 'shard_map'
+assert devices.resolve('auto') == 'shard_map'
 for decoder in sys.argv[1:]:   # bahdanau, transformer, cnn (luong differs only in the model)
   mc = aj.ModelConfig(src_vocab=12, tgt_vocab=10, emb_dim=8, enc_hidden=8, dec_hidden=16,
                       attn_dim=8, decoder=decoder, cell='lstm') if decoder == 'bahdanau' else \
@@ -42,8 +43,8 @@ for decoder in sys.argv[1:]:   # bahdanau, transformer, cnn (luong differs only 
                     'weight': np.ones(16, np.float32), 'index': np.arange(16, dtype=np.int32)})
   steps = {'single': jax.jit(functools.partial(train.train_step, graphdef, tx, OBJ, 0,
                                                 ema_decay=0.9)),
-           'shard_map': parallel.shard_map_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9),
-           'pmap': parallel.pmap_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9)}
+           'shard_map': data_parallel.shard_map_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9),
+           'pmap': data_parallel.pmap_train_step(graphdef, tx, OBJ, 0, ema_decay=0.9)}
   if decoder != 'bahdanau':   # pmap's path does not depend on the model: tested once
     del steps['pmap']
   final = {}
@@ -107,10 +108,10 @@ def test_shard_map_and_single_device_agree_for_a_transformer_and_an_image_model(
 
 
 def test_cpu_devices_split_the_cpu_unless_the_user_did():
-  """parallel.cpu_devices(n) before JAX starts: n CPU devices (0: one per core the process may
+  """devices.cpu_devices(n) before JAX starts: n CPU devices (0: one per core the process may
   use); JAX_NUM_CPU_DEVICES set by the user wins (-> None); a bad n is named."""
-  probe = ('import os, jax; from attention_jax.training import parallel; '
-           'print(parallel.cpu_devices(int(os.environ["N"])), jax.device_count(), '
+  probe = ('import os, jax; from attention_jax.state import devices; '
+           'print(devices.cpu_devices(int(os.environ["N"])), jax.device_count(), '
            'len(os.sched_getaffinity(0)))')
   env = {k: v for k, v in os.environ.items() if k != 'JAX_NUM_CPU_DEVICES'}
   env['XLA_FLAGS'] = ' '.join(f for f in env.get('XLA_FLAGS', '').split()
@@ -122,15 +123,15 @@ def test_cpu_devices_split_the_cpu_unless_the_user_did():
     assert out.returncode == 0, out.stderr[-2000:]
     got, devices, cores = out.stdout.split()
     assert f'{got} {devices}' == (want or f'{cores} {cores}')
-  from attention_jax.training import parallel
+  from attention_jax.state import devices
   with pytest.raises(ValueError, match='non-negative integer.*-1'):
-    parallel.cpu_devices(-1)
+    devices.cpu_devices(-1)
 
 
 def test_unknown_parallel_mode_is_named():
-  from attention_jax.training import parallel
+  from attention_jax.state import devices
   with pytest.raises(ValueError, match="'ring'.*shard_map"):
-    parallel.resolve('ring')
+    devices.resolve('ring')
 
 
 @pytest.mark.slow   # ~1 min; run with: bash launch.sh test -m slow tests/test_parallel.py

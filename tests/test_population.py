@@ -19,7 +19,8 @@ from attention_jax import data
 from attention_jax import workdir as workdir_lib
 from attention_jax.models.model import ModelConfig
 from attention_jax.sweeps import sweep
-from attention_jax.training import checkpoint as ckpt_lib
+from attention_jax.state import checkpoint as ckpt_lib
+from attention_jax.state import templates
 from attention_jax.training import objective, population, population_loop, steps, train
 from experiments.configs import dates, reverse
 
@@ -50,9 +51,10 @@ def _setup(data_cfg, arch, setting):
 MESH_SCRIPT = r'''
 import jax, jax.numpy as jnp, ml_collections, numpy as np
 import attention_jax as aj
-from attention_jax.training import objective, parallel, population, steps, train
+from attention_jax.state import devices
+from attention_jax.training import objective, population, steps, train
 assert jax.device_count() == 8, jax.devices()
-shape = lambda n: tuple(parallel.population_mesh(n).shape.values())
+shape = lambda n: tuple(devices.population_mesh(n).shape.values())
 assert (shape(4), shape(3), shape(16), shape(1)) == ((4, 2), (1, 8), (8, 1), (1, 8))
 mcfg = aj.ModelConfig(src_vocab=12, tgt_vocab=10, emb_dim=8, enc_hidden=8, dec_hidden=16,
                       attn_dim=8)
@@ -65,19 +67,19 @@ def batch(n_src):   # 16 rows, some padded
   tgt = rng.integers(3, 10, (16, 6)).astype(np.int32); tgt[::2, 3:] = 0
   return {'src': src, 'tgt_in': tgt, 'tgt_out': tgt, 'weight': np.ones(16, np.float32),
           'index': np.arange(16, dtype=np.int32)}
-graphdef = steps.init_state(mcfg, tx, 0)[0]
+graphdef = templates.init_state(mcfg, tx, 0)[0]
 one_device = jax.jit(lambda seed, st, b: steps.train_step(graphdef, tx, obj, seed, st, b))
 for seeds in ((1, 2, 3, 4), (1, 2, 3)):   # meshes 4 x 2 and 1 x 8
   batches = [[batch(7 + (k + i) % 2) for k in range(len(seeds))] for i in range(4)]
   alone = []
   for k, seed in enumerate(seeds):
-    state = steps.init_state(mcfg, tx, seed)[1]
+    state = templates.init_state(mcfg, tx, seed)[1]
     losses = []
     for step_batches in batches:
       state, m = one_device(jnp.int32(seed), state, step_batches[k])
       losses.append(float(m['loss']))
     alone.append((losses, state['params']))
-  mesh = parallel.population_mesh(len(seeds))
+  mesh = devices.population_mesh(len(seeds))
   graphdef, states = population.init_population(mcfg, tx, seeds)
   step = population.make_population_step(graphdef, tx, obj, mesh=mesh)
   losses = []
@@ -85,7 +87,7 @@ for seeds in ((1, 2, 3, 4), (1, 2, 3)):   # meshes 4 x 2 and 1 x 8
     states, m = step(jnp.asarray(seeds, jnp.int32), states, population.stack_batches(step_batches))
     losses.append(np.asarray(m['loss']))
   leaf = jax.tree.leaves(states['params'])[0]
-  assert leaf.sharding.spec[0] == parallel.MEMBERS and len(leaf.devices()) == 8, leaf.sharding
+  assert leaf.sharding.spec[0] == devices.MEMBERS and len(leaf.devices()) == 8, leaf.sharding
   np.testing.assert_allclose(np.stack(losses, 1), [a[0] for a in alone], rtol=1e-5)
   for k, (_, params) in enumerate(alone):
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
@@ -121,11 +123,11 @@ def test_member_k_is_the_run_of_seed_k_alone(data_cfg, arch, setting):
   cfg, task, mcfg, tx, obj = _setup(data_cfg, arch, setting)
   n = 20
   alone_losses, alone_params = [], []
-  graphdef = steps.init_state(mcfg, tx, SEEDS[0])[0]
+  graphdef = templates.init_state(mcfg, tx, SEEDS[0])[0]
   # the seed an argument (jax.random.key(seed) as of a Python int): one program for all seeds
   step = jax.jit(lambda seed, st, b: steps.train_step(graphdef, tx, obj, seed, st, b))
   for seed in SEEDS:
-    state = steps.init_state(mcfg, tx, seed)[1]
+    state = templates.init_state(mcfg, tx, seed)[1]
     it = task.train_iterator(cfg.data.batch_size, seed=seed)
     losses = []
     for _ in range(n):
@@ -209,7 +211,7 @@ def _params(workdir: str, step: int):
   run = workdir_lib.Run(workdir)
   key = json.dumps(run.model_config(), sort_keys=True)
   if key not in _TEMPLATES:
-    _TEMPLATES[key] = steps.init_state(ModelConfig.from_dict(run.model_config()),
+    _TEMPLATES[key] = templates.init_state(ModelConfig.from_dict(run.model_config()),
                                        steps.make_optimizer(_config('').train), 0)[1]
   ckpts = ckpt_lib.Checkpoints(run)
   try:

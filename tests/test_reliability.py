@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attention_jax as aj
 from attention_jax.evaluation import run_eval
-from attention_jax.training import checkpoint as ckpt_lib
+from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.training import train
 from experiments.configs import dates
 

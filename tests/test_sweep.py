@@ -18,7 +18,7 @@ from attention_jax.decoding import loading
 from attention_jax.evaluation import records, stats
 from attention_jax.models import multihead
 from attention_jax.sweeps import local_executor, sweep
-from attention_jax.training import parallel
+from attention_jax.state import devices
 from helpers import TINY_SWEEP, hold_env, run_module, sweep_cmd, wait_held
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -237,7 +237,7 @@ class _FakeRun:
     del cmd, kw
     self.device = env['CUDA_VISIBLE_DEVICES']
     _FakeRun.live[self.device] = _FakeRun.live.get(self.device, 0) + 1
-    _FakeRun.started.append((self.device, env.get(parallel.MEMORY_ENV),
+    _FakeRun.started.append((self.device, env.get(devices.MEMORY_ENV),
                              dict(_FakeRun.live)))
     self.polls, self.returncode = 0, None
 
@@ -253,7 +253,7 @@ def test_runs_per_device_share_each_accelerator_and_its_memory(monkeypatch, tmp_
   """--runs_per_device=K on 2 accelerators: K runs at once on each (spread over both first),
   each told to preallocate 0.9 / K of the device's memory (a fraction the user set wins);
   refused on a machine without accelerators; a fractional Ray GPU gets its share too."""
-  monkeypatch.delenv(parallel.MEMORY_ENV, raising=False)
+  monkeypatch.delenv(devices.MEMORY_ENV, raising=False)
   monkeypatch.setattr(local_executor, 'accelerators', lambda: ['0', '1'])
   monkeypatch.setattr(local_executor.subprocess, 'Popen', _FakeRun)
   monkeypatch.setattr(sweep, 'finished', lambda v: True)
@@ -264,9 +264,9 @@ def test_runs_per_device_share_each_accelerator_and_its_memory(monkeypatch, tmp_
   assert [d for d, _, _ in _FakeRun.started[:2]] == ['0', '1']          # both devices first
   assert {share for _, share, _ in _FakeRun.started} == {'0.300'}
   assert max(n for _, _, live in _FakeRun.started for n in live.values()) == 3
-  assert parallel.memory_env(1.0) == {} and parallel.memory_env(0.25) == {parallel.MEMORY_ENV: '0.225'}
-  monkeypatch.setenv(parallel.MEMORY_ENV, '0.5')
-  assert parallel.memory_env(0.25) == {}
+  assert devices.memory_env(1.0) == {} and devices.memory_env(0.25) == {devices.MEMORY_ENV: '0.225'}
+  monkeypatch.setenv(devices.MEMORY_ENV, '0.5')
+  assert devices.memory_env(0.25) == {}
   monkeypatch.setattr(local_executor, 'accelerators', lambda: [])
   with pytest.raises(ValueError, match='--runs_per_device=2 shares accelerators, and this '
                                        'machine has none'):
@@ -277,7 +277,7 @@ def test_out_of_accelerator_memory_is_one_line_naming_the_share(monkeypatch):
   from experiments import cli   # pylint: disable=g-import-not-at-top
   error = jax.errors.JaxRuntimeError(
       'RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes.\nBufferAssignment...')
-  monkeypatch.setenv(parallel.MEMORY_ENV, '0.300')
+  monkeypatch.setenv(devices.MEMORY_ENV, '0.300')
   line = cli.out_of_memory(error)
   assert line.startswith('error: out of accelerator memory (RESOURCE_EXHAUSTED: Out of memory '
                          'while trying to allocate 1073741824 bytes.); this process had 0.300')
@@ -292,7 +292,7 @@ def test_a_training_out_of_memory_names_its_share_of_the_device(monkeypatch, tmp
   def oom(*args):
     raise RuntimeError('RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8 bytes.')
   monkeypatch.setattr(train, '_train_and_evaluate', oom)
-  monkeypatch.setenv(parallel.MEMORY_ENV, '0.300')
+  monkeypatch.setenv(devices.MEMORY_ENV, '0.300')
   with pytest.raises(MemoryError, match=r'make the model or the batch smaller \(this process '
                                         r'had 0.300 of the device: runs that share one'):
     train.train_and_evaluate(dates.get_config('smoke'), str(tmp_path / 'run'))

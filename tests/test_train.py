@@ -17,8 +17,9 @@ import attention_jax as aj
 from attention_jax import data
 from attention_jax import workdir as workdir_lib
 from attention_jax.evaluation import records
-from attention_jax.training import checkpoint as ckpt_lib
-from attention_jax.training import steps, train
+from attention_jax.state import checkpoint as ckpt_lib
+from attention_jax.state import templates
+from attention_jax.training import train
 from experiments.configs import addition, dates, reverse, textfiles
 
 import helpers
@@ -75,7 +76,7 @@ def test_abstract_state_is_the_initial_states_shapes_and_the_initial_state_is_se
                       attn_dim=4, attention_mode='hard')        # + the REINFORCE baseline
   tx = train.make_optimizer(dates.get_config('smoke').train)
   graphdef, state = train.init_state(mc, tx, 3, ema=True)
-  abstract = steps.abstract_state(mc, tx)[1]
+  abstract = templates.abstract_state(mc, tx)[1]
   shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
   assert shapes({k: v for k, v in state.items() if k != 'ema'}) == shapes(abstract)
   assert shapes(state['ema']) == shapes(state['params'])
@@ -355,7 +356,7 @@ def test_the_compiled_steps_are_keyed_by_the_spec_they_are_built_from():
   to evaluate) too, and a changed optimiser, objective or seed gets new ones."""
   assert list(inspect.signature(train.Steps.__init__).parameters) == ['self', 'spec']
   cfg = dates.get_config('smoke')
-  graphdef, _ = steps.abstract_params(train.model_config(cfg, 20, 20))
+  graphdef, _ = templates.abstract_params(train.model_config(cfg, 20, 20))
   first = train.Steps.of(graphdef, cfg)
   assert train.Steps.of(graphdef, cfg) is first
   cfg.train.eval_every += 1

@@ -21,7 +21,8 @@ from attention_jax.decoding import greedy as decode_lib
 from attention_jax.decoding import ahead, compile_cache, inference, shapes
 from attention_jax.decoding import translator as translator_lib
 from attention_jax.models.model import ModelConfig
-from attention_jax.training import parallel, train
+from attention_jax.state import devices
+from attention_jax.training import train
 from experiments import translate as translate_cmd
 from experiments.configs import dates
 
@@ -512,12 +513,12 @@ def test_cache_budget_caps_a_chunks_rows_per_device_and_changes_no_output(transl
 
 def test_cpu_devices_split_each_chunk_and_change_no_output(run, translator):
   """translate --cpu_devices=N (default: one device per core): each chunk's rows split over N
-  CPU devices (parallel.split_batch, compiled ahead), the same output and n-best scores as one
+  CPU devices (inference.split_batch, compiled ahead), the same output and n-best scores as one
   device in this process; --verbose says how many devices shared the chunks."""
   lines = TEXTS + ['Sunday, 1 March 1987']
   want = [f'{h}\t{s:.4f}' for hyps in translator.decode(lines, beam=3, nbest=2)
           for h, s in zip(hyps.outputs, hyps.scores)]
-  forced = parallel.cpu_devices_set_by_user()   # then the user's count wins over the flag
+  forced = devices.cpu_devices_set_by_user()   # then the user's count wins over the flag
   for n in (3, 1):
     p = command(run, f'--cpu_devices={n}', '--verbose', '--beam=3', '--nbest=2',
                 stdin='\n'.join(lines).encode() + b'\n')
@@ -574,7 +575,7 @@ def test_a_translation_imports_no_data_building_or_plotting_and_every_name_resol
   (what `translate` imports) imports neither TFDS, Matplotlib nor SciPy (about 0.7 s of a
   process's start); every name of both __all__ resolves, and an unknown one is named."""
   code = ('import sys; from attention_jax.decoding import compile_cache, loading; '
-          'from attention_jax.training import parallel; import attention_jax as aj; '
+          'from attention_jax.state import devices; import attention_jax as aj; '
           'aj.Translator, aj.load, aj.data.EOS, aj.data.decode_limit(8); '
           'print(sorted(m for m in ("tensorflow_datasets", "matplotlib", "scipy") '
           'if m in sys.modules))')

@@ -35,7 +35,7 @@ from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import loading, translator
 from attention_jax.models import contract
 from attention_jax.models.model import ModelConfig
-from attention_jax.training import checkpoint as ckpt_lib
+from attention_jax.state import checkpoint as ckpt_lib
 
 
 class EnsembleRead(NamedTuple):

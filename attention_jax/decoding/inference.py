@@ -9,22 +9,24 @@ so that all three decode alike.
   tokens, scores, weights = decode(params, src, max_len)  # [B, N, L], [B, N], [B, N, L, S]
 
 With several devices (`devices`, default all of this process's), each decodes its share of
-the batch (parallel.split_batch); the outputs are those of one device.
+the batch (split_batch); the outputs are those of one device.
 """
 
 from __future__ import annotations
 
 import functools
+import types
 from typing import Callable
 
 import jax
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.decoding import beam as beam_lib
 from attention_jax.decoding import greedy as decode_lib
 from attention_jax.symbols import BOS
-from attention_jax.training import parallel
+from attention_jax.state.devices import AXIS, local_mesh, rows_apart
 
 
 def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
@@ -68,7 +70,7 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
                                 kv_segments=kv_segments)
   devices = jax.local_devices() if devices is None else list(devices)
   if len(devices) > 1:
-    return parallel.split_batch(decode, devices, static_argnums=(2, 3))
+    return split_batch(decode, devices, static_argnums=(2, 3))
   return jax.jit(decode, static_argnums=(2, 3))
 
 
@@ -94,3 +96,51 @@ def _layer_weights(graphdef, params, src: jax.Array, tgt_in: jax.Array) -> jax.A
   _, read = model.forward(src, tgt_in)
   layers = model.layer_weights(read)
   return read.weights[:, None, None] if layers is None else layers            # [1, N, H, T, S]
+
+
+def split_batch(fn, devices, static_argnums=(2, 3)):
+  """-> call(params, x [B, ...], *static): rows_apart(fn) over `devices`, jit-compiled, for any B:
+  padded to a multiple of the device count with copies of the last row, cut off again from
+  every output [B, ...]. Like a jax.jit function, `call.lower(params, x, *static).compile()`
+  compiles one shape ahead of use (x a jax.ShapeDtypeStruct or array [B, ...]) and returns
+  program(params, x [B, ...]), padded and cut as `call` does (decoding/ahead.py).
+
+  Decoding loops (while_loop over output positions, cache gathers) run as they do on one
+  device, on each device's rows: on a CPU split into devices (JAX_NUM_CPU_DEVICES) this
+  keeps every core busy where XLA's intra-op threads cannot (a beam step's operations are
+  too small to split), and on several GPUs each decodes its share.
+  """
+  mesh = local_mesh(devices)
+  n = mesh.size
+  rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
+  jitted = jax.jit(rows_apart(fn, mesh), static_argnums=static_argnums)
+  placed = [None, None]   # the params last given and their copy on every device
+
+  def replicated(params):
+    """params on every device, copied once per params object (not once per chunk: a file
+    decodes hundreds of chunks with the same params)."""
+    if placed[0] is not params:
+      placed[:] = [params, jax.device_put(params, same)]
+    return placed[1]
+
+  def run(program, params, x):
+    b = x.shape[0]
+    pad = -b % n
+    if pad:
+      x = np.concatenate([np.asarray(x), np.repeat(np.asarray(x)[-1:], pad, 0)])
+    out = program(replicated(params), jax.device_put(x, rows))
+    return jax.tree.map(lambda y: y[:b], out) if pad else out
+
+  def call(params, x, *static):
+    return run(lambda p, xs: jitted(p, xs, *static), params, x)
+
+  def lower(params, x, *static):
+    spec = lambda a, sharding, shape=None: jax.ShapeDtypeStruct(
+        a.shape if shape is None else shape, a.dtype, sharding=sharding)
+    padded = (x.shape[0] + -x.shape[0] % n,) + tuple(x.shape[1:])
+    lowered = jitted.lower(jax.tree.map(lambda a: spec(a, same), params),
+                           spec(x, rows, padded), *static)
+    return types.SimpleNamespace(compile=lambda: functools.partial(run, lowered.compile()))
+
+  call.lower = lower
+  return call

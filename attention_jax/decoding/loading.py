@@ -13,8 +13,8 @@ from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import compile_cache
 from attention_jax.decoding.translator import Translator
 from attention_jax.models.model import ModelConfig
-from attention_jax.training import checkpoint as ckpt_lib
-from attention_jax.training import steps as steps_lib
+from attention_jax.state import checkpoint as ckpt_lib
+from attention_jax.state import templates
 
 
 def load(workdir: str, step: int | None = None,
@@ -56,7 +56,7 @@ def load(workdir: str, step: int | None = None,
     raise ckpt_lib.CheckpointMismatch(
         f'the tokenizers in {tok_dir} have vocabularies of {sizes[0]} / {sizes[1]} symbols, '
         f'the model {mcfg.src_vocab} / {mcfg.tgt_vocab}: they belong to another run')
-  graphdef, template = steps_lib.abstract_params(mcfg)   # no optimiser: train.* plays no part
+  graphdef, template = templates.abstract_params(mcfg)   # no optimiser: train.* plays no part
   for attempt in range(LOAD_ATTEMPTS):
     try:
       state, step = _restore(run, step, template, mcfg)
@@ -70,7 +70,7 @@ def load(workdir: str, step: int | None = None,
         raise
       step = None
       time.sleep(0.2)
-  params = steps_lib.eval_params(state)   # the EMA of the parameters when the run kept one
+  params = templates.eval_params(state)   # the EMA of the parameters when the run kept one
   return Translator(mcfg, graphdef, params, src_tok, tgt_tok, factor, step, max_train_len,
                     run_config=run_cfg)
 

@@ -338,7 +338,7 @@ class Translator:
 
   def _cache_cap(self, length: int, hyps: int) -> int:
     """The most rows of a chunk of sources padded to `length` under cache_budget: each of
-    the local devices (parallel.split_batch shares a chunk's rows among them) decodes
+    the local devices (inference.split_batch shares a chunk's rows among them) decodes
     shapes.cache_rows of the bytes its attention reads per row and step (the memory, and a
     Transformer's KV caches per hypothesis); no cap without a cache_budget."""
     if self.cache_budget is None:

@@ -116,27 +116,17 @@ def lower_is_better(name: str) -> bool:
   return name in METRICS and METRICS[name].lower_is_better
 
 
-def token_losses(logits: jax.Array, tgt_out: jax.Array, label_smoothing: float = 0.0):
-  """logits [B, T, V] float32, tgt_out [B, T] -> (training loss [B, T], plain CE [B, T])."""
-  ce = optax.softmax_cross_entropy_with_integer_labels(logits, tgt_out)
-  if label_smoothing == 0.0:
-    return ce, ce
-  v = logits.shape[-1]
-  soft = optax.smooth_labels(jax.nn.one_hot(tgt_out, v), label_smoothing)
-  return optax.softmax_cross_entropy(logits, soft), ce
-
-
-def sums(logits, tgt_out, weight, label_smoothing: float = 0.0) -> dict[str, jax.Array]:
-  """Per-batch sums: train_loss_sum, loss_sum, tokens, correct, seq_correct, sentences.
+def sums(logits, tgt_out, weight) -> dict[str, jax.Array]:
+  """logits [B, T, V], tgt_out [B, T], weight [B] -> per-batch sums: loss_sum (plain
+  cross-entropy), tokens, correct, seq_correct, sentences.
 
   Padding (tgt_out == 0) and filler rows (weight == 0) count for nothing.
   """
   mask = (tgt_out != 0) & (weight[:, None] > 0)                               # [B, T]
-  train_loss, ce = token_losses(logits, tgt_out, label_smoothing)
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, tgt_out)       # [B, T]
   right = (jnp.argmax(logits, -1) == tgt_out) | ~mask
   m = mask.astype(jnp.float32)
   return {
-      'train_loss_sum': jnp.sum(train_loss * m),
       'loss_sum': jnp.sum(ce * m),
       'tokens': jnp.sum(m),
       'correct': jnp.sum((right & mask).astype(jnp.float32)),

@@ -14,7 +14,7 @@ markdown of any comparison (`markdown`, also what `bash launch.sh compare` print
   <metric>_by_length.png   the primary metric by source length, intervals as bands
   implicit_attention.md, implicit_attention.csv, implicit_tests.csv   where the runs measured
                     attributions against gold alignments (eval.attribution): the
-                    implicit-attention study (attention_jax/implicit/implicit_study.py)
+                    implicit-attention study (attention_jax/evaluation/implicit_study.py)
 
 Tasks with several references per source (G2P) lead with word error rate (WER), others with
 BLEU.
@@ -31,7 +31,7 @@ from attention_jax import workdir as workdir_lib
 from attention_jax.evaluation import compare as compare_lib
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import plots
-from attention_jax.implicit import implicit_study
+from attention_jax.evaluation import implicit_study
 
 
 

@@ -12,7 +12,7 @@ import time
 from attention_jax import workdir as workdir_lib
 from attention_jax.sweeps import attempts
 from attention_jax.sweeps import sweep as sweep_lib
-from attention_jax.training import parallel as parallel_lib
+from attention_jax.state import devices as devices_lib
 
 
 def accelerators() -> list[str]:
@@ -30,7 +30,7 @@ def accelerators() -> list[str]:
 def local(parallel: int | None = None, runs_per_device: int = 1):
   """The local executor: the runs as subprocesses of this machine, `parallel` at a time on a
   CPU; where there are accelerators, `runs_per_device` on each (each then gets 1/K of its
-  memory: parallel.memory_env). (attention_jax.sweeps.ray_executor.run is the other; an executor is
+  memory: devices_lib.memory_env). (attention_jax.sweeps.ray_executor.run is the other; an executor is
   f(config_arg, sweep name, runs to do, sweep dir, extra flags) -> status.)"""
   if runs_per_device < 1:
     raise ValueError(f'runs_per_device must be >= 1, got {runs_per_device}')
@@ -45,7 +45,7 @@ def _run_local(config_arg, name, queue, sweep_dir, extra_flags, parallel=None,
                      'machine has none: on a CPU, --parallel sets how many runs share it')
   # device d repeated K times, interleaved: the first runs spread over every device
   slots = [d for _ in range(runs_per_device) for d in devices] or [None] * max(1, parallel or 1)
-  memory = parallel_lib.memory_env(1.0 / runs_per_device) if devices else {}
+  memory = devices_lib.memory_env(1.0 / runs_per_device) if devices else {}
   per_device = f', {runs_per_device} per device' if runs_per_device > 1 else ''
   runs = sum(len(v.members) for v in queue)
   print(f'sweep {name}: {runs} runs to do'

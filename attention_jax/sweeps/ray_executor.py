@@ -39,7 +39,7 @@ import uuid
 from attention_jax import workdir as workdir_lib
 from attention_jax.sweeps import attempts
 from attention_jax.sweeps import sweep as sweep_lib
-from attention_jax.training import parallel
+from attention_jax.state import devices
 
 # exits that say the process was killed or preempted, not that the run is wrong
 RETRIED_EXITS = (128 + signal.SIGKILL, 128 + signal.SIGTERM)
@@ -267,7 +267,7 @@ def _schedule(ray, config_arg, queue, extra_flags, request, max_retries) -> dict
   if not request['GPU']:
     env['CUDA_VISIBLE_DEVICES'] = ''     # a run that asked for no GPU gets none
   elif request['GPU'] < 1:               # a share of one GPU: that share of its memory
-    env.update(parallel.memory_env(request['GPU']))
+    env.update(devices.memory_env(request['GPU']))
   options = dict(num_cpus=request['CPU'], num_gpus=request['GPU'], max_retries=max_retries,
                  retry_exceptions=[TrialDied])
   if request['TPU']:

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import optax
 
 from attention_jax.evaluation import metrics as metrics_lib
 
@@ -41,6 +42,16 @@ class Objective:
   def of(cls, t) -> 'Objective':
     """From a `train` config section; a field it lacks (an older run's) takes its default."""
     return cls(**{f.name: t.get(f.name, f.default) for f in dataclasses.fields(cls)})
+
+
+def token_losses(logits: jax.Array, tgt_out: jax.Array, label_smoothing: float = 0.0):
+  """logits [B, T, V] float32, tgt_out [B, T] -> (training loss [B, T], plain CE [B, T])."""
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, tgt_out)
+  if label_smoothing == 0.0:
+    return ce, ce
+  v = logits.shape[-1]
+  soft = optax.smooth_labels(jax.nn.one_hot(tgt_out, v), label_smoothing)
+  return optax.softmax_cross_entropy(logits, soft), ce
 
 
 def reinforce_surrogate(logp: jax.Array, reward: jax.Array, baseline: jax.Array) -> jax.Array:
@@ -62,10 +73,12 @@ def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: ja
   """logits [B, T, V], read (attention.Read, fields [B, T, ...]), src_mask [B, S] bool (the
   memory's real positions; needed by the doubly stochastic term) ->
   (loss, metric sums, the new baseline (None when no mode samples))."""
-  s = metrics_lib.sums(logits, batch['tgt_out'], batch['weight'], obj.label_smoothing)
+  s = metrics_lib.sums(logits, batch['tgt_out'], batch['weight'])   # what evaluation counts
   n = jnp.maximum(psum(s['tokens']), 1.0)
   mask = ((batch['tgt_out'] != 0) & (batch['weight'][:, None] > 0)).astype(jnp.float32)
-  total = s['train_loss_sum']
+  train_loss, ce = token_losses(logits, batch['tgt_out'], obj.label_smoothing)   # [B, T]
+  total = jnp.sum(train_loss * mask)
+  s = {'train_loss_sum': total, **s}
   if obj.coverage_weight:
     cov = jnp.sum(read.coverage_loss * mask)
     total = total + obj.coverage_weight * cov
@@ -78,7 +91,6 @@ def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: ja
     s = {**s, 'doubly_stochastic_sum': ds}
   new_baseline = None
   if baseline is not None:
-    _, ce = metrics_lib.token_losses(logits, batch['tgt_out'])
     reward = -jnp.sum(ce * mask, axis=1)                                   # [B] log p(y | s, x)
     real = (batch['weight'] > 0).astype(jnp.float32)
     surrogate = reinforce_surrogate(read.logp * mask, reward[:, None], baseline)

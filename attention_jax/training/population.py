@@ -22,7 +22,7 @@ Members' batches of different padded shapes (length buckets) are padded to a com
 change no output and no gradient.
 
 With several devices the member axis is itself split (make_population_step(mesh=...)): a
-2-D mesh 'members' x 'data' (parallel.population_mesh) puts each member on its own group of
+2-D mesh 'members' x 'data' (devices.population_mesh) puts each member on its own group of
 devices and splits that member's batch rows over the group, so data parallelism composes
 with the population.
 """
@@ -38,19 +38,20 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.models.model import ModelConfig
+from attention_jax.state import devices
+from attention_jax.state import templates
 from attention_jax.training import objective
-from attention_jax.training import parallel
 from attention_jax.training import steps
 
 
 def init_population(mcfg: ModelConfig, tx, seeds: Sequence[int], ema: bool = False):
   """-> (graphdef, the members' initial states stacked: every leaf [N, ...]), member k's
-  state that of steps.init_state(mcfg, tx, seeds[k]) exactly."""
+  state that of templates.init_state(mcfg, tx, seeds[k]) exactly."""
   if not seeds or len(set(seeds)) != len(seeds):
     raise ValueError(f'a population needs distinct seeds, got {list(seeds)!r}')
   graphdef, states = None, []
   for seed in seeds:
-    graphdef, state = steps.init_state(mcfg, tx, int(seed), ema=ema)
+    graphdef, state = templates.init_state(mcfg, tx, int(seed), ema=ema)
     states.append(state)
   return graphdef, jax.tree.map(lambda *xs: jnp.stack(xs), *states)
 
@@ -68,15 +69,15 @@ def make_population_step(graphdef, tx, obj: objective.Objective, ema_decay: floa
                          mesh: jax.sharding.Mesh | None = None):
   """-> jit-compiled step(seeds [N], states, batches) (population_step; the states donated).
 
-  mesh (parallel.population_mesh, axes 'members' x 'data'): the members split over the
+  mesh (devices.population_mesh, axes 'members' x 'data'): the members split over the
   'members' axis and each member's batch rows over 'data' (XLA partitions the vmapped step
   and sums each member's gradients over its 'data' devices); states and metrics come back
   split by member. None: everything on one device."""
   fn = functools.partial(population_step, graphdef, tx, obj, ema_decay=ema_decay)
   if mesh is None:
     return jax.jit(fn, donate_argnums=1)
-  by_member = NamedSharding(mesh, P(parallel.MEMBERS))
-  rows = NamedSharding(mesh, P(parallel.MEMBERS, parallel.AXIS))   # batches [N, B, ...]
+  by_member = NamedSharding(mesh, P(devices.MEMBERS))
+  rows = NamedSharding(mesh, P(devices.MEMBERS, devices.AXIS))   # batches [N, B, ...]
   return jax.jit(fn, in_shardings=(by_member, by_member, rows),
                  out_shardings=(by_member, by_member), donate_argnums=1)
 

@@ -28,7 +28,7 @@ save every member at the next step and stop (preemption.Interrupted, exit 128 + 
 lock of every member's directory (workdir.WorkdirLock) is held throughout.
 
 Several devices (parallel=auto or shard_map): the members split over a 'members' x 'data'
-mesh (parallel.population_mesh: as many member groups as the member and device counts share,
+mesh (devices.population_mesh: as many member groups as the member and device counts share,
 each member's batch split over its group's devices); parallel=single: the first device. Not
 (yet): several processes.
 """
@@ -47,9 +47,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax import hold
 from attention_jax import workdir as workdir_lib
-from attention_jax.training import checkpoint as ckpt_lib
+from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.training import objective
-from attention_jax.training import parallel
+from attention_jax.state import devices
 from attention_jax.training import population
 from attention_jax.training import preemption
 from attention_jax.training import session as session_lib
@@ -78,12 +78,12 @@ def member_dirs(cfg: ml_collections.ConfigDict, workdir: str) -> list[str]:
 
 
 def mesh_of(cfg: ml_collections.ConfigDict) -> jax.sharding.Mesh | None:
-  """The population's mesh over this process's devices (parallel.population_mesh), or None
+  """The population's mesh over this process's devices (devices.population_mesh), or None
   for one device (parallel=single, or one device)."""
-  if parallel.resolve(cfg.parallel) == 'single':
+  if devices.resolve(cfg.parallel) == 'single':
     return None
-  mesh = parallel.population_mesh(cfg.train.get('population', 1))
-  parallel.check_batch(cfg.data.batch_size, mesh.shape[parallel.AXIS])
+  mesh = devices.population_mesh(cfg.train.get('population', 1))
+  devices.check_batch(cfg.data.batch_size, mesh.shape[devices.AXIS])
   return mesh
 
 
@@ -202,7 +202,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
     s.open(keep=max(t.keep_checkpoints, 2))
   states = _resume(sessions, states)
   if mesh is not None:   # each member's rows of every leaf on its group of devices
-    states = jax.device_put(states, NamedSharding(mesh, P(parallel.MEMBERS)))
+    states = jax.device_put(states, NamedSharding(mesh, P(devices.MEMBERS)))
 
   def member_state(k: int):
     """Member k's state now, to evaluate or save alone: on the first device, as a run's."""
@@ -216,7 +216,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
   progress = _Progress(t.steps, step, t.log_every, [s.writer for s in sessions])
   where = (f'one {jax.devices()[0].platform} device' if mesh is None else
            f'{mesh.size} {jax.devices()[0].platform} devices, '
-           f'{mesh.shape[parallel.MEMBERS]} member groups x {mesh.shape[parallel.AXIS]} '
+           f'{mesh.shape[devices.MEMBERS]} member groups x {mesh.shape[devices.AXIS]} '
            'splitting each batch')
   log(f'[population of {len(seeds)}: seeds {seeds[0]}..{seeds[-1]}, {where}] training '
       f'{mcfg.describe()} on {sessions[0].task.name}: '

@@ -23,8 +23,8 @@ from attention_jax.evaluation import records as records_lib
 from attention_jax.implicit import eval_attribution
 from attention_jax.models import encoders
 from attention_jax.models.model import ModelConfig
-from attention_jax.training import checkpoint as ckpt_lib
-from attention_jax.training.steps import eval_params, model_config
+from attention_jax.state import checkpoint as ckpt_lib
+from attention_jax.state.templates import eval_params, model_config
 
 
 # ---- logging and files: process 0 ------------------------------------------------------------

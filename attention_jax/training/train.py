@@ -22,14 +22,15 @@ from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import inference
 from attention_jax.evaluation import evaluator as eval_lib
 from attention_jax.implicit import eval_attribution
+from attention_jax.state import devices
+from attention_jax.state.templates import init_state, model_config
+from attention_jax.training import data_parallel
 from attention_jax.training import objective
-from attention_jax.training import parallel
 from attention_jax.training import preemption
 from attention_jax.training.session import (  # (re-exported)
     Session, check_same_config, check_source, config_differences, format_table, lead, log,
     prepare_workdir)
-from attention_jax.training.steps import (SCHEDULES, OptimizerConfig, init_state, make_optimizer,
-                                 model_config, train_step)
+from attention_jax.training.steps import SCHEDULES, OptimizerConfig, make_optimizer, train_step
 
 __all__ = ['SCHEDULES', 'OptimizerConfig', 'Session', 'StepSpec', 'Steps', 'check_same_config',
            'check_source', 'config_differences', 'format_table', 'init_state', 'make_optimizer',
@@ -93,7 +94,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
-  parallel.resolve(cfg.parallel)
+  devices.resolve(cfg.parallel)
   n = jax.device_count()
   if d.batch_size % n:
     raise ValueError(f'data.batch_size={d.batch_size} is not divisible by the device count {n}')
@@ -137,22 +138,22 @@ class Steps:
 
   def __init__(self, spec: StepSpec):
     self.spec = spec
-    self.mode = parallel.resolve(spec.parallel)
+    self.mode = devices.resolve(spec.parallel)
     args = (spec.graphdef, spec.optimizer.build(), spec.objective, spec.seed)
     ema = dict(ema_decay=spec.ema_decay)
     if self.mode == 'shard_map':
-      self.train = parallel.shard_map_train_step(*args, **ema)
+      self.train = data_parallel.shard_map_train_step(*args, **ema)
     elif self.mode == 'pmap':
-      self.train = parallel.pmap_train_step(*args, **ema)
+      self.train = data_parallel.pmap_train_step(*args, **ema)
     else:
       self.train = jax.jit(functools.partial(train_step, *args, **ema), donate_argnums=0)
     eval_step = eval_lib.make_teacher_forced(spec.graphdef)
     # evaluation and decoding: the batch is split over the devices too (evaluation: XLA
     # partitions the batch-parallel computation, metric sums are global; decoding: each
-    # device decodes its rows, parallel.split_batch). Several processes each evaluate on
+    # device decodes its rows, inference.split_batch). Several processes each evaluate on
     # their own devices.
     single = self.mode == 'single'
-    shard = parallel.batch_sharder() if not single else (lambda x: x)
+    shard = devices.batch_sharder() if not single else (lambda x: x)
     self.eval = lambda params, batch: eval_step(params, shard(batch))
     self.predict = inference.make_decoder(spec.graphdef, beam=1,
                                           devices=jax.local_devices()[:1] if single else None)
@@ -227,7 +228,7 @@ def memory_explained(cfg: ml_collections.ConfigDict):
   except Exception as e:  # pylint: disable=broad-except  (out of memory: one line, the sizes)
     if 'out of memory' not in str(e).lower() and not isinstance(e, MemoryError):
       raise
-    note = parallel.share_note()
+    note = devices.share_note()
     raise MemoryError(f'out of memory ({str(e).strip().splitlines()[0][:200]}) with '
                       f'{_sizes(cfg)}: make the model or the batch smaller'
                       + (f' ({note})' if note else '')) from None

@@ -27,7 +27,7 @@ pair of processes on a shared VM moved by a third between runs of one command). 
 `second_translate_s` against its first call's `translate_s`. One core: `taskset -c 0`,
 OpenNMT-py with 1 thread; two cores: both unpinned, OpenNMT-py with 2 threads. Ours splits
 the CPU as `translate` does: one JAX device per core it may run on, each chunk's rows split
-among them (parallel.cpu_devices; `--e2e_devices=N`: N devices, 1: one). Our process also
+among them (devices.cpu_devices; `--e2e_devices=N`: N devices, 1: one). Our process also
 reports the seconds it spent tracing and compiling (or reading the cache:
 compile_cache.counts), the shapes it decoded and its device count.
 """
@@ -109,7 +109,7 @@ def ours(run: str, source: str, beam: int, cpus: str | None, cache: str, work: s
   figures. ahead False: each shape compiled on first use (Translator.compile_ahead).
   devices: the process sees the CPU as that many devices (JAX_NUM_CPU_DEVICES; 0: as
   `translate` does, one per core it may run on), and the translator splits each chunk's rows
-  across them (parallel.split_batch)."""
+  across them (inference.split_batch)."""
   out = os.path.join(work, f'ours_beam{beam}.txt')
   env = {**os.environ, compile_cache.ENV: cache}
   env.pop('JAX_NUM_CPU_DEVICES', None)

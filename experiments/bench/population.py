@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 from attention_jax import data
+from attention_jax.state import templates
 from attention_jax.training import objective, population, steps, train
 from experiments.bench.measure import count_flops, machine_info, matmul_flops_per_s
 from experiments.configs import reverse
@@ -123,7 +124,7 @@ def compare(arch: str, members: int, n_steps: int, data_dir: str | None = None) 
 
   runs = []
   for seed in seeds:   # as a sweep runs them: each run its own compiled step
-    graphdef, state = steps.init_state(mcfg, tx, seed)
+    graphdef, state = templates.init_state(mcfg, tx, seed)
     train_step = train.Steps.of(graphdef, _with_seed(cfg, seed)).train
     held = {'state': state}
 

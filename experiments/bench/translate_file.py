@@ -20,7 +20,7 @@ import time
 import jax
 
 from attention_jax.decoding import compile_cache, loading
-from attention_jax.training import parallel
+from attention_jax.state import devices
 from experiments.bench.measure import suppress_eos
 
 STARTED = 'ATTENTION_JAX_BENCH_STARTED'   # time.time() when the parent started the process
@@ -30,7 +30,7 @@ def translate_file(run: str, source: str, output: str, beam: int, again: bool = 
                    batch: int = 1024, ahead: bool = True) -> dict:
   """What a user's `translate` does (experiments/translate.py: aj.load, chunks of `batch`
   lines, each written whole), with EOS suppressed -> the compiling and decoding figures."""
-  parallel.cpu_devices(0)   # as translate's default --cpu_devices (JAX_NUM_CPU_DEVICES wins)
+  devices.cpu_devices(0)   # as translate's default --cpu_devices (JAX_NUM_CPU_DEVICES wins)
   t = loading.load(run)
   t.params = suppress_eos(t.params)
   t.chunk_size = batch   # as translate's --batch

@@ -1,25 +1,19 @@
-"""Data parallelism: one per-device train step (steps.train_step with axis_name='data'),
-run either under `jax.jit` + `jax.shard_map` over a device mesh (the default with more than
-one device) or under the classic `jax.pmap`. Parameters are replicated, the batch is split
-along its first axis; both give the same parameters as one device on the same global batch.
-Decoding splits its batch the same way (`split_batch`): each device decodes its rows alone.
-Processes that share one accelerator (sweeps' --runs_per_device, Ray's fractional GPUs) each
-preallocate their share of its memory: memory_env. A population (training/population.py)
-splits over a 2-D mesh of members x data: population_mesh.
+"""Devices and meshes, below training and decoding: the parallel mode (auto / single /
+shard_map / pmap), the 1-D 'data' mesh and a population's 'members' x 'data' mesh, multi-host
+start-up, the CPU split into devices, and the share of an accelerator's memory a process gets
+when several share it (sweeps' --runs_per_device, Ray's fractional GPUs). The data-parallel
+train steps are in training/data_parallel.py; decoding's row split in decoding/inference.py.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import os
-import types
 
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from attention_jax.training import steps as steps_lib
 
 AXIS = 'data'
 MEMBERS = 'members'   # a population's member axis (population_mesh)
@@ -59,30 +53,6 @@ def check_batch(batch_size: int, n: int) -> None:
     raise ValueError(f'data.batch_size={batch_size} is not divisible by the device count {n}')
 
 
-def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None, ema_decay: float = 0.0):
-  """-> jit(shard_map(train_step)): (state, batch [B, ...]) -> (state, metrics), state
-  replicated, batch split over the mesh's 'data' axis, buffers donated."""
-  mesh = mesh or make_mesh()
-  step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
-                           axis_name=AXIS, ema_decay=ema_decay)
-  # check_vma=False: the RNN scans start from replicated zero carries that become per-device
-  f = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()),
-                    check_vma=False)
-  batch_sharding = NamedSharding(mesh, P(AXIS))
-  jitted = jax.jit(f, donate_argnums=0)
-
-  def run(state, batch):
-    if jax.process_count() == 1:
-      return jitted(state, jax.device_put(batch, batch_sharding))
-    # every process iterates the same global batches and feeds only its own rows
-    p, n = jax.process_index(), jax.process_count()
-    rows = lambda x: x[p * (x.shape[0] // n):(p + 1) * (x.shape[0] // n)]
-    return jitted(state, jax.tree.map(
-        lambda x: jax.make_array_from_process_local_data(batch_sharding, rows(x)), batch))
-
-  return run
-
-
 def local_mesh(devices) -> jax.sharding.Mesh:
   """A 1-D mesh, axis 'data', over `devices` (this process's own, in multi-process runs)."""
   return jax.sharding.Mesh(np.array(list(devices)), (AXIS,))
@@ -97,54 +67,6 @@ def rows_apart(fn, mesh: jax.sharding.Mesh):
   return lambda params, x, *static: jax.shard_map(
       lambda p, xs: fn(p, xs, *static), mesh=mesh, in_specs=(P(), P(AXIS)),
       out_specs=P(AXIS), check_vma=False)(params, x)
-
-
-def split_batch(fn, devices, static_argnums=(2, 3)):
-  """-> call(params, x [B, ...], *static): rows_apart(fn) over `devices`, jit-compiled, for any B:
-  padded to a multiple of the device count with copies of the last row, cut off again from
-  every output [B, ...]. Like a jax.jit function, `call.lower(params, x, *static).compile()`
-  compiles one shape ahead of use (x a jax.ShapeDtypeStruct or array [B, ...]) and returns
-  program(params, x [B, ...]), padded and cut as `call` does (decoding/ahead.py).
-
-  Decoding loops (while_loop over output positions, cache gathers) run as they do on one
-  device, on each device's rows: on a CPU split into devices (JAX_NUM_CPU_DEVICES) this
-  keeps every core busy where XLA's intra-op threads cannot (a beam step's operations are
-  too small to split), and on several GPUs each decodes its share.
-  """
-  mesh = local_mesh(devices)
-  n = mesh.size
-  rows, same = NamedSharding(mesh, P(AXIS)), NamedSharding(mesh, P())
-  jitted = jax.jit(rows_apart(fn, mesh), static_argnums=static_argnums)
-  placed = [None, None]   # the params last given and their copy on every device
-
-  def replicated(params):
-    """params on every device, copied once per params object (not once per chunk: a file
-    decodes hundreds of chunks with the same params)."""
-    if placed[0] is not params:
-      placed[:] = [params, jax.device_put(params, same)]
-    return placed[1]
-
-  def run(program, params, x):
-    b = x.shape[0]
-    pad = -b % n
-    if pad:
-      x = np.concatenate([np.asarray(x), np.repeat(np.asarray(x)[-1:], pad, 0)])
-    out = program(replicated(params), jax.device_put(x, rows))
-    return jax.tree.map(lambda y: y[:b], out) if pad else out
-
-  def call(params, x, *static):
-    return run(lambda p, xs: jitted(p, xs, *static), params, x)
-
-  def lower(params, x, *static):
-    spec = lambda a, sharding, shape=None: jax.ShapeDtypeStruct(
-        a.shape if shape is None else shape, a.dtype, sharding=sharding)
-    padded = (x.shape[0] + -x.shape[0] % n,) + tuple(x.shape[1:])
-    lowered = jitted.lower(jax.tree.map(lambda a: spec(a, same), params),
-                           spec(x, rows, padded), *static)
-    return types.SimpleNamespace(compile=lambda: functools.partial(run, lowered.compile()))
-
-  call.lower = lower
-  return call
 
 
 def cpu_devices_set_by_user() -> bool:
@@ -168,22 +90,6 @@ def cpu_devices(n: int = 0) -> int | None:
   n = n or len(os.sched_getaffinity(0))
   jax.config.update('jax_num_cpu_devices', n)
   return n
-
-
-def pmap_train_step(graphdef, tx, obj, seed: int, ema_decay: float = 0.0):
-  """-> pmap(train_step): (state, batch [B, ...]) -> (state, metrics) on host-shaped trees;
-  the state is broadcast to every device (in_axes None) and device 0's copy comes back."""
-  n = jax.device_count()
-  step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
-                           axis_name=AXIS, ema_decay=ema_decay)
-  pmapped = jax.pmap(step, axis_name=AXIS, in_axes=(None, 0))
-
-  def run(state, batch):
-    split = jax.tree.map(lambda x: x.reshape((n, x.shape[0] // n) + x.shape[1:]), batch)
-    new_state, metrics = pmapped(state, split)
-    return jax.tree.map(lambda x: x[0], (new_state, metrics))
-
-  return run
 
 
 def init_distributed(coordinator: str | None = None, num_processes: int | None = None,
