@@ -51,7 +51,7 @@ def _setup(data_cfg, arch, setting):
 MESH_SCRIPT = r'''
 import jax, jax.numpy as jnp, ml_collections, numpy as np
 import attention_jax as aj
-from attention_jax.state import devices
+from attention_jax.state import devices, templates
 from attention_jax.training import objective, population, steps, train
 assert jax.device_count() == 8, jax.devices()
 shape = lambda n: tuple(devices.population_mesh(n).shape.values())

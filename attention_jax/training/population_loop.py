@@ -37,21 +37,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from attention_jax import hold
 from attention_jax import workdir as workdir_lib
 from attention_jax.state import checkpoint as ckpt_lib
+from attention_jax.training import loop
 from attention_jax.training import objective
 from attention_jax.state import devices
 from attention_jax.training import population
-from attention_jax.training import preemption
 from attention_jax.training import session as session_lib
 from attention_jax.training import train
 from attention_jax.training.session import log
@@ -124,55 +121,35 @@ def _stack(states: list):
   return jax.tree.map(lambda *xs: jnp.stack(xs), *states)
 
 
-def _resume(sessions: list[session_lib.Session], states):
-  """The stacked states to start from: each member restored at the newest latest step that
-  every member holds (all fresh: `states` as initialised)."""
-  templates = [population.member(states, k) for k in range(len(sessions))]
-  restored = [s.newest(tpl) for s, tpl in zip(sessions, templates)]
-  if all(r is None for r in restored):
-    return states
-  at = [0 if r is None else r[2] for r in restored]
-  step = min(at)
-  for k, (s, tpl) in enumerate(zip(sessions, templates)):
-    if at[k] == step:
-      continue
-    if step not in s.ckpts.latest.all_steps(read=True):
-      where = ', '.join(f'{os.path.basename(x.workdir)}: {a or "none"}'
-                        for x, a in zip(sessions, at))
-      raise ValueError(f'the members\' newest checkpoints are at different steps ({where}) and '
-                       f'{os.path.basename(s.workdir)} holds no step {step} to start with the '
-                       'others: resume the members alone (without train.population), or start '
-                       'afresh elsewhere')
-    log(f'{os.path.basename(s.workdir)}: from step {step}, the newest step all members hold '
-        f'(its newest is {at[k]})')
-    restored[k] = s.at(tpl, step)
-  return _stack([tpl if r is None else s.adopt(r)
-                 for s, tpl, r in zip(sessions, templates, restored)])
+class Members:
+  """loop.Stepper of a population: the members' states stacked (every leaf [N, ...]),
+  stepped together by population.make_population_step; on a mesh each member's rows of
+  every leaf sit on its group of devices."""
 
+  def __init__(self, step_fn, states, seeds: list[int], mesh: jax.sharding.Mesh | None):
+    self.step_fn, self.states, self.mesh = step_fn, states, mesh
+    self.members = len(seeds)
+    self.seeds = jnp.asarray(seeds, jnp.int32)
 
-class _Progress(train.Progress):
-  """A progress line every `every` steps (each member's loss; steps/s; tokens/s of all
-  members), and each member's training curves in its own TensorBoard."""
+  def templates(self) -> list:
+    return [population.member(self.states, k) for k in range(self.members)]
 
-  def __init__(self, total: int, start: int, every: int, writers: list):
-    super().__init__(total, start, every, None)
-    self.writers = writers
+  def load(self, states: list) -> None:
+    self.states = _stack(states)
+    if self.mesh is not None:   # each member's rows of every leaf on its group of devices
+      self.states = jax.device_put(self.states, NamedSharding(self.mesh, P(devices.MEMBERS)))
 
-  def update(self, step: int, m: dict, live: list[int]) -> None:
-    due = self.tick(step, m)       # m['loss'], m['tokens']: [N]
-    if due is None:
-      return
-    dt, rate, eta = due
-    losses = np.asarray(self.loss) / max(self.n, 1)
-    grad_norms = np.asarray(m['grad_norm'])
-    log(f'step {step:>6}/{self.total}  loss {" ".join(f"{x:.4f}" for x in losses)}  '
-        f'{rate:.2f} steps/s  {float(np.sum(self.tokens)) / dt:,.0f} tok/s  '
-        f'ETA {eta / 60:.1f} min')
-    for k in live:
-      self.writers[k].add_scalar('train/loss', float(losses[k]), step)
-      self.writers[k].add_scalar('train/steps_per_sec', rate, step)
-      self.writers[k].add_scalar('train/grad_norm', float(grad_norms[k]), step)
-    self.restart(step)
+  def step(self, batches: list[dict]) -> dict:
+    self.states, m = self.step_fn(self.seeds, self.states, population.stack_batches(batches))
+    return m                      # {name: [N]}
+
+  def metrics_of(self, m: dict, k: int) -> dict:
+    return {name: m[name][k] for name in ('finite', 'loss', 'grad_norm')}
+
+  def state_of(self, k: int):
+    """Member k's state now, to evaluate or save alone: on the first device, as a run's."""
+    state = population.member(self.states, k)
+    return state if self.mesh is None else jax.device_put(state, jax.devices()[0])
 
 
 def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> list[dict]:
@@ -200,20 +177,10 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
                                             ema_decay=t.ema_decay, mesh=mesh)
   for s in sessions:   # >= 2 latest steps: a kill between two members' saves leaves one common
     s.open(keep=max(t.keep_checkpoints, 2))
-  states = _resume(sessions, states)
-  if mesh is not None:   # each member's rows of every leaf on its group of devices
-    states = jax.device_put(states, NamedSharding(mesh, P(devices.MEMBERS)))
-
-  def member_state(k: int):
-    """Member k's state now, to evaluate or save alone: on the first device, as a run's."""
-    state = population.member(states, k)
-    return state if mesh is None else jax.device_put(state, jax.devices()[0])
+  stepper = Members(step_fn, states, seeds, mesh)
+  stepper.load(loop.resume(sessions, stepper.templates()))
   for s in sessions:
     s.start(steps)
-  step = int(states['step'][0])
-  live = list(range(len(seeds)))
-  stopped: dict[int, str] = {}   # member -> why it stopped (non-finite, no skip_nonfinite)
-  progress = _Progress(t.steps, step, t.log_every, [s.writer for s in sessions])
   where = (f'one {jax.devices()[0].platform} device' if mesh is None else
            f'{mesh.size} {jax.devices()[0].platform} devices, '
            f'{mesh.shape[devices.MEMBERS]} member groups x {mesh.shape[devices.AXIS]} '
@@ -221,74 +188,8 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
   log(f'[population of {len(seeds)}: seeds {seeds[0]}..{seeds[-1]}, {where}] training '
       f'{mcfg.describe()} on {sessions[0].task.name}: '
       f'{t.steps} steps of {d.batch_size} sentences per member, '
-      f'{sum(x[0].size for x in jax.tree.leaves(states["params"])):,} parameters per member '
-      f'-> {os.path.join(workdir, workdir_lib.SEED_DIR.format("<k>"))}')
-
-  def check_finite(pending) -> None:
-    """Each live member's finiteness of the step in `pending` (step, metrics [N], batches):
-    counted (skip_nonfinite), or that member stops."""
-    if pending is None:
-      return
-    at, m, batches = pending
-    for k in np.flatnonzero(~np.asarray(m['finite'])):
-      if k in stopped:
-        continue
-      mine = {name: m[name][k] for name in ('finite', 'loss', 'grad_norm')}
-      try:
-        sessions[k].check_finite((at, mine, batches[k]))
-      except FloatingPointError as e:
-        stopped[int(k)] = f'{names[k]}: {e}'
-        live.remove(int(k))
-        log(f'  {names[k]} stopped, the others train on: {e}')
-
-  seeds_arr = jnp.asarray(seeds, jnp.int32)
-  pending = None   # the last step whose finiteness is not yet read
-  stop = preemption.StopRequest()
-  with stop.installed():
-    while step < t.steps:
-      if stop.signum is not None:   # SIGTERM / SIGINT: save every member here, then exit
-        check_finite(pending)
-        for k, s in enumerate(sessions):
-          if k in live:
-            s.stop(step, member_state(k))
-          else:
-            s.close()
-        raise preemption.Interrupted(stop.signum, step, ', '.join(
-            sessions[k].latest_dir for k in live) or workdir)
-      t_step = time.time()
-      batches = [next(s.it) for s in sessions]
-      states, m = step_fn(seeds_arr, states, population.stack_batches(batches))
-      step += 1
-      check_finite(pending)   # the previous step's, once this one is dispatched (train.py)
-      pending = (step, m, batches)
-      seconds = time.time() - t_step
-      for s in sessions:   # each member trained for all of it, side by side with the others
-        s.train_time += seconds
-      progress.update(step, m, live)
-      evaluating = step % t.eval_every == 0 or step == t.steps
-      saving = step % t.checkpoint_every == 0 or step == t.steps
-      if evaluating or saving:
-        check_finite(pending)   # before anything is evaluated or saved
-        pending = None
-      if evaluating:
-        t_eval = time.time()
-        for k in live:
-          sessions[k].validate(step, member_state(k), prefix=f'{names[k]} ')
-        progress.t0 += time.time() - t_eval  # rates and ETA count training time only
-      if saving:
-        for k in live:
-          sessions[k].save_latest(step, member_state(k))
-      hold.point('train_step', lambda: stop.signum is not None, step=step, workdir=workdir)
-
-  summaries = []
-  for k, s in enumerate(sessions):
-    if k in stopped:
-      s.close()
-      continue
-    log(f'\n{names[k]} ({s.workdir}):')
-    summaries.append(s.finish(graphdef, member_state(k), step, extra={
-        'population': {'seeds': seeds, 'member': k}}))
-  if stopped:
-    raise FloatingPointError(f'{len(stopped)} of {len(seeds)} members stopped on a non-finite '
-                             f'step (the others finished): ' + '; '.join(stopped.values()))
-  return summaries
+      f'{sum(x[0].size for x in jax.tree.leaves(stepper.states["params"])):,} parameters per '
+      f'member -> {os.path.join(workdir, workdir_lib.SEED_DIR.format("<k>"))}')
+  return loop.run(cfg, workdir, sessions, stepper, graphdef, names=names,
+                  extra=[{'population': {'seeds': seeds, 'member': k}}
+                         for k in range(len(seeds))])

@@ -1,8 +1,8 @@
 """One run in the training loop, whoever drives it: its set-up (an empty or resumable workdir,
 the same config when resuming, the task and its tokenizers, the model config), and what the
 loop does with it (resume, validate, save the latest and the best checkpoints, stop on a
-signal, the final evaluation). train.py drives one Session over a train state;
-population_loop.py drives one per member of a population over the stacked states. Only
+signal, the final evaluation). loop.py drives one Session per member: one for a run alone,
+one per seed of a population. Only
 process 0 logs and writes files (lead); Orbax checkpoints are written by all processes.
 """
 
@@ -122,8 +122,7 @@ class Session:
   """One run in the training loop: its directory (workdir.Run), task, model config,
   checkpoints, data iterator and counters (the best validation score, seconds in train steps
   over all sessions, non-finite steps skipped), and what the loop does with it: resume,
-  validate, save, stop, finish. train_and_evaluate drives one over its state;
-  population_loop drives one per member over the stacked states (population.member)."""
+  validate, save, stop, finish. loop.run drives one per member."""
 
   def __init__(self, cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool):
     prepare_workdir(workdir, cfg.train.resume, overwrite)
@@ -173,19 +172,19 @@ class Session:
     return dict(model_config=self.mcfg.to_dict(), model_defaults=ModelConfig.defaults(),
                 tokenizers=self.tok_fingerprint)
 
-  def newest(self, template):
+  def restore_newest(self, template):
     """(state, meta, step) of the newest readable latest checkpoint, None when not resuming
     (checkpoint.restore_newest: corrupt steps set aside)."""
     if not self.resuming:
       return None
     return ckpt_lib.restore_newest(self.ckpts.latest, template, log, **self._expect())
 
-  def at(self, template, step: int):
+  def restore_at(self, template, step: int):
     """(state, meta, step) of the latest checkpoint of `step`."""
     return (*ckpt_lib.restore(self.ckpts.latest, step, template, **self._expect()), step)
 
-  def adopt(self, restored):
-    """The state of `restored` (newest / at), with the iterator and counters where it was
+  def resume_from(self, restored):
+    """The state of `restored` (restore_newest / restore_at), with the iterator and counters where it was
     saved; EMA started or dropped as train.ema_decay now says."""
     state, meta, step0 = restored
     t = self.cfg.train

@@ -1,7 +1,8 @@
-"""Training: the jit-compiled steps of a model, and the loop (evaluation, checkpoints, resume,
-TensorBoard, results table, heatmaps). The train state and the pure train step are in
-steps.py, a run's set-up and bookkeeping in the loop in session.py, data parallelism in
-parallel.py, decoding in inference.py; a population of seeds trains in population_loop.py.
+"""Training a run alone: its config checked before any work, the jit-compiled steps of its
+model (Steps: train, teacher-forced evaluation, decoding), and train_and_evaluate, which sets
+the run up and hands it to the one training loop (loop.py) as a population of one. The pure
+train step is in steps.py, a run's bookkeeping in session.py, data parallelism in
+data_parallel.py; a population of seeds is set up in population_loop.py.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import time
 from typing import Any
 
 import jax
@@ -17,7 +17,6 @@ import ml_collections
 import sacrebleu
 
 from attention_jax import data as data_lib
-from attention_jax import hold
 from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import inference
 from attention_jax.evaluation import evaluator as eval_lib
@@ -25,8 +24,8 @@ from attention_jax.implicit import eval_attribution
 from attention_jax.state import devices
 from attention_jax.state.templates import init_state, model_config
 from attention_jax.training import data_parallel
+from attention_jax.training import loop
 from attention_jax.training import objective
-from attention_jax.training import preemption
 from attention_jax.training.session import (  # (re-exported)
     Session, check_same_config, check_source, config_differences, format_table, lead, log,
     prepare_workdir)
@@ -159,45 +158,30 @@ class Steps:
                                           devices=jax.local_devices()[:1] if single else None)
 
 
-# ---- the loop ------------------------------------------------------------------------
-class Progress:
-  """A progress line every `every` steps: step, loss, steps/s, target tokens/s, ETA."""
+# ---- a run alone in the loop ----------------------------------------------------------
+class Single:
+  """loop.Stepper of a run alone: its state, stepped by train.Steps (jax.jit on one device,
+  shard_map or pmap over several)."""
+  members = 1
 
-  def __init__(self, total: int, start: int, every: int, writer):
-    self.total, self.every, self.writer = total, every, writer
-    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), start, 0.0, 0.0, 0
+  def __init__(self, steps: Steps, state):
+    self.steps, self.state = steps, state
 
-  def tick(self, step: int, m: dict) -> tuple[float, float, float] | None:
-    """Adds the step's loss and tokens (m['loss'] a scalar, or [N] for a population) ->
-    (seconds, steps/s, ETA seconds) since the last line when a line is due, else None."""
-    # sums stay on the device until a line is printed: no host sync per step (an accelerator
-    # then runs ahead of the host instead of waiting for it between steps)
-    self.loss = self.loss + m['loss']
-    self.tokens = self.tokens + m['tokens']
-    self.n += 1
-    if step % self.every and step != self.total:
-      return None
-    dt = max(time.time() - self.t0, 1e-9)
-    rate = (step - self.s0) / dt
-    return dt, rate, (self.total - step) / max(rate, 1e-9)
+  def templates(self) -> list:
+    return [self.state]
 
-  def restart(self, step: int) -> None:
-    """A new window of sums after a line at `step`."""
-    self.t0, self.s0, self.loss, self.tokens, self.n = time.time(), step, 0.0, 0.0, 0
+  def load(self, states: list) -> None:
+    self.state, = states
 
-  def update(self, step: int, m: dict) -> None:
-    due = self.tick(step, m)
-    if due is None:
-      return
-    dt, rate, eta = due
-    loss, tokens = float(self.loss) / max(self.n, 1), float(self.tokens)
-    log(f'step {step:>6}/{self.total}  loss {loss:.4f}  {rate:.2f} steps/s  '
-          f'{tokens / dt:,.0f} tok/s  ETA {eta / 60:.1f} min')
-    if self.writer:
-      self.writer.add_scalar('train/loss', loss, step)
-      self.writer.add_scalar('train/steps_per_sec', rate, step)
-      self.writer.add_scalar('train/grad_norm', float(m['grad_norm']), step)
-    self.restart(step)
+  def step(self, batches: list[dict]) -> dict:
+    self.state, m = self.steps.train(self.state, batches[0])
+    return m
+
+  def metrics_of(self, m: dict, k: int) -> dict:
+    return m
+
+  def state_of(self, k: int):
+    return self.state
 
 
 def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
@@ -250,44 +234,11 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   graphdef, state = init_state(s.mcfg, OptimizerConfig.of(t).build(), cfg.seed, ema=s.use_ema)
   steps = Steps.of(graphdef, cfg)
   s.open()
-  restored = s.newest(state)
-  if restored is not None:
-    state = s.adopt(restored)
+  stepper = Single(steps, state)
+  stepper.load(loop.resume([s], stepper.templates()))
   s.start(steps)
-  step = int(state['step'])
-  progress = Progress(t.steps, step, t.log_every, s.writer)
   log(f'[{steps.mode}: {jax.process_count()} process(es), {jax.device_count()} '
       f'{jax.devices()[0].platform} device(s)] training {s.mcfg.describe()} on '
       f'{s.task.name}: {t.steps} steps of {d.batch_size} sentences, '
-      f'{sum(x.size for x in jax.tree.leaves(state["params"])):,} parameters')
-  pending = None   # the last step whose finiteness is not yet read
-  stop = preemption.StopRequest()
-  with stop.installed():
-    while step < t.steps:
-      if stop.signum is not None:   # SIGTERM / SIGINT: save where we are, then exit
-        s.check_finite(pending)
-        s.stop(step, state)
-        raise preemption.Interrupted(stop.signum, step, s.latest_dir)
-      t_step = time.time()
-      batch = next(s.it)
-      state, m = steps.train(state, batch)
-      step += 1
-      # the previous step's finiteness is read once this one is dispatched, so the device
-      # never idles on the host between steps; a non-finite step leaves the state unchanged
-      s.check_finite(pending)
-      pending = (step, m, batch)
-      s.train_time += time.time() - t_step
-      progress.update(step, m)
-      evaluating = step % t.eval_every == 0 or step == t.steps
-      saving = step % t.checkpoint_every == 0 or step == t.steps
-      if evaluating or saving:
-        s.check_finite(pending)   # before anything is evaluated or saved
-        pending = None
-      if evaluating:
-        t_eval = time.time()
-        s.validate(step, state)
-        progress.t0 += time.time() - t_eval  # rates and ETA count training time only
-      if saving:
-        s.save_latest(step, state)
-      hold.point('train_step', lambda: stop.signum is not None, step=step, workdir=workdir)
-  return s.finish(graphdef, state, step)
+      f'{sum(x.size for x in jax.tree.leaves(stepper.state["params"])):,} parameters')
+  return loop.run(cfg, workdir, [s], stepper, graphdef)[0]
