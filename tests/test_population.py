@@ -349,6 +349,34 @@ def test_a_population_stopped_by_a_signal_resumes_to_the_uninterrupted_one_bit_f
     assert workdir_lib.Run(member).results()['results'] == workdir_lib.Run(ref).results()['results']
 
 
+def test_a_population_on_a_mesh_trains_through_the_loop_as_on_one_device(pop_sweep, data_dir,
+                                                                        tmp_path):
+  """The members x data mesh through the whole training loop (experiments.main on 4 CPU
+  devices: 2 member groups x 2 devices splitting each batch; validation, checkpoints, the
+  final evaluation): each member ends with the parameters (to 1e-5) and the results (to
+  1e-4) of the same population trained on one device (pop_sweep)."""
+  path, sweep_dir, _ = pop_sweep
+  workdir = tmp_path / 'pop_mesh'
+  flags = ' '.join(f for f in os.environ.get('XLA_FLAGS', '').split()
+                   if 'device_count' not in f)
+  proc = subprocess.run(
+      [sys.executable, '-m', 'experiments.main', f'--config={path}:smoke',
+       '--config.model.score=additive', '--config.seed=1', '--config.train.population=2',
+       '--config.parallel=auto', f'--workdir={workdir}', f'--config.data.data_dir={data_dir}'],
+      cwd=helpers.ROOT, capture_output=True, text=True, timeout=600,
+      env={**os.environ, 'XLA_FLAGS': f'{flags} --xla_force_host_platform_device_count=4'})
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert '4 cpu devices, 2 member groups x 2 splitting each batch' in proc.stdout, proc.stdout
+  for k in (1, 2):
+    member, ref = str(workdir / f'seed_{k}'), str(sweep_dir / 'additive' / f'seed_{k}')
+    assert _steps(member) == _steps(ref)
+    for x, y in zip(jax.tree.leaves(_params(member, 8)), jax.tree.leaves(_params(ref, 8)),
+                    strict=True):
+      np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-5)
+    _close_results(workdir_lib.Run(member).results()['results'],
+                   workdir_lib.Run(ref).results()['results'])
+
+
 @pytest.mark.slow
 def test_members_saved_at_different_steps_resume_from_the_step_they_all_hold(pop_sweep, data_dir,
                                                                              tmp_path, capsys):
