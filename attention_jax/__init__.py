@@ -26,7 +26,7 @@ __getattr__, __dir__, __all__ = lazy.exports(__name__, {
     'attention_jax.decoding.greedy': ['greedy'],
     'attention_jax.decoding.translator': ['Hypotheses', 'Translator'],
     'attention_jax.evaluation.plots': ['plot_attention', 'plot_attention_grid'],
-    'attention_jax.evaluation.run_eval': ['evaluate_run'],
+    'attention_jax.evaluation.saved_run': ['evaluate_run'],
     'attention_jax.models.attention': ['MODES', 'NORMALISERS', 'Attention', 'masked_softmax',
                                        'masked_sparsemax'],
     'attention_jax.models.cells': ['CELLS'],

@@ -32,8 +32,8 @@ from absl import flags
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import loading, translator
-from attention_jax.evaluation import plots
-from attention_jax.implicit import alignment, attribution, eval_attribution
+from attention_jax.evaluation import evaluators, plots
+from attention_jax.implicit import alignment, attribution
 from attention_jax.models import encoders
 from experiments import cli
 
@@ -120,7 +120,7 @@ def on_split(t: translator.Translator, methods, opts, out_dir: str) -> None:
   if t.config.source == 'tokens':
     report = alignment.attribute_split(
         t.graphdef, t.params, task, FLAGS.split, methods, num=FLAGS.num, k=FLAGS.k,
-        options=attribution.Options(**opts), train_max_len=eval_attribution.train_max_len(cfg.data),
+        options=attribution.Options(**opts), train_max_len=evaluators.train_max_len(cfg.data),
         progress=progress)
   else:   # digit_strips: the pointing game in each digit's recorded box
     report = alignment.attribute_images(

@@ -17,7 +17,7 @@ from flax import nnx
 import attention_jax as aj
 from attention_jax.data import tokenizers
 from attention_jax.decoding import ensemble, greedy, inference, loading, translator
-from attention_jax.evaluation import run_eval
+from attention_jax.evaluation import saved_run
 from attention_jax.symbols import BOS, EOS, PAD
 from attention_jax.training import train
 from experiments.configs import reverse
@@ -191,8 +191,8 @@ def test_an_ensemble_evaluation_never_writes_into_its_runs(run, tmp_path):
   """Printed only, or written into `out`; its figures are the run's own (greedy)."""
   run, results = run
   before = sorted(os.listdir(run))
-  printed = run_eval.evaluate_run([run, run], beam=1, num_heatmaps=0, verbose=False)
-  report = run_eval.evaluate_run([run, run], beam=1, num_heatmaps=0, verbose=False,
+  printed = saved_run.evaluate_run([run, run], beam=1, num_heatmaps=0, verbose=False)
+  report = saved_run.evaluate_run([run, run], beam=1, num_heatmaps=0, verbose=False,
                                  out=str(tmp_path / 'ens'))
   assert sorted(os.listdir(run)) == before
   assert 'eval_test_beam1_a0.6.json' in os.listdir(tmp_path / 'ens')

@@ -17,7 +17,7 @@ from flax import nnx
 from attention_jax import data
 from attention_jax.data import image_builders, strips
 from attention_jax.decoding import beam, greedy, loading
-from attention_jax.evaluation import evaluator, plots, run_eval
+from attention_jax.evaluation import evaluators, plots, saved_run
 from attention_jax.models import encoders, images
 from attention_jax.models.attention import Attention
 from attention_jax.models.model import ModelConfig, build
@@ -355,12 +355,13 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(da
   assert np.isfinite(summary['results']['test']['loss'])
   heldout = image_builders.HELDOUT_SPLIT    # reported beside test, with its own heatmaps
   assert np.isfinite(summary['results'][heldout]['loss'])
-  assert [os.path.basename(p) for p in summary['heatmaps']] == [
+  assert [os.path.basename(p) for m in summary['results'].values() for p in m.get('heatmaps', [])
+          ] == [
       'test_0.png', 'test_1.png', 'test_grid.png',
       f'{heldout}_0.png', f'{heldout}_1.png', f'{heldout}_grid.png']
-  report = run_eval.evaluate_run(workdir, split='test', beam=2, num_heatmaps=1, verbose=False)
+  report = saved_run.evaluate_run(workdir, split='test', beam=2, num_heatmaps=1, verbose=False)
   assert report['sentences'] == 32 and len(report['heatmaps']) == 2
-  report = run_eval.evaluate_run(workdir, split=heldout, beam=2, num_heatmaps=0, verbose=False)
+  report = saved_run.evaluate_run(workdir, split=heldout, beam=2, num_heatmaps=0, verbose=False)
   assert report['split'] == heldout and report['sentences'] == 32
   # reloaded in Python: images as arrays or files, weights over each image's own grid
   t = loading.load(workdir)
@@ -432,15 +433,15 @@ def test_image_heatmaps_draw_the_encoder_s_own_grid(tmp_path, monkeypatch):
   image (model.cnn_columns) as 1 x 32, not as the 2 x 16 square cells that 32 would also tile."""
   cfg = config('cnn', cnn_layers=3, cnn_columns=True)
   drawn = []
-  monkeypatch.setattr(evaluator.plots, 'plot_image_attention',
+  monkeypatch.setattr(evaluators.plots, 'plot_image_attention',
                       lambda image, weights, *a, **k: drawn.append(weights.shape) or 'x.png')
-  monkeypatch.setattr(evaluator.plots, 'plot_image_attention_grid', lambda *a, **k: 'grid.png')
+  monkeypatch.setattr(evaluators.plots, 'plot_image_attention_grid', lambda *a, **k: 'grid.png')
   task = type('Task', (), {'tgt_tok': type('Tok', (), {'id_to_piece': staticmethod(str)})()})()
   ids = np.asarray([5, 6, 2])                                       # two tokens, then EOS
   weights = np.full((3, 32), 1 / 32, np.float32)
   kept = [('src', 'hyp', 'hyp', ids, weights, np.zeros((32, 256), np.float32))]
-  evaluator.heatmaps(task, kept, str(tmp_path), 'test',
-                    grid=functools.partial(encoders.grid_shape, cfg))
+  evaluators.heatmaps(task, kept, str(tmp_path), 'test',
+                     grid=functools.partial(encoders.grid_shape, cfg))
   assert drawn == [(3, 1, 32)]
 
 
@@ -455,7 +456,8 @@ def test_transformer_decoder_over_an_image_draws_each_layer_and_head(data_dir, t
       'model.transformer_layers': 2, 'model.context_gate': False, 'model.coverage': False})
   workdir = str(tmp_path / 'run')
   summary = train.train_and_evaluate(cfg, workdir)
-  assert [os.path.basename(p) for p in summary['heatmaps']] == [
+  assert [os.path.basename(p) for m in summary['results'].values() for p in m.get('heatmaps', [])
+          ] == [
       f'{split}_{name}.png' for split in ('test', image_builders.HELDOUT_SPLIT)
       for name in ('0', 'grid', 'heads')]
   t = loading.load(workdir)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attention_jax import data
-from attention_jax.evaluation import evaluator
+from attention_jax.evaluation import evaluators, scoring
 from attention_jax.evaluation import metrics
 from attention_jax.evaluation import records
 
@@ -20,7 +20,7 @@ RECORDED = [n for n, m in metrics.METRICS.items() if m.record]
 
 
 def corpus_figures(hyps, refs, ref_lists, align) -> dict:
-  """What evaluator.evaluate reports for these outputs, by the same functions."""
+  """What scoring.score_split reports for these outputs, by the same functions."""
   out = metrics.text_metrics(hyps, refs)
   out.update(metrics.g2p_metrics(hyps, ref_lists))
   steps = [a for a in align if a]
@@ -44,9 +44,10 @@ def test_a_metric_is_the_score_of_its_summed_sentence_statistics(name):
 
 
 def test_every_reported_metric_is_the_score_of_its_summed_sentence_statistics(tmp_path):
-  """evaluator.evaluate on a split whose outputs are the references with a token more on every
-  third sentence: each recorded metric of the report and of each length band equals the score
-  of its records' statistics over those sentences; every registered metric is reported."""
+  """scoring.score_split and the by_length evaluator on a split whose outputs are the
+  references with a token more on every third sentence: each recorded metric of the report
+  and of each length band equals the score of its records' statistics over those sentences;
+  every registered metric is reported."""
   d = {'name': 'reverse', 'data_dir': str(tmp_path), 'num_train': 40, 'num_valid': 24,
        'num_test': 8, 'max_len': 12, 'test_max_len': 20, 'min_len': 1, 'batch_size': 8,
        'num_buckets': 1}
@@ -71,9 +72,11 @@ def test_every_reported_metric_is_the_score_of_its_summed_sentence_statistics(tm
     return out, np.zeros((len(src), max_len, src.shape[1]), np.float32)
 
   batches = [list(b['index']) for b in task.eval_batches('validation', 8)]
-  report, _, (_, recs) = evaluator.evaluate(
+  scored = scoring.score_split(
       None, task, 'validation', tf_fn=tf_fn, decode_fn=decode_fn, batch_size=8, factor=2.0,
-      bleu_tokenize='13a', length_edges=(0, 4, 8))
+      bleu_tokenize='13a')
+  report, (_, recs) = scored.report, scored.records
+  report['by_length'] = evaluators.by_length(scored.sentences, (0, 4, 8), '13a')
   assert report['sentences'] == len(recs) == 24 and 0 < report['exact_match'] < 100
   registered = [n for n, m in metrics.METRICS.items() if m.statistics is not None]
   reported = [n for n in RECORDED if n in report]

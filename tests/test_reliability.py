@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attention_jax as aj
-from attention_jax.evaluation import run_eval
+from attention_jax.evaluation import saved_run
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.training import train
 from experiments.configs import dates
@@ -128,11 +128,11 @@ def test_non_finite_parameters_are_refused_at_save_and_at_load(straight, tmp_pat
         f'inf) in 1 array(s): {name}')):
       fn(workdir, step=9)
 
-  real = run_eval.eval_lib.evaluate
+  real = saved_run.scoring.score_split
   def infinite_loss(*args, **kwargs):
-    report, kept, records = real(*args, **kwargs)
-    return {**report, 'loss': float('inf')}, kept, records
-  monkeypatch.setattr(run_eval.eval_lib, 'evaluate', infinite_loss)
+    scored = real(*args, **kwargs)
+    return scored._replace(report={**scored.report, 'loss': float('inf')})
+  monkeypatch.setattr(saved_run.scoring, 'score_split', infinite_loss)
   with pytest.raises(FloatingPointError, match=r"the loss of .* step 8 on test is inf"):
     aj.evaluate_run(workdir, step=8, verbose=False)
   assert not glob.glob(os.path.join(workdir, 'eval_test*.json'))

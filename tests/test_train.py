@@ -44,7 +44,7 @@ def test_dates_smoke_writes_results_checkpoints_heatmaps(dates_run):
     for k in ('loss', 'perplexity', 'token_accuracy', 'exact_match', 'bleu', 'chrf'):
       assert np.isfinite(m[k]), (split, k)
     assert m['sentences'] == 32
-  assert len([p for p in saved['heatmaps'] if os.path.exists(p)]) == 4   # 3 + the grid
+  assert len([p for p in saved['results']['test']['heatmaps'] if os.path.exists(p)]) == 4  # 3 + grid
   assert os.listdir(os.path.join(workdir, 'tensorboard'))
   assert summary['step'] == 8
 

@@ -1,5 +1,5 @@
 """Reload a trained run in one call and translate, with beam search, n-best lists and attention
-weights (evaluating a run: run_eval.py).
+weights (evaluating a run: evaluation/saved_run.py).
 
   t = attention_jax.load('runs/dates_additive')      # best checkpoint (or step=N)
   t.translate(['22. November 2026'])                  # -> ['2026-11-22'] (greedy)

@@ -1,4 +1,4 @@
 """Implicit attention: attribution methods by name (attribution: gradient, gradient x input,
-integrated gradients, SmoothGrad, Grad-CAM), explicit and implicit maps measured against gold
-alignments and boxes (alignment), a run's eval.attribution figures (eval_attribution), and a
-sweep's report of them over seeds (implicit_study)."""
+integrated gradients, SmoothGrad, Grad-CAM), and explicit and implicit maps measured against
+gold alignments and boxes (alignment). A run's eval.attribution figures are an evaluator
+(evaluation/evaluators.py); a sweep's report of them, evaluation/implicit_study.py."""

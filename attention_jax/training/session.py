@@ -17,10 +17,8 @@ import ml_collections
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
-from attention_jax.decoding import inference
-from attention_jax.evaluation import evaluator as eval_lib
-from attention_jax.evaluation import records as records_lib
-from attention_jax.implicit import eval_attribution
+from attention_jax.evaluation import evaluators as evaluators_lib
+from attention_jax.evaluation import scoring
 from attention_jax.models import encoders
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib
@@ -29,7 +27,7 @@ from attention_jax.state.templates import eval_params, model_config
 
 # ---- logging and files: process 0 ------------------------------------------------------------
 def format_table(results: dict[str, dict]) -> str:
-  cols = eval_lib.report_keys(*results.values()) + ['sentences']
+  cols = scoring.report_keys(*results.values()) + ['sentences']
   lines = ['| split | ' + ' | '.join(cols) + ' |', '|' + '---|' * (len(cols) + 1)]
   for split, m in results.items():
     lines.append(f'| {split} | ' + ' | '.join(
@@ -148,12 +146,14 @@ class Session:
     self.task = task
     self.mcfg = model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
     check_source(task, self.mcfg)
-    eval_attribution.check_task(task, cfg.eval.get('attribution', ''))   # before training, not after
+    self.evaluators = evaluators_lib.build(cfg.eval)
+    for e in self.evaluators:   # e.g. eval.attribution on a task without gold: before training
+      e.check(task)
     self.use_ema = cfg.train.ema_decay > 0
     self.tok_fingerprint = ckpt_lib.fingerprint(tok_dir) if os.path.isdir(tok_dir) else None
     self.ckpts: ckpt_lib.Checkpoints | None = None
     self.it = None
-    # best_score: the best validation eval_lib.selection_score (BLEU; 100 - WER for G2P tasks)
+    # best_score: the best validation scoring.selection_score (BLEU; 100 - WER for G2P tasks)
     self.best_score, self.train_time, self.skips = -1.0, 0.0, 0
     self.writer, self.evaluate = _NoWriter(), None
 
@@ -210,9 +210,21 @@ class Session:
       self.run.write_config(cfg.to_json(indent=2), self.mcfg.to_dict())
     self.writer = _writer(self.run.tensorboard_dir)
     self.evaluate = functools.partial(
-        eval_lib.evaluate, tf_fn=steps.eval, decode_fn=steps.predict,
+        scoring.score_split, tf_fn=steps.eval, decode_fn=steps.predict,
         batch_size=cfg.data.batch_size, factor=t.max_decode_factor,
-        bleu_tokenize=cfg.eval.bleu_tokenize, length_edges=cfg.eval.length_edges)
+        bleu_tokenize=cfg.eval.bleu_tokenize)
+
+  def report(self, when: str, split: str, params, graphdef=None, keep: int = 0) -> dict:
+    """`split` scored with `params`, then the evaluators that run `when` on it -> its report."""
+    scored = self.evaluate(params, self.task, split, keep_outputs=keep)
+    if when == 'final' and not lead():   # only process 0 reports and writes
+      return scored.report
+    where = {'heatmaps': lambda: self.run.heatmaps_dir,
+             'sentences': lambda: self.run.sentences_path(split)}
+    return evaluators_lib.run_all(self.evaluators, evaluators_lib.Context(
+        when, split, scored.report, scored.kept, scored.records, self.task, graphdef, params,
+        self.mcfg, self.cfg, sentences=scored.sentences,
+        path=(lambda kind: where[kind]()) if lead() else None, prefix=split))
 
   def meta(self, step: int, extra: dict | None = None) -> dict:
     return {'step': step, 'data_state': self.it.get_state(), 'config': json.loads(self.cfg.to_json()),
@@ -238,13 +250,13 @@ class Session:
 
   def validate(self, step: int, state, prefix: str = '') -> None:
     """Validation at `step`: logged, to TensorBoard, the best checkpoint saved if it is."""
-    val, _, _ = self.evaluate(local(eval_params(state)), self.task, 'validation')
+    val = self.report('validation', 'validation', local(eval_params(state)))
     log(f'  {prefix}validation @ {step}: loss {val["loss"]:.4f}  exact '
         f'{val["exact_match"]:.2f}%  BLEU {val["bleu"]:.2f}  chrF {val["chrf"]:.2f}'
         + (f'  WER {val["wer"]:.2f}%  PER {val["per"]:.2f}%' if 'wer' in val else ''))
-    for k in eval_lib.report_keys(val):
+    for k in scoring.report_keys(val):
       self.writer.add_scalar(f'validation/{k}', val[k], step)
-    score = eval_lib.selection_score(val)
+    score = scoring.selection_score(val)
     if score > self.best_score:
       self.best_score = score
       self.ckpts.save_best(step, state, self.meta(step, {'validation': val}), score)
@@ -263,34 +275,25 @@ class Session:
     self.writer.close()
 
   def finish(self, graphdef, state, step: int, extra: dict | None = None) -> dict:
-    """The final evaluation with the best checkpoint: results (+ `extra`), sentence records,
-    heatmaps; the summary (as written to the run's results file)."""
+    """The final evaluation with the best checkpoint: every split scored, then the evaluators
+    (evaluators.py: by length, attribution, heatmaps, sentence records) on it; results
+    (+ `extra`) -> the summary (as written to the run's results file)."""
     cfg, task, mcfg, run, writer = self.cfg, self.task, self.mcfg, self.run, self.writer
     writer.flush()
     best_step = self.ckpts.best.best_step()
     params = local(eval_params(state))
     if best_step is not None and best_step != step:
       params = eval_params(ckpt_lib.restore(self.ckpts.best, best_step, state)[0])
-    results, sentences, kept = {}, {}, {}
+    results = {}
     for split in ('validation', *task.test_splits):   # image_dates: also test_heldout_fonts
-      results[split], kept[split], sentences[split] = self.evaluate(
-          params, task, split, keep_outputs=cfg.eval.heatmaps if split != 'validation' else 0)
-    if lead() and cfg.eval.get('attribution'):   # implicit attention against gold alignments
-      log(f'attributing {cfg.eval.get("attribution_num", 200)} test sentences '
-          f'({cfg.eval.attribution})')
-      results['test']['attribution'] = eval_attribution.from_config(graphdef, params, task, cfg, mcfg)
-    heads = functools.partial(inference.layer_weights, graphdef, params) \
-        if mcfg.arch == 'transformer' else None
-    paths = [path for split in task.test_splits if lead() and kept[split]
-             for path in eval_lib.heatmaps(task, kept[split], run.heatmaps_dir, split, heads,
-                                           functools.partial(encoders.grid_shape, mcfg))]
+      results[split] = self.report('final', split, params, graphdef,
+                                   keep=cfg.eval.heatmaps if split != 'validation' else 0)
+    paths = [p for m in results.values() for p in m.get('heatmaps', [])]
     summary = {'step': step, 'best_step': best_step, 'results': results,
                'nonfinite_skipped': self.skips,
                'train_steps_per_s': step / self.train_time if self.train_time else None,
-               'model_config': mcfg.to_dict(), 'heatmaps': paths, **(extra or {})}
+               'model_config': mcfg.to_dict(), **(extra or {})}
     if lead():
-      for split, (header, recs) in sentences.items():   # for comparisons later (records.py)
-        records_lib.write(run.sentences_path(split), header, recs)
       run.write_results(summary)   # last: it marks the run finished
     for split, m in results.items():
       for k in ('exact_match', 'bleu', 'chrf'):

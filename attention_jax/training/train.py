@@ -19,8 +19,8 @@ import sacrebleu
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import inference
-from attention_jax.evaluation import evaluator as eval_lib
-from attention_jax.implicit import eval_attribution
+from attention_jax.evaluation import evaluators
+from attention_jax.evaluation import scoring
 from attention_jax.state import devices
 from attention_jax.state.templates import init_state, model_config
 from attention_jax.training import data_parallel
@@ -72,20 +72,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
   if e.bleu_tokenize not in sacrebleu.BLEU.TOKENIZERS:
     raise ValueError(f'unknown eval.bleu_tokenize {e.bleu_tokenize!r}; valid (sacrebleu): '
                      f'{", ".join(sacrebleu.BLEU.TOKENIZERS)}')
-  edges = e.length_edges
-  if (isinstance(edges, str) or not hasattr(edges, '__len__')
-      or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in edges)
-      or any(a >= b for a, b in zip(edges, edges[1:]))):
-    raise ValueError('eval.length_edges must be increasing integers >= 0 (source-length '
-                     f'bucket edges, e.g. (10, 20, 30)), got {edges!r}')
-  shown = e.heatmaps
-  if not isinstance(shown, int) or isinstance(shown, bool) or shown < 0:
-    raise ValueError(f'eval.heatmaps must be an integer >= 0 (test sentences drawn), got '
-                     f'{shown!r}')
-  eval_attribution.config_methods(e.get('attribution', ''))   # names, before any training
-  if not isinstance(e.get('attribution_num', 1), int) or e.get('attribution_num', 1) < 1:
-    raise ValueError(f'eval.attribution_num must be a positive integer, got '
-                     f'{e.attribution_num!r}')
+  evaluators.build(e)   # each evaluator checks its own fields, before any training
   population = t.get('population', 1)
   if not isinstance(population, int) or isinstance(population, bool) or population < 1:
     raise ValueError(f'train.population must be a positive integer (the seeds trained as one '
@@ -146,7 +133,7 @@ class Steps:
       self.train = data_parallel.pmap_train_step(*args, **ema)
     else:
       self.train = jax.jit(functools.partial(train_step, *args, **ema), donate_argnums=0)
-    eval_step = eval_lib.make_teacher_forced(spec.graphdef)
+    eval_step = scoring.make_teacher_forced(spec.graphdef)
     # evaluation and decoding: the batch is split over the devices too (evaluation: XLA
     # partitions the batch-parallel computation, metric sums are global; decoding: each
     # device decodes its rows, inference.split_batch). Several processes each evaluate on

@@ -10,7 +10,7 @@ import dataclasses
 
 import ml_collections
 
-from attention_jax.evaluation import evaluator
+from attention_jax.evaluation import evaluators
 from attention_jax.models.model import ModelConfig
 from attention_jax.training.objective import Objective
 
@@ -93,8 +93,8 @@ def base_config() -> ml_collections.ConfigDict:
   # ---- eval ------------------------------------------------------------------
   e = c.eval = ml_collections.ConfigDict()
   e.bleu_tokenize = '13a'   # sacrebleu tokenizer: 13a for words, char for character tasks
-  e.length_edges = evaluator.DEFAULT_LENGTH_EDGES  # source-length buckets (lo, hi]
-  e.beam_size = 5           # experiments/evaluator.py defaults
+  e.length_edges = evaluators.DEFAULT_LENGTH_EDGES  # source-length buckets (lo, hi]
+  e.beam_size = 5           # experiments/evaluate.py defaults
   e.alpha = 0.6             # length penalty ((5+|Y|)/6)^alpha (Wu et al. 2016)
   e.heatmaps = 3            # attention heatmaps of the first test sentences at the end (0: none)
   e.attribution = ''        # implicit attention at the end, on tasks with gold alignments (copy,

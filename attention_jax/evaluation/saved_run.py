@@ -10,7 +10,6 @@ text files, with the report by source length, the plots and heatmaps written int
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Sequence
 
@@ -21,14 +20,12 @@ from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.data import textfiles
 from attention_jax.decoding import ensemble
-from attention_jax.decoding import inference
-from attention_jax.evaluation import evaluator as eval_lib
+from attention_jax.evaluation import evaluators as evaluators_lib
+from attention_jax.evaluation import scoring
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import plots
 from attention_jax.evaluation import records as records_lib
 from attention_jax.implicit import alignment
-from attention_jax.implicit import eval_attribution
-from attention_jax.models import encoders
 
 
 def _read_pairs(src: str, ref: str) -> tuple[list[tuple[str, str]], list[list[str]] | None]:
@@ -99,31 +96,36 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
     task = data_lib.load_task(cfg.data, seed=cfg.seed, tokenizers=toks)
     name = f'eval_{split}'
   name += '' if beam == 5 and alpha == 0.6 else f'_beam{beam}_a{alpha:g}'
-  if length_edges is None:
-    length_edges = cfg.eval.get('length_edges', eval_lib.DEFAULT_LENGTH_EDGES)
   graphdef, params = translator.graphdef, translator.params
-  report, kept, (header, recs) = eval_lib.evaluate(
-      params, task, split, tf_fn=eval_lib.make_teacher_forced(graphdef),
+  scored = scoring.score_split(
+      params, task, split, tf_fn=scoring.make_teacher_forced(graphdef),
       decode_fn=translator.decoder(beam, alpha, nbest=0), batch_size=cfg.data.batch_size,
       factor=cfg.train.max_decode_factor, bleu_tokenize=cfg.eval.bleu_tokenize,
-      length_edges=length_edges, keep_outputs=num_heatmaps)
+      keep_outputs=num_heatmaps)
+  report = scored.report
   if not np.isfinite(report['loss']):   # finite parameters (load checks), yet no usable model
     raise FloatingPointError(f'the loss of {workdir!r} step {translator.step} on '
                              f'{split if src is None else src} is {report["loss"]}: the model gives some reference token '
                              'probability 0 (or NaN); its metrics would mean nothing')
   if attribution is None and src is None and not several:
     attribution = cfg.eval.get('attribution', '')
-  if attribution:
-    cfg.eval.attribution = attribution
-    report['attribution'] = eval_attribution.from_config(graphdef, params, task, cfg,
-                                                         translator.config, split)
+  with cfg.unlocked():   # the evaluators' fields, as this call sets them
+    cfg.eval.attribution = attribution or ''
+    cfg.eval.heatmaps = num_heatmaps
+    if length_edges is not None:
+      cfg.eval.length_edges = length_edges
   report.update({'split': split if src is None else None, 'src': src, 'ref': ref,
                  'beam': beam, 'alpha': alpha, 'step': translator.step,
                  'workdir': ([os.path.abspath(w) for w in workdir] if several
                              else os.path.abspath(workdir))})
+  evaluators_lib.run_all(evaluators_lib.build(cfg.eval), evaluators_lib.Context(
+      'evaluate', split, report, scored.kept, scored.records, task, graphdef, params,
+      translator.config, cfg, sentences=scored.sentences,
+      path=(lambda kind: run.eval_path(name, kind)) if run is not None else None,
+      prefix='test' if src is None else 'file', one_model=not several))
   if run is not None:
-    _write(report, run, name, translator, task, kept, (header, recs),
-           split if src is None else os.path.basename(src), label)
+    _write(report, run, name, translator, split if src is None else os.path.basename(src),
+           label)
   if verbose:
     print(format_report(report, label, name, run))
     if 'attribution' in report:
@@ -131,10 +133,9 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
   return report
 
 
-def _write(report: dict, run: workdir_lib.Run, name: str, translator, task, kept, records,
-           what: str, label: str) -> None:
-  """The by-length plot, heatmaps, sentence records and the report, into `run`'s folder."""
-  graphdef, params = translator.graphdef, translator.params
+def _write(report: dict, run: workdir_lib.Run, name: str, translator, what: str,
+           label: str) -> None:
+  """The by-length plot and the report, into `run`'s folder (the evaluators wrote theirs)."""
   metric = records_lib.primary_metrics(report)[0]
   single = len(translator.model_configs) == 1
   variant = translator.config.variant if single else 'ensemble'
@@ -142,12 +143,6 @@ def _write(report: dict, run: workdir_lib.Run, name: str, translator, task, kept
   report[f'{metric}_by_length_plot'] = plots.plot_by_length(
       {variant: report['by_length']}, run.eval_path(name, 'plot', metric), metric=metric,
       title=f'{title}: {metric.upper()} by source length ({what})')
-  heads = (lambda s, o: inference.layer_weights(graphdef, params, s, o)) \
-      if single and translator.config.arch == 'transformer' else None
-  report['heatmaps'] = eval_lib.heatmaps(
-      task, kept, run.eval_path(name, 'heatmaps'), 'test' if report['src'] is None else 'file',
-      heads, functools.partial(encoders.grid_shape, translator.config))
-  report['sentences_file'] = records_lib.write(run.eval_path(name, 'sentences'), *records)
   run.write_eval(name, report)
 
 
@@ -157,7 +152,7 @@ def format_report(report: dict, workdir: str, name: str,
   workdir's; None with an ensemble: nothing written), as printed by evaluate."""
   dec = 'greedy' if report['beam'] == 1 else f'beam {report["beam"]}, alpha {report["alpha"]}'
   what = report['split'] or f'{report["src"]} -> {report["ref"]}'
-  keys = eval_lib.report_keys(report)
+  keys = scoring.report_keys(report)
   first, bands = ['exact_match', 'bleu', 'chrf'], report['by_length']
   cols = ['sentences'] + first + [k for k in metrics_lib.METRICS if k not in first and bands
                                   and all(k in r for r in bands)]
@@ -175,5 +170,5 @@ def format_report(report: dict, workdir: str, name: str,
     lines.append('\nan ensemble: nothing written (give out=FOLDER, or --out, to keep the files)')
     return '\n'.join(lines)
   lines.append(f'\nwrote {run.eval_path(name)}, {plot}, '
-               f'{len(report["heatmaps"])} heatmaps in {run.eval_path(name, "heatmaps")}/')
+               f'{len(report.get("heatmaps", []))} heatmaps in {run.eval_path(name, "heatmaps")}/')
   return '\n'.join(lines)
