@@ -2,4 +2,4 @@
 alignment accuracy, heatmaps and per-sentence records (evaluator, records), a saved run
 evaluated on a split or text files (run_eval), runs and seed groups compared with intervals
 and paired tests (compare, stats), tables and figures of sweeps and comparisons (report,
-plots)."""
+plots), and the report of an implicit-attention sweep over seeds (implicit_study)."""
