@@ -1,5 +1,8 @@
-"""The package's layering: no import cycle among its modules, no import hidden inside a
-function to dodge one, and every module importable on its own in a fresh interpreter."""
+"""The package's layering, checked on its imports (an AST scan of attention_jax/): no import
+cycle among its modules and none among its folders, which import one another downward in the
+order docs/layout.md draws; no import hidden inside a function to dodge a cycle; every
+module importable on its own in a fresh interpreter and documented by its docstring; one owner
+of a run directory's file names; one module per file name and one class per name."""
 
 import ast
 import glob
@@ -8,6 +11,8 @@ import re
 import pkgutil
 import subprocess
 import sys
+
+import pytest
 
 import attention_jax
 
@@ -106,6 +111,147 @@ def test_no_function_local_imports_of_package_modules():
   assert not local, f'function-local imports of package modules: {local}'
 
 
+# ---- the folders: attention_jax/'s subpackages, the top-level modules one node '.' ----------
+TOP = '.'   # registry.py, symbols.py, workdir.py, lazy.py, hold.py
+
+
+def folder_of(name: str, path: str) -> str | None:
+  """'models' for attention_jax.models.scores and the package attention_jax.models itself,
+  TOP for a top-level module (attention_jax.symbols), None for attention_jax/__init__.py (the
+  public API: it may import anything, and is no folder)."""
+  parts = name.split('.')
+  if len(parts) == 1:
+    return None
+  if len(parts) == 2 and not path.endswith('__init__.py'):
+    return TOP
+  return parts[1]
+
+
+def lazy_imports(path: str, known) -> set[str]:
+  """The package modules a module imports by name through lazy.exports(...) (on first use of
+  one of its names): imports the AST scan of import statements does not see."""
+  found = set()
+  for node in ast.walk(ast.parse(open(path, encoding='utf-8').read())):
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr == 'exports'):
+      found |= {c.value for c in ast.walk(node)
+                if isinstance(c, ast.Constant) and c.value in known}
+  return found
+
+
+def folder_links(edges: dict[str, set[str]], folders: dict[str, str | None]
+                 ) -> dict[tuple[str, str], list[str]]:
+  """{(folder a, folder b): ['module of a -> module of b' of each import that makes a import
+  b]}, for a != b (a module's imports within its own folder are no folder link)."""
+  links: dict[tuple[str, str], list[str]] = {}
+  for u, vs in edges.items():
+    for v in sorted(vs):
+      a, b = folders[u], folders[v]
+      if a is not None and a != b:
+        links.setdefault((a, b), []).append(f'{u} -> {v}')
+  return links
+
+
+def package_folder_links() -> dict[tuple[str, str], list[str]]:
+  mods = modules()
+  edges, _ = graph()
+  for name, path in mods.items():
+    edges[name] = edges[name] | (lazy_imports(path, mods) - {name})
+  return folder_links(edges, {name: folder_of(name, path) for name, path in mods.items()})
+
+
+def folder_cycle(links: dict[tuple[str, str], list[str]]) -> str | None:
+  """None, or the message naming a cycle among the folders and the imports that make it."""
+  graph_: dict[str, set[str]] = {}
+  for a, b in links:
+    graph_.setdefault(a, set()).add(b)
+  cycle = find_cycle(graph_)
+  if cycle is None:
+    return None
+  return (f'the folders import each other: {" -> ".join(cycle)}; through '
+          + '; '.join(f'{a} -> {b}: {", ".join(links[a, b])}' for a, b in zip(cycle, cycle[1:])))
+
+
+def test_a_cycle_among_folders_is_named_with_the_imports_that_make_it():
+  """The check below can fail, and says where: folder a imports b, b imports c, c imports a."""
+  edges = {'p.a.x': {'p.b.y', 'p.a.w'}, 'p.b.y': {'p.c.z'}, 'p.c.z': {'p.a.w'}, 'p.a.w': set()}
+  folders = {m: m.split('.')[1] for m in edges}
+  links = folder_links(edges, folders)
+  assert set(links) == {('a', 'b'), ('b', 'c'), ('c', 'a')}
+  assert folder_cycle(links) == ('the folders import each other: a -> b -> c -> a; through '
+                                 'a -> b: p.a.x -> p.b.y; b -> c: p.b.y -> p.c.z; '
+                                 'c -> a: p.c.z -> p.a.w')
+  del edges['p.c.z']
+  assert folder_cycle(folder_links(edges, folders)) is None
+
+
+def test_no_two_folders_import_each_other_directly_or_through_a_cycle():
+  links = package_folder_links()
+  folders = {f for link in links for f in link}
+  assert {TOP, 'models', 'state', 'decoding', 'training', 'sweeps'} <= folders, folders
+  assert ('decoding', 'state') in links            # a link the scan must see
+  cycle = folder_cycle(links)
+  assert cycle is None, cycle
+
+
+def drawn_order(doc: str) -> dict[str, int]:
+  """{folder: its level} from the ```folders block of a page: a line per level, bottom
+  first; a line may name several folders (peers: neither imports the other); '#' starts a
+  comment. Raises ValueError for a page without the block, or a folder named twice."""
+  block = re.search(r'^```folders\n(.*?)^```', doc, re.S | re.M)
+  if not block:
+    raise ValueError('no ```folders block')
+  order: dict[str, int] = {}
+  for line in block.group(1).splitlines():
+    names = [n.rstrip('/') or n for n in line.split('#')[0].replace(',', ' ').split()]
+    level = len(set(order.values()))
+    for name in names:
+      if name in order:
+        raise ValueError(f'{name} is drawn twice')
+      order[name] = level
+  return order
+
+
+def upward_links(links: dict[tuple[str, str], list[str]], order: dict[str, int]) -> list[str]:
+  """Each folder link that does not go strictly down the drawn order, with its imports."""
+  return [f'{a} -> {b} ({", ".join(imports_)})' for (a, b), imports_ in sorted(links.items())
+          if order[b] >= order[a]]
+
+
+def test_drawn_order_reads_levels_bottom_first_and_catches_an_upward_import():
+  doc = 'text\n```folders\n.        # the bottom\ndata, models\ndecoding/\n```\nmore\n'
+  order = drawn_order(doc)
+  assert order == {'.': 0, 'data': 1, 'models': 1, 'decoding': 2}
+  links = {('decoding', 'models'): ['x'], ('models', '.'): ['y']}
+  assert upward_links(links, order) == []
+  links.update({('models', 'data'): ['p.models.m -> p.data.d'], ('.', 'decoding'): ['z']})
+  assert upward_links(links, order) == ['. -> decoding (z)',
+                                        'models -> data (p.models.m -> p.data.d)']
+  with pytest.raises(ValueError, match='drawn twice'):
+    drawn_order('```folders\ndata\nmodels data\n```\n')
+
+
+def test_every_folder_imports_only_folders_below_it_in_the_order_docs_layout_draws():
+  """docs/layout.md draws the folders' order (its ```folders block, bottom first): it names
+  every folder once, and every import from one folder into another goes down that order."""
+  with open(os.path.join(ROOT, 'docs', 'layout.md'), encoding='utf-8') as f:
+    order = drawn_order(f.read())
+  actual = {folder_of(name, path) for name, path in modules().items()} - {None}
+  assert set(order) == actual, (f'docs/layout.md draws {sorted(set(order) - actual)} that do '
+                                f'not exist, and not {sorted(actual - set(order))}')
+  wrong = upward_links(package_folder_links(), order)
+  assert not wrong, f'imports up (or across) the order of docs/layout.md: {wrong}'
+
+
+def test_every_module_says_what_it_is_for_in_its_docstring():
+  missing = []
+  for name, path in modules().items():
+    doc = ast.get_docstring(ast.parse(open(path, encoding='utf-8').read())) or ''
+    if len(doc.split()) < 4:
+      missing.append(name)
+  assert not missing, f'modules without a docstring that says what they are for: {missing}'
+
+
 FRESH_IMPORTS = """
 import importlib, sys, traceback
 failed = {}
@@ -179,83 +325,6 @@ def test_run_file_names_are_spelled_by_the_run_directory_owner_only():
     if hits := run_file_names(path):
       spelled[os.path.relpath(path, ROOT)] = hits
   assert not spelled, f'use attention_jax.workdir.Run for these: {spelled}'
-
-
-def tree_paths(doc: str) -> set[str]:
-  """The paths of docs/layout.md's first tree (its first ``` block), from the indentation (two
-  spaces a level; a line indented further continues a description): 'attention_jax/',
-  'attention_jax/models/scores.py', 'attention_jax/data/', ..."""
-  block = re.search(r'```\n(.*?)```', doc, re.S).group(1)
-  paths, stack = set(), []                     # stack: (indent, folder)
-  for line in block.splitlines():
-    m = re.match(r'^( *)(\S+)', line)
-    if not m or not (m.group(2).endswith('/') or m.group(2).endswith('.py')):
-      continue
-    indent, entry = len(m.group(1)), m.group(2)
-    if indent > (stack[-1][0] + 2 if stack else 0):
-      continue                                 # a description's next line
-    while stack and stack[-1][0] >= indent:
-      stack.pop()
-    path = ''.join(folder for _, folder in stack) + entry
-    paths.add(path)
-    if entry.endswith('/'):
-      stack.append((indent, entry))
-  return paths
-
-
-def test_tree_paths_follow_the_indentation():
-  doc = '```\na/\n  b.py   text\n         more.py text\n  c/     text\n    d.py\n  e.py\nf/\n```'
-  assert tree_paths(doc) == {'a/', 'a/b.py', 'a/c/', 'a/c/d.py', 'a/e.py', 'f/'}
-
-
-def test_docs_layout_names_every_module_where_it_lives_and_its_layer_chains_hold():
-  """docs/layout.md's tree names every module of the package in its folder (and no module
-  that does not exist), and each arrow `a <- b` of its `layers` block holds: b imports a,
-  directly or through other modules."""
-  with open(os.path.join(ROOT, 'docs', 'layout.md'), encoding='utf-8') as f:
-    doc = f.read()
-  edges, _ = graph()
-  listed = {p for p in tree_paths(doc) if p.startswith(f'{PACKAGE}/') and p.endswith('.py')}
-  files = {os.path.relpath(path, ROOT) for name, path in modules().items()
-           if not path.endswith('__init__.py') and not name.startswith(f'{PACKAGE}.data.')}
-  assert len(files) > 40
-  assert not files - listed, f'docs/layout.md does not name {sorted(files - listed)}'
-  assert not listed - files, f'docs/layout.md names modules that do not exist: {sorted(listed - files)}'
-  subpackages = {os.path.relpath(os.path.dirname(path), ROOT) + '/'
-                 for path in modules().values() if path.endswith('__init__.py')}
-  assert subpackages - {f'{PACKAGE}/'} <= tree_paths(doc), 'a subpackage is missing'
-
-  def reaches(b: str, a: str) -> bool:
-    seen, todo = set(), [f'{PACKAGE}.{b}']
-    while todo:
-      for v in edges.get(todo.pop(), ()):
-        if v not in seen:
-          seen.add(v)
-          todo.append(v)
-    return f'{PACKAGE}.{a}' in seen
-
-  chains = re.search(r'```layers\n(.*?)```', doc, re.S).group(1).strip().splitlines()
-  assert len(chains) >= 3
-  wrong = [f'{a} <- {b}' for chain in chains
-           for a, b in zip(chain.split(' <- '), chain.split(' <- ')[1:])
-           if not reaches(b.strip(), a.strip())]
-  assert not wrong, f'docs/layout.md claims imports that do not exist: {wrong}'
-  assert not reaches('models.model', 'training.train')      # the check can fail
-
-
-def test_each_subpackage_says_what_lives_in_it_and_names_its_modules():
-  """Every subpackage has a docstring of a paragraph that names each of its modules."""
-  mods = modules()
-  for name, path in mods.items():
-    if not path.endswith('__init__.py') or name == PACKAGE:
-      continue
-    doc = ast.get_docstring(ast.parse(open(path, encoding='utf-8').read())) or ''
-    assert len(doc) > 100, f'{name} has no docstring that says what lives in it'
-    if name == f'{PACKAGE}.data':
-      continue
-    inside = [m.rsplit('.', 1)[1] for m in mods if m.startswith(name + '.')]
-    unnamed = [m for m in inside if not re.search(rf'\b{m}\b', doc)]
-    assert not unnamed, f'{name} docstring does not name {unnamed}'
 
 
 def test_no_two_modules_of_the_package_share_a_name():
