@@ -8,7 +8,7 @@ fields, its splits and its moments (after the design of big_vision's evaluators)
   records      the per-sentence records (records.py), which `compare` resamples
 
 They run at each validation ('validation'), at the end of training on every split ('final':
-Session.finish writes what they return into results.json) and in `evaluate` ('evaluate':
+Session.finish writes what they return into the run's results) and in `evaluate` ('evaluate':
 saved_run.evaluate_run), in registration order, on process 0 only. A new one is a class and
 a line:
 
@@ -85,7 +85,7 @@ class Evaluator:
     return ctx.when in self.when and (self.splits is None or ctx.split in self.splits)
 
   def run(self, ctx: Context) -> dict | None:
-    """-> entries added to the split's report (results.json's results[split])."""
+    """-> entries added to the split's report (the run's results[split] at the end)."""
     raise NotImplementedError
 
 
@@ -188,7 +188,7 @@ def attribution_methods(spec: str, source: str | None = None) -> list[str]:
 
 
 @register('attribution')
-class Attribution(Evaluator):
+class AgainstGold(Evaluator):
   """Implicit attention (attribution methods, implicit/attribution.py) against the gold
   alignments of copy / reverse / sort (alignment.attribute_split) or digit_strips' boxes (the
   pointing game, alignment.attribute_images), on eval.attribution_num test sentences."""
@@ -321,7 +321,7 @@ def image_heatmaps(task, kept, directory: str, prefix: str, grid: Callable,
 # ---- per-sentence records ------------------------------------------------------------------
 @register('records')
 class Records(Evaluator):
-  """The per-sentence records of every split (sentences_<split>.jsonl), for `compare`; in
+  """The per-sentence records of every split (workdir.Run.sentences_path), for `compare`; in
   `evaluate` the report names the file (a run's own are where workdir.Run puts them)."""
 
   def applies(self, ctx: Context) -> bool:
