@@ -13,7 +13,7 @@ reads and writes them; no other module spells a file name of a run.
   <workdir>/train.log, wall_time.json    a sweep's log of the run and its attempts (sweep.py)
 
 Several runs of one config that differ in their seed (a sweep's variant under --seeds, a
-population: population_loop.py) live side by side as <parent>/seed_<k>/ (seed_dir), each a
+population: population_run.py) live side by side as <parent>/seed_<k>/ (seed_dir), each a
 run directory as above.
 
 One run per workdir: an advisory lock held for the life of the training process; files

@@ -19,7 +19,7 @@ from ml_collections import config_flags
 
 from attention_jax.models import model as model_lib
 from attention_jax.state import devices
-from attention_jax.training import population_loop, preemption, train
+from attention_jax.training import population_run, preemption, train
 from experiments import cli
 
 config_flags.DEFINE_config_file('config', None, 'Experiment config file (path[:arg]), e.g. '
@@ -47,7 +47,7 @@ def main(argv):
   devices.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
   try:
     if FLAGS.config.train.get('population', 1) > 1:   # seeds as one program, <workdir>/seed_k
-      population_loop.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
+      population_run.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
     else:
       train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
   except preemption.Interrupted as e:

@@ -37,7 +37,7 @@ flags.DEFINE_integer('seeds', None, 'Run every variant under seeds 1..N (config.
                      'at the config\'s seed.', lower_bound=1)
 flags.DEFINE_bool('population', False, 'Train each variant\'s seeds as one process, a '
                   'population (--config.train.population: one vmapped program; '
-                  'attention_jax/training/population_loop.py), into the same '
+                  'attention_jax/training/population_run.py), into the same '
                   '<variant>/seed_<k> runs, with the same report. Needs --seeds (or the sweep '
                   'file\'s SEEDS); with --executor=ray each population is one Ray task.')
 flags.DEFINE_enum('executor', 'local', ('local', 'ray'), 'local: subprocesses of this '

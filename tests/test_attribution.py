@@ -410,7 +410,7 @@ def test_eval_attribution_is_checked_before_training(tmp_path):
   cfg = smoke(reverse, str(tmp_path / 'tfds'))
   cfg.eval.attribution = 'gradient,saliency'
   with pytest.raises(ValueError, match="unknown attribution method 'saliency'.*gradient"):
-    train.validate(cfg)
+    train.check_config(cfg)
   cfg = smoke(dates, str(tmp_path / 'tfds'))
   cfg.eval.attribution = 'all'
   workdir = tmp_path / 'dates'

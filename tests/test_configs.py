@@ -48,16 +48,16 @@ CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(
 @pytest.mark.parametrize('path', CONFIG_FILES, ids=os.path.basename)
 def test_every_config_file_and_sweep_variant_is_a_valid_experiment(path):
   """Every file of experiments/configs (found, not listed: a new one is checked with no edit
-  here) gives a smoke config that train.validate accepts (its fields, its model's sizes and
+  here) gives a smoke config that train.check_config accepts (its fields, its model's sizes and
   names), and so does every variant of a sweep file, with its overrides applied as a run of
   the sweep gets them (sweep.variant_config)."""
   module = runpy.run_path(path)
-  train.validate(module['get_config']('smoke'))
+  train.check_config(module['get_config']('smoke'))
   if 'get_sweep' in module:
     name, variants = sweep.load_sweep(f'{path}:smoke', root='/nonexistent')
     assert variants, name
     for v in variants:
       cfg = ml_collections.ConfigDict(sweep.variant_config(f'{path}:smoke', v))
-      train.validate(cfg)
+      train.check_config(cfg)
       given = [k.split('.', 1)[1] for k in v.overrides if k.startswith('model.')]
       assert not model.unread_field_error(cfg.model.arch, given), v   # (experiments/main.py)

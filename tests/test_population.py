@@ -1,6 +1,6 @@
 """Populations (attention_jax/training/population.py): member k of a vmapped population is the
 run of seed k trained alone, step by step, with its own batch order; in the training loop
-(population_loop.py, sweep --population) each member is written as that run, resumes bit for
+(population_run.py, sweep --population) each member is written as that run, resumes bit for
 bit, and a member that diverges does not stop the others."""
 
 import json
@@ -21,7 +21,7 @@ from attention_jax.models.model import ModelConfig
 from attention_jax.sweeps import sweep
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import templates
-from attention_jax.training import objective, population, population_loop, steps, train
+from attention_jax.training import objective, population, population_run, steps, train
 from experiments.configs import dates, reverse
 
 import helpers
@@ -173,7 +173,7 @@ def test_stack_batches_pads_each_member_to_the_common_shape_and_refuses_other_fi
 
 
 # ---- the training loop: train.population=N, sweep --seeds=N --population ------------------------
-# (population_loop.py) one variant of the dates smoke config (8 steps, checkpoints and
+# (population_run.py) one variant of the dates smoke config (8 steps, checkpoints and
 # validation at 4 and 8; one length bucket, so dropout keeps members exact: population.py)
 POP_SWEEP = """
 from experiments.configs import dates
@@ -386,7 +386,7 @@ def test_members_saved_at_different_steps_resume_from_the_step_they_all_hold(pop
   _, sweep_dir, _ = pop_sweep
   shutil.copytree(sweep_dir / 'additive', tmp_path / 'pop')
   shutil.rmtree(workdir_lib.Run(str(tmp_path / 'pop' / 'seed_2')).latest_dir + '/8')
-  population_loop.train_and_evaluate(_config(data_dir, seed=1, **{'train.population': 2}),
+  population_run.train_and_evaluate(_config(data_dir, seed=1, **{'train.population': 2}),
                                      str(tmp_path / 'pop'))
   assert 'seed_1: from step 4, the newest step all members hold (its newest is 8)' in (
       capsys.readouterr().out)
@@ -428,14 +428,14 @@ def test_a_member_with_a_non_finite_step_does_not_stop_the_others(pop_sweep, dat
   cfg = _config(data_dir, seed=1, **{'train.population': 2, 'train.skip_nonfinite': skip})
   workdir = tmp_path / 'pop'
   if skip:
-    population_loop.train_and_evaluate(cfg, str(workdir))
+    population_run.train_and_evaluate(cfg, str(workdir))
     assert workdir_lib.Run(str(workdir / 'seed_2')).results()['nonfinite_skipped'] == 1
     assert not np.allclose(jax.tree.leaves(_params(str(workdir / 'seed_2'), 8))[0],
                            jax.tree.leaves(_params(str(sweep_dir / 'additive' / 'seed_2'), 8))[0])
   else:
     with pytest.raises(FloatingPointError, match=r'1 of 2 members stopped .*seed_2: non-finite '
                                                  r'training loss nan .* at step 6'):
-      population_loop.train_and_evaluate(cfg, str(workdir))
+      population_run.train_and_evaluate(cfg, str(workdir))
     assert not workdir_lib.Run(str(workdir / 'seed_2')).finished
     assert _steps(str(workdir / 'seed_2')) == [4]
   assert workdir_lib.Run(str(workdir / 'seed_1')).results()['nonfinite_skipped'] == 0
@@ -447,19 +447,19 @@ def test_bad_population_input_is_one_line_before_any_work(data_dir, tmp_path):
   """population < 1, a population under pmap, `--population` without seeds, a member's
   folder in use: one line each, nothing written."""
   with pytest.raises(ValueError, match=r'^train.population must be a positive integer .*got 0$'):
-    population_loop.train_and_evaluate(_config(data_dir, **{'train.population': 0}),
+    population_run.train_and_evaluate(_config(data_dir, **{'train.population': 0}),
                                        str(tmp_path / 'a'))
   with pytest.raises(ValueError, match="parallel='pmap' does not compose"):
-    population_loop.train_and_evaluate(
+    population_run.train_and_evaluate(
         _config(data_dir, parallel='pmap', **{'train.population': 2}), str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
   with pytest.raises(ValueError, match='train.population=2 trains several seeds: use '
-                                       'attention_jax.training.population_loop.train_and_evaluate'):
+                                       'attention_jax.training.population_run.train_and_evaluate'):
     train.train_and_evaluate(_config(data_dir, **{'train.population': 2}), str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
   with workdir_lib.WorkdirLock(str(tmp_path / 'b' / 'seed_2')):
     with pytest.raises(workdir_lib.WorkdirInUse, match='seed_2 is in use'):
-      population_loop.train_and_evaluate(_config(data_dir, seed=1, **{'train.population': 2}),
+      population_run.train_and_evaluate(_config(data_dir, seed=1, **{'train.population': 2}),
                                          str(tmp_path / 'b'))
   assert os.listdir(tmp_path / 'b') == ['seed_2']   # seed_1: not left behind
   out = helpers.run_module('experiments.main', '--config=experiments/configs/dates.py:smoke',

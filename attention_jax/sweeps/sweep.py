@@ -19,7 +19,7 @@ runs go in parallel, one per device (CUDA_VISIBLE_DEVICES / TPU_VISIBLE_CHIPS), 
 free up.
 
 With `population` (sweep --seeds=N --population), a variant's unfinished seeds train as one
-process, a population (--config.train.population, attention_jax/training/population_loop.py)
+process, a population (--config.train.population, attention_jax/training/population_run.py)
 into the same <variant>/seed_<k> runs: consecutive seeds that start afresh or resume from the same step
 form one population (`populations`); a lone seed runs alone. Its log goes to the first member's
 log and is copied to the others' when it ends; each member's attempt records its share of the

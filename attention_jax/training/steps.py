@@ -3,7 +3,7 @@
 The train state (state/templates.py) is a plain pytree {'step', 'params', 'opt'} (plus 'baseline' for the hard
 attention modes, 'ema' with train.ema_decay > 0); the model is rebuilt inside the step with
 `nnx.merge(graphdef, params)`, so the step is a pure function of its inputs, run as is under
-`jax.jit` or per device under `jax.shard_map` / `jax.pmap` (parallel.py). Dropout key =
+`jax.jit` or per device under `jax.shard_map` / `jax.pmap` (data_parallel.py). Dropout key =
 fold_in(key(seed), step): a resumed run draws the same masks. Used by train.py (the loop),
 data_parallel.py and population.py.
 """

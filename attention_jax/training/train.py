@@ -2,7 +2,7 @@
 model (Steps: train, teacher-forced evaluation, decoding), and train_and_evaluate, which sets
 the run up and hands it to the one training loop (loop.py) as a population of one. The pure
 train step is in steps.py, a run's bookkeeping in session.py, data parallelism in
-data_parallel.py; a population of seeds is set up in population_loop.py.
+data_parallel.py; a population of seeds is set up in population_run.py.
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ from attention_jax.training.steps import SCHEDULES, OptimizerConfig, make_optimi
 
 __all__ = ['SCHEDULES', 'OptimizerConfig', 'Session', 'StepSpec', 'Steps', 'check_same_config',
            'check_source', 'config_differences', 'format_table', 'init_state', 'make_optimizer',
-           'model_config', 'prepare_workdir', 'train_step', 'train_and_evaluate', 'validate']
+           'model_config', 'prepare_workdir', 'train_step', 'train_and_evaluate', 'check_config']
 
 
 # ---- set-up ------------------------------------------------------------------
-def validate(cfg: ml_collections.ConfigDict) -> None:
+def check_config(cfg: ml_collections.ConfigDict) -> None:
   """Fails before any compile, naming the field and the valid range."""
   t, d = cfg.train, cfg.data
   for name, value in (('train.steps', t.steps), ('train.eval_every', t.eval_every),
@@ -177,12 +177,12 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
 
   Holds the workdir's lock (workdir.WorkdirLock) throughout: a second run on the same
   workdir fails at once with WorkdirInUse and changes nothing in it. A population
-  (train.population > 1) trains with population_loop.train_and_evaluate instead.
+  (train.population > 1) trains with population_run.train_and_evaluate instead.
   """
-  validate(cfg)
+  check_config(cfg)
   if cfg.train.get('population', 1) > 1:
     raise ValueError(f'train.population={cfg.train.population} trains several seeds: use '
-                     'attention_jax.training.population_loop.train_and_evaluate '
+                     'attention_jax.training.population_run.train_and_evaluate '
                      '(experiments/main.py does)')
   with memory_explained(cfg):
     if not lead():   # with several processes, process 0 holds the lock for the run

@@ -82,7 +82,7 @@ def base_config() -> ml_collections.ConfigDict:
   t.update({**dataclasses.asdict(Objective()), **OBJECTIVE_OVERRIDES})
   t.skip_nonfinite = False  # True: skip a batch with a non-finite loss/gradient (counted)
   t.population = 1          # N > 1: seeds seed..seed+N-1 trained as one vmapped program, each
-                            # into <workdir>/seed_<k> (attention_jax/training/population_loop.py)
+                            # into <workdir>/seed_<k> (attention_jax/training/population_run.py)
   t.eval_every = 500
   t.log_every = 50
   t.checkpoint_every = 500

@@ -1,5 +1,6 @@
-"""A population in the training loop: train.population=N trains the seeds cfg.seed, ...,
-cfg.seed+N-1 of one config as one vmapped program (population.py), each member into its own
+"""A population as runs: train.population=N trains the seeds cfg.seed, ...,
+cfg.seed+N-1 of one config as one vmapped program (population.py) through the one training
+loop (loop.py, with the Members stepper), each member into its own
 run directory <workdir>/seed_<k> (workdir.seed_dir), laid out as the run of seed k trained
 alone would lay it out (workdir.Run: its config with its own seed, its model config,
 tokenizers, checkpoints, results, sentence records, heatmaps, TensorBoard curves). So
@@ -45,9 +46,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax import workdir as workdir_lib
 from attention_jax.state import checkpoint as ckpt_lib
+from attention_jax.state import devices
 from attention_jax.training import loop
 from attention_jax.training import objective
-from attention_jax.state import devices
 from attention_jax.training import population
 from attention_jax.training import session as session_lib
 from attention_jax.training import train
@@ -103,7 +104,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   resuming where its members hold checkpoints; returns each member's results (as written to
   its run directory), in seed order. Holds every member's workdir lock throughout (another
   process training one of them: WorkdirInUse at once, nothing changed)."""
-  train.validate(cfg)
+  train.check_config(cfg)
   check(cfg)
   made = not os.path.exists(workdir)
   try:
