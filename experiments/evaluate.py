@@ -21,7 +21,7 @@ its files go to --out, and without --out it only prints its report.
 
 from absl import app, flags, logging
 
-from attention_jax.evaluation import run_eval
+from attention_jax.evaluation import saved_run
 from experiments import cli
 
 flags.DEFINE_list('workdir', None, 'A training run directory, or several, comma-separated: '
@@ -63,7 +63,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   cli.use_compilation_cache(CACHE)
   for split in (FLAGS.split if FLAGS.src is None else [None]):
-    run_eval.evaluate_run(FLAGS.workdir, split=split, src=FLAGS.src, ref=FLAGS.ref,
+    saved_run.evaluate_run(FLAGS.workdir, split=split, src=FLAGS.src, ref=FLAGS.ref,
                           attribution=FLAGS.attribution, beam=FLAGS.beam, alpha=FLAGS.alpha,
                           step=FLAGS.step, length_edges=edges, num_heatmaps=FLAGS.heatmaps,
                           out=FLAGS.out)
