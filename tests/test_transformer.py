@@ -170,7 +170,8 @@ def test_config_errors_name_the_valid_values():
     aj.ModelConfig(**base, positions='rope')
   with pytest.raises(ValueError, match='share_embeddings needs one vocabulary.*11 and 9'):
     aj.ModelConfig(**base, share_embeddings=True)
-  with pytest.raises(ValueError, match="attends globally.*local_m.*model.arch='rnn'"):
+  with pytest.raises(ValueError, match="model.arch='transformer', model.encoder='' does not "
+                                       "read model.attention_mode='local_m'"):
     aj.ModelConfig(**base, attention_mode='local_m')
   with pytest.raises(ValueError, match="unknown model.arch 'lstm'; valid: rnn, transformer"):
     aj.ModelConfig(src_vocab=3, tgt_vocab=3, arch='lstm')

@@ -22,7 +22,11 @@ from attention_jax.models.model import ModelConfig
 
 
 def model_config(cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int) -> ModelConfig:
-  return ModelConfig.from_dict(cfg.model.to_dict(), src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+  """The model of an experiment config: its model section (with cfg.smoke, the smoke sizes of
+  the fields the model reads: model.as_configured); a field the model does not read set to
+  another value than its default is refused in one line (ModelConfig)."""
+  return ModelConfig.from_dict(model_lib.as_configured(cfg), src_vocab=src_vocab,
+                               tgt_vocab=tgt_vocab)
 
 
 def init_state(mcfg: ModelConfig, tx, seed: int, ema: bool = False):
