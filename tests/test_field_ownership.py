@@ -18,6 +18,7 @@ from attention_jax.data import fields as data_fields
 from attention_jax.models import encoders
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
+from attention_jax.state import templates
 from attention_jax.sweeps import sweep
 from attention_jax.training import train
 from experiments.configs import common, dates, reverse
@@ -233,6 +234,7 @@ def test_a_transformer_saved_with_every_field_loads_resumes_and_compares(data_di
   t = aj.load(workdir)
   assert t.step == 4 and t.config.arch == 'transformer' and t.config.enc_hidden == 64
   assert t.translate(sources) == hyps            # greedy, as the final evaluation decoded
+  train.validate(ml_collections.ConfigDict(templates.migrate_config(saved)))   # as a config
   now = json.loads(cfg.to_json())
   assert train.config_differences(saved, now) == []   # a sweep's "changed" compares so too
   now['model']['d_model'] = 32

@@ -17,6 +17,7 @@ import ml_collections
 import optax
 from flax import nnx
 
+from attention_jax.data import fields as data_fields
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
 
@@ -27,6 +28,19 @@ def model_config(cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int)
   another value than its default is refused in one line (ModelConfig)."""
   return ModelConfig.from_dict(model_lib.as_configured(cfg), src_vocab=src_vocab,
                                tgt_vocab=tgt_vocab)
+
+
+def migrate_config(saved: dict) -> dict:
+  """A run's saved config (config.json) as today's code trains it: the model and data fields
+  its model and task do not read back at their defaults (runs saved before each model and
+  task owned its fields hold them all, e.g. a transformer of the smoke variant enc_hidden=16),
+  so that it can be trained again or resumed with (ml_collections.ConfigDict(...))."""
+  out = dict(saved)
+  if 'model' in saved:
+    out['model'] = {**ModelConfig.defaults(), **model_lib.migrate(saved['model'])}
+  if 'data' in saved:
+    out['data'] = {**data_fields.DEFAULTS, **data_fields.as_read(saved)}
+  return out
 
 
 def init_state(mcfg: ModelConfig, tx, seed: int, ema: bool = False):
