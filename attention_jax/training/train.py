@@ -16,6 +16,7 @@ import jax
 import ml_collections
 import sacrebleu
 
+from attention_jax import data as data_lib
 from attention_jax.data import fields as data_fields
 from attention_jax import hold
 from attention_jax import workdir as workdir_lib

@@ -129,7 +129,7 @@ def apply_arg(c: ml_collections.ConfigDict, arg: str | None,
     if word != 'smoke' and word not in variants:
       raise ValueError(f'unknown config argument {word!r}; valid: '
                        + ', '.join(repr(w) for w in ('smoke', *variants))
-                       + " (or none; words joined by ',')")
+                       + (" (or none, or several joined by ',')" if variants else ' (or none)'))
   for word in words:
     if word in variants:
       c.update_from_flattened_dict(switch(c, **variants[word]))
