@@ -241,9 +241,6 @@ POSITIVE = frozenset({  # fields that are positive integers (checked where read)
 # a field of the other arch with the same role, named when it is set for the wrong one
 _INSTEAD = {('transformer', 'score'): 'cross_attention_score',
             ('rnn', 'cross_attention_score'): 'score'}
-# the `smoke` variant (experiments/configs/common.py): sizes of the fields the model reads that
-# the config leaves at their defaults (as_configured)
-SMOKE = {'emb_dim': 16, 'enc_hidden': 16, 'attn_dim': 16, 'dec_hidden': 32}
 
 
 def reads(arch: str, encoder: str = '') -> frozenset[str]:
@@ -287,28 +284,6 @@ def migrate(fields: Mapping[str, Any]) -> dict[str, Any]:
     return dict(fields)
   known = ModelConfig.defaults()
   return {k: v for k, v in fields.items() if k in read or k not in known}
-
-
-def as_configured(config: Mapping[str, Any]) -> dict[str, Any]:
-  """The model section of an experiment config (a ConfigDict or its JSON) as the model reads
-  it: with `smoke` (the smoke variant) the SMOKE sizes of the fields it reads that are at
-  their defaults; fields it does not read kept (ModelConfig refuses them if set)."""
-  fields = dict(config['model'])
-  if not config.get('smoke', False):
-    return fields
-  try:
-    read = reads(fields.get('arch', 'rnn'), fields.get('encoder', ''))
-  except ValueError:
-    return fields
-  defaults = ModelConfig.defaults()
-  return {**fields, **{k: v for k, v in SMOKE.items()
-                       if k in read and fields.get(k, defaults[k]) == defaults[k]}}
-
-
-def as_read(config: Mapping[str, Any]) -> dict[str, Any]:
-  """The model fields an experiment config (or a saved one) trains with, unread ones
-  dropped: what a resume and a sweep's "changed" compare."""
-  return migrate(as_configured(config)) if 'model' in config else {}
 
 
 def build(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:

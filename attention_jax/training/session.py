@@ -23,9 +23,9 @@ from attention_jax.evaluation import records as records_lib
 from attention_jax.implicit import eval_attribution
 from attention_jax.data import fields as data_fields
 from attention_jax.models import encoders
-from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib
+from attention_jax.state import templates
 from attention_jax.state.templates import eval_params, model_config
 
 
@@ -103,7 +103,7 @@ def config_differences(saved: dict, now: dict) -> list[str]:
   data_fields.DEFAULTS value, so a run saved before the field existed is the same run; fields
   the model or the task does not read are left out (older runs saved them all)."""
   defaults = {'model': ModelConfig.defaults(), 'data': data_fields.DEFAULTS}
-  read = {'model': model_lib.as_read, 'data': data_fields.as_read}   # unread fields: dropped
+  read = {'model': templates.as_read, 'data': data_fields.as_read}   # unread fields: dropped
   diffs = [d for sec in ('model', 'data')
            for d in ckpt_lib.differences(read[sec](saved), read[sec](now), defaults[sec],
                                          prefix=f'{sec}.', words=('saved', 'now'))]

@@ -15,6 +15,7 @@ from attention_jax.data import fields as data_fields
 from attention_jax.evaluation import evaluator
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
+from attention_jax.state import templates
 from attention_jax.training.objective import Objective
 
 # Where the experiments differ from the library's defaults (a ModelConfig or Objective built
@@ -87,7 +88,7 @@ def shrink(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
   Only the fields the config's task reads are shrunk (data_fields.TASK_FIELDS). The model's
   sizes are not written here: `c.smoke` makes the model config (state/templates.model_config)
-  give the fields the chosen model reads the tiny sizes of model.SMOKE, so that the smoke
+  give the fields the chosen model reads the tiny sizes of templates.SMOKE, so that the smoke
   variant of an RNN config still trains a Transformer with --config.model.arch=transformer.
   The config's own values of those fields are dropped (a flag after it still sets them)."""
   c.smoke = True
@@ -97,7 +98,7 @@ def shrink(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
            'test_max_len': min(c.data.test_max_len, 16),
            'vocab_size': min(c.data.vocab_size, 200)}
   c.data.update({k: v for k, v in small.items() if read is None or k in read})
-  c.model.update({k: ModelConfig.defaults()[k] for k in model_lib.SMOKE})
+  c.model.update({k: ModelConfig.defaults()[k] for k in templates.SMOKE})
   c.train.steps = 8
   c.train.warmup_steps = 2
   c.train.eval_every = c.train.checkpoint_every = 4
