@@ -15,6 +15,7 @@ from flax import nnx
 import attention_jax as aj
 from attention_jax.data import batching, cmudict, loaders
 from attention_jax.data import fields as data_fields
+from attention_jax.evaluation import compare
 from attention_jax.models import encoders
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
@@ -239,6 +240,12 @@ def test_a_transformer_saved_with_every_field_loads_resumes_and_compares(data_di
   assert train.config_differences(saved, now) == []   # a sweep's "changed" compares so too
   now['model']['d_model'] = 32
   assert train.config_differences(saved, now) == ['model.d_model: saved 16, now 32']
+  new = str(tmp_path / 'new')              # a run of today's smoke config: the same data
+  os.makedirs(new)
+  with open(os.path.join(new, 'config.json'), 'w') as f:
+    f.write(cfg.to_json())
+  assert compare._data_diffs(compare.Evaluated(workdir, {}, {}),
+                             compare.Evaluated(new, {}, {})) == []
   capsys.readouterr()
   assert train.train_and_evaluate(cfg, workdir)['step'] == 6
   assert f'resumed from {os.path.join(workdir, "checkpoints", "latest")} step 4' in (

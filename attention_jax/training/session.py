@@ -17,11 +17,11 @@ import ml_collections
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import fields as data_fields
 from attention_jax.decoding import inference
 from attention_jax.evaluation import evaluator as eval_lib
 from attention_jax.evaluation import records as records_lib
 from attention_jax.implicit import eval_attribution
-from attention_jax.data import fields as data_fields
 from attention_jax.models import encoders
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib

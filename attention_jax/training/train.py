@@ -17,9 +17,9 @@ import ml_collections
 import sacrebleu
 
 from attention_jax import data as data_lib
-from attention_jax.data import fields as data_fields
 from attention_jax import hold
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import fields as data_fields
 from attention_jax.decoding import inference
 from attention_jax.evaluation import evaluator as eval_lib
 from attention_jax.implicit import eval_attribution
