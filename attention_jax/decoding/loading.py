@@ -39,7 +39,7 @@ def load(workdir: str, step: int | None = None,
   try:
     # runs saved before each model owned its fields hold the unread ones too: dropped
     mcfg = ModelConfig.from_dict(model_lib.migrate(run.model_config()))
-    run_cfg = run.config()
+    run_cfg = templates.migrate_config(run.config())   # unread fields of older runs: defaults
     factor = float(run_cfg['train']['max_decode_factor'])
     if not 0 < factor < float('inf'):
       raise ValueError(f'train.max_decode_factor must be a finite number > 0, got {factor!r}')
