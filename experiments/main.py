@@ -17,7 +17,6 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from attention_jax.models import model as model_lib
 from attention_jax.state import devices
 from attention_jax.training import population_run, preemption, train
 from experiments import cli
@@ -38,11 +37,6 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   if FLAGS.config is None:
     raise app.UsageError('--config=FILE is required, e.g. --config=experiments/configs/dates.py')
-  given = [a[len('--config.model.'):].split('=', 1)[0] for a in sys.argv[1:]
-           if a.startswith('--config.model.')]
-  unread = model_lib.unread_field_error(FLAGS.config.model.arch, given)
-  if unread:    # a flag that would be silently ignored by the model trained
-    raise app.UsageError(unread)
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   devices.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
   try:

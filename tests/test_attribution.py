@@ -20,6 +20,7 @@ import attention_jax as aj
 from attention_jax.data import strips
 from attention_jax.implicit import alignment, attribution
 from attention_jax.models import encoders
+from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig, build
 from attention_jax.training import train
 from experiments.configs import dates, digit_strips, reverse
@@ -36,6 +37,7 @@ RNN = dict(src_vocab=11, tgt_vocab=11, emb_dim=8, enc_hidden=6, dec_hidden=12, a
            max_src_len=16)
 TRANSFORMER = dict(src_vocab=11, tgt_vocab=11, arch='transformer', d_model=16, heads=2,
                    ff_dim=24, transformer_layers=1)
+# small sizes of every image encoder and the RNN decoder (each model keeps those it reads)
 IMAGE = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
              d_model=16, heads=2, ff_dim=24, transformer_layers=1, emb_dim=8, dec_hidden=12,
              attn_dim=8)
@@ -76,7 +78,7 @@ def probe_fns(model, src, tgt_in, tgt_out):
 
 
 CASES = {'rnn': (RNN, SRC[0]), 'transformer': (TRANSFORMER, SRC[0]),
-         **{enc: ({**IMAGE, 'encoder': enc}, images((8, 12))[0]) for enc in
+         **{enc: (model_lib.migrate({**IMAGE, 'encoder': enc}), images((8, 12))[0]) for enc in
             encoders.names('images')}}
 
 
@@ -208,7 +210,7 @@ IMAGE_CASES = ([('cnn', m) for m in attribution.names('images')]
 
 @pytest.mark.parametrize('encoder,method', IMAGE_CASES)
 def test_image_padding_gets_nothing_and_changes_nothing(encoder, method):
-  model = model_of(**{**IMAGE, 'encoder': encoder})
+  model = model_of(**model_lib.migrate({**IMAGE, 'encoder': encoder}))
   opts = dict(steps=8, samples=4)
   src = images((8, 12), (4, 8))
   a = attribute(model, src, TGT_IN, TGT_OUT, method, **opts)
@@ -229,7 +231,7 @@ def test_image_padding_gets_nothing_and_changes_nothing(encoder, method):
 
 
 def test_gradcam_against_numpy_from_finite_differences():
-  model = model_of(**{**IMAGE, 'encoder': 'cnn'})
+  model = model_of(**model_lib.migrate({**IMAGE, 'encoder': 'cnn'}))
   src = images((8, 12))
   a = attribute(model, src, TGT_IN[:1], TGT_OUT[:1], 'gradcam')
   g, params = nnx.split(model, nnx.Param)
@@ -266,7 +268,7 @@ def test_bad_methods_and_options_are_one_line_naming_the_valid_ones():
     attribution.Options(baseline='mean')
   with pytest.raises(ValueError, match=r'steps must be a positive integer, got 0'):
     attribution.Options(steps=0)
-  model = model_of(**{**IMAGE, 'encoder': 'cnn'})
+  model = model_of(**model_lib.migrate({**IMAGE, 'encoder': 'cnn'}))
   with pytest.raises(ValueError, match=r"baseline 'pad' is for token sources"):
     attribute(model, images((8, 12)), TGT_IN[:1], TGT_OUT[:1], 'integrated_gradients',
               baseline='pad')

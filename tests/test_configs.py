@@ -10,7 +10,6 @@ import runpy
 import ml_collections
 import pytest
 
-from attention_jax.models import model
 from attention_jax.models.model import ModelConfig
 from attention_jax.sweeps import sweep
 from attention_jax.training import train
@@ -58,6 +57,4 @@ def test_every_config_file_and_sweep_variant_is_a_valid_experiment(path):
     assert variants, name
     for v in variants:
       cfg = ml_collections.ConfigDict(sweep.variant_config(f'{path}:smoke', v))
-      train.check_config(cfg)
-      given = [k.split('.', 1)[1] for k in v.overrides if k.startswith('model.')]
-      assert not model.unread_field_error(cfg.model.arch, given), v   # (experiments/main.py)
+      train.check_config(cfg)   # fields the variant's model or task does not read: refused here

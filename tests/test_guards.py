@@ -179,7 +179,8 @@ def test_a_model_flag_the_architecture_does_not_read_is_one_line_before_any_work
                             f'--workdir={tmp_path / "run"}')
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines()[-1] == (
-      "error: model.score is not read by model.arch='transformer' (its counterpart there: "
-      "model.cross_attention_score); fields only the other arch reads: " + ', '.join(
-          model_lib.RNN_ONLY))
+      "error: model.arch='transformer', model.encoder='' does not read model.score='general' "
+      "(model.cross_attention_score in place of model.score); leave it at its default. It "
+      'reads: ' + ', '.join(f for f in ['src_vocab', 'tgt_vocab', *model_lib.ModelConfig.defaults()]
+                            if f in model_lib.reads('transformer')))
   assert not (tmp_path / 'run').exists()

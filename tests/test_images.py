@@ -19,12 +19,13 @@ from attention_jax.data import image_builders, strips
 from attention_jax.decoding import beam, greedy, loading
 from attention_jax.evaluation import evaluators, plots, saved_run
 from attention_jax.models import encoders, images
+from attention_jax.models import model as model_lib
 from attention_jax.models.attention import Attention
 from attention_jax.models.model import ModelConfig, build
 from attention_jax.training import objective, train
 from attention_jax.training import steps as steps_lib
 from experiments import data_info
-from experiments.configs import digit_strips, image_dates
+from experiments.configs import common, digit_strips, image_dates
 from helpers import run_module, smoke
 
 IMAGE_ENCODERS = encoders.names('images')
@@ -37,14 +38,20 @@ VARIANTS = [(name, {}) for name in IMAGE_ENCODERS] + [
     ('cnn', {'cnn_columns': True, 'cnn_row_rnn': True, 'cnn_cell_width': 2,
              'cnn_positions': 'rnn_input'})]
 VARIANT_IDS = [n + ''.join(f'-{k}' for k in kw) for n, kw in VARIANTS]
+# small sizes of every encoder and decoder: each config keeps those its model reads (small)
 SMALL = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
              d_model=16, heads=2, ff_dim=24, transformer_layers=1, emb_dim=8, dec_hidden=12,
              attn_dim=8)
 
 
+def small(arch='rnn', encoder='') -> dict:
+  """SMALL's fields that the model of (arch, encoder) reads."""
+  return model_lib.migrate({**SMALL, 'arch': arch, 'encoder': encoder})
+
+
 def config(encoder, decoder='bahdanau', **kw):
   arch = 'transformer' if decoder == 'transformer' else 'rnn'
-  return ModelConfig(**{**SMALL, 'arch': arch, 'encoder': encoder,
+  return ModelConfig(**{**small(arch, encoder),
                         **({} if arch == 'transformer' else {'decoder': decoder}), **kw})
 
 
@@ -182,7 +189,8 @@ def test_sizes_that_do_not_divide_into_cells_are_refused():
     (dict(encoder='cnn', attention_mode='local_m'), r"local_m' places a window p_t ± D on a 1-D"),
     (dict(encoder='vit', attention_mode='local_p'), r'use global, hard, hard_st or the sparsemax'),
     (dict(encoder='rnn', arch='transformer'), r"reads tokens; the transformer's token encoder"),
-    (dict(encoder='cnn', arch='transformer', context_gate=True), r'context_gate .* RNN decoders'),
+    (dict(encoder='cnn', arch='transformer', context_gate=True),
+     r"model.arch='transformer', model.encoder='cnn' does not read model.context_gate=True"),
     (dict(encoder='cnn', image_channels=0), r'model.image_channels must be a positive integer'),
     (dict(encoder='cnn', cnn_cell_width=8), r'cnn_cell_width must be 0 \(square cells of '
                                             r'2\^cnn_layers = 4 pixels\) or a power of 2 up to 4, got 8'),
@@ -194,7 +202,7 @@ def test_sizes_that_do_not_divide_into_cells_are_refused():
 ])
 def test_undefined_combinations_are_refused_by_name(kw, needle):
   with pytest.raises(ValueError, match=needle):
-    ModelConfig(**{**SMALL, **kw})
+    ModelConfig(**{**small(kw.get('arch', 'rnn'), kw['encoder']), **kw})
 
 
 # ---- Xu et al. 2015's own parts --------------------------------------------------------------
@@ -387,7 +395,8 @@ def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(da
   with pytest.raises(TypeError, match='this model reads images: pass a list of images'):
     t.translate(image)
   bad_image_files_are_one_line_and_big_ones_are_refused(t, path, u8, workdir, tmp_path)
-  wrong = smoke(image_dates, data_dir, **{'model.encoder': ''})
+  wrong = smoke(image_dates, data_dir)   # a token encoder (the CNN's fields back at defaults)
+  wrong.update_from_flattened_dict(common.switch(wrong, encoder=''))
   with pytest.raises(ValueError, match=r"data.name='image_dates' gives images as sources, but "
                                        r"model.encoder='' reads tokens; valid encoders for "
                                        r"images: cnn, vit"):

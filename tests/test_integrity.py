@@ -15,6 +15,7 @@ import pytest
 
 import attention_jax as aj
 from attention_jax.state import checkpoint as ckpt_lib
+from attention_jax.state import templates
 from attention_jax.training import train
 from experiments.configs import dates
 
@@ -230,8 +231,8 @@ def test_a_run_saved_before_the_subpackages_loads_decodes_as_then_and_resumes(da
   training from step 4."""
   workdir = str(tmp_path / 'run')
   shutil.copytree(SAVED_RUN, workdir)
-  with open(os.path.join(workdir, 'config.json')) as f:
-    cfg = ml_collections.ConfigDict(json.load(f))
+  with open(os.path.join(workdir, 'config.json')) as f:   # (its unread fields at defaults)
+    cfg = ml_collections.ConfigDict(templates.migrate_config(json.load(f)))
   cfg.data.data_dir = data_dir                     # the data set drawn again from its seed
   with open(os.path.join(workdir, 'sentences_test.jsonl')) as f:
     hyps = [r['hyp'] for r in map(json.loads, f.readlines()[1:])]

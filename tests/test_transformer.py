@@ -170,7 +170,8 @@ def test_config_errors_name_the_valid_values():
     aj.ModelConfig(**base, positions='rope')
   with pytest.raises(ValueError, match='share_embeddings needs one vocabulary.*11 and 9'):
     aj.ModelConfig(**base, share_embeddings=True)
-  with pytest.raises(ValueError, match="attends globally.*local_m.*model.arch='rnn'"):
+  with pytest.raises(ValueError, match="model.arch='transformer', model.encoder='' does not "
+                                       "read model.attention_mode='local_m'"):
     aj.ModelConfig(**base, attention_mode='local_m')
   with pytest.raises(ValueError, match="unknown model.arch 'lstm'; valid: rnn, transformer"):
     aj.ModelConfig(src_vocab=3, tgt_vocab=3, arch='lstm')
@@ -264,12 +265,14 @@ def test_one_multihead_attention_serves_both_families():
   assert type(t.enc_layers[0].attn) is multihead.MultiHeadAttention
 
 
-def test_rnn_only_fields_are_not_checked_for_the_transformer():
-  """The transformer does not read model.score / dec_hidden: a combination the RNN refuses
-  (dot with unequal sizes) does not stop it; its own normaliser is still checked."""
+def test_rnn_only_fields_are_refused_not_checked_for_the_transformer():
+  """The transformer does not read model.score / dec_hidden: set, they are refused as unread
+  (not checked by the RNN's rules: dot with unequal sizes); its own normaliser is checked."""
   with pytest.raises(ValueError, match="needs equal query and key sizes"):
     aj.ModelConfig(src_vocab=5, tgt_vocab=5, score='dot', dec_hidden=7)
-  aj.ModelConfig(src_vocab=5, tgt_vocab=5, arch='transformer', score='dot', dec_hidden=7)
+  with pytest.raises(ValueError, match=r"^model.arch='transformer', model.encoder='' does not "
+                                       r"read model.dec_hidden=7, model.score='dot' \("):
+    aj.ModelConfig(src_vocab=5, tgt_vocab=5, arch='transformer', score='dot', dec_hidden=7)
   with pytest.raises(ValueError, match="unknown normaliser 'entmax'"):
     aj.ModelConfig(src_vocab=5, tgt_vocab=5, arch='transformer', normaliser='entmax')
 

@@ -8,11 +8,12 @@ loader), in this package or in the researcher's own module (tests/throwaway_task
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from attention_jax.data import builders, cmudict, image_builders, textfiles, tfds_translation
+from attention_jax.data import fields as data_fields
 
 SPLITS = ('train', 'validation', 'test')
 
@@ -57,7 +58,8 @@ def _tfds(d) -> Loaded:
   return Loaded(pairs, {}, f'{d.tfds_name} ({d.src_lang} -> {d.tgt_lang})')
 
 
-# data.name -> loader(cfg.data) -> Loaded: the built-in data sets
+# data.name -> loader(cfg.data) -> Loaded: the built-in data sets (the fields each reads:
+# data_fields.TASK_FIELDS)
 LOADERS: dict[str, Callable[[Any], Loaded]] = {
     **{name: _builder(functools.partial(builders.prepare, name)) for name in builders.BUILDERS},
     'cmudict': _builder(cmudict.prepare),
@@ -69,15 +71,23 @@ LOADERS: dict[str, Callable[[Any], Loaded]] = {
 TASKS = LOADERS.keys()   # the registered names, as they are now (a view: register_task adds)
 
 
-def register_task(name: str, loader: Callable[[Any], Loaded]) -> Callable[[Any], Loaded]:
+def register_task(name: str, loader: Callable[[Any], Loaded],
+                  fields: Sequence[str] | None = None) -> Callable[[Any], Loaded]:
   """Makes `data.name=name` load with `loader(cfg.data) -> Loaded` (texts per split 'train',
-  'validation', 'test'; extras; where it came from; images for image tasks). A name already
-  taken is refused in one line naming the registered ones."""
+  'validation', 'test'; extras; where it came from; images for image tasks). `fields`: the
+  data fields of its own the loader reads besides data_fields.COMMON (the others must keep
+  their defaults); None: not declared, any may be set. A name already taken is refused in one
+  line naming the registered ones."""
   if not name or not name.replace('_', '').isalnum():
     raise ValueError(f'a task name is letters, digits and _, got {name!r}')
   if name in LOADERS:
     raise ValueError(f'task {name!r} is already registered; registered: {", ".join(LOADERS)}')
+  unknown = sorted(set(fields or ()) - set(data_fields.DEFAULTS))
+  if unknown:
+    raise ValueError(f'task {name!r}: unknown data fields {unknown}; valid: '
+                     f'{", ".join(data_fields.DEFAULTS)}')
   LOADERS[name] = loader
+  data_fields.TASK_FIELDS[name] = None if fields is None else tuple(fields)
   return loader
 
 

@@ -17,18 +17,12 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 from absl import logging
 
-from attention_jax.data import batching, builders, cmudict, loaders, strips
+from attention_jax.data import batching, builders, cmudict, fields, loaders, strips
 from attention_jax.data import tokenizers as tok_lib
 from attention_jax.data.batching import decode_limit  # re-exported
 
 SPLITS = loaders.SPLITS
-# data fields added after runs were saved, with the value a saved config without them means
-FIELD_DEFAULTS = {'split': cmudict.DEFAULT_SPLIT, 'image_height': 32, 'image_width': 256,
-                  'digit_distortion': 0.0, 'digit_distortion_p': 1.0,
-                  'bucket_multiple': batching.MULTIPLE, 'image_fonts': 'all',
-                  'image_augment_p': 1.0,
-                  **{f'image_{f}': 0.0 for f in ('stroke', 'blur', 'contrast', 'noise',
-                                                 'affine', 'elastic', 'baseline')}}
+FIELD_DEFAULTS = fields.DEFAULTS   # every data field's default (data/fields.py)
 
 
 def _encode(tok, texts: Sequence[str]) -> batching.Ragged:
@@ -303,6 +297,7 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
   with a checkpoint (`load_tokenizers(workdir)`).
   """
   d = data_cfg
+  fields.check(d)   # no field the task does not read set
   texts, extras, location, images = loaders.load(d)
   if not texts['train']:
     raise ValueError(f'{d.name}: the training split is empty')
@@ -320,5 +315,5 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
                     d.name, d.tokenizer)
   return Task(d.name, texts, src_tok, tgt_tok, max_src_len=int(d.max_src_len),
               max_tgt_len=int(d.max_tgt_len), num_buckets=int(d.num_buckets),
-              bucket_multiple=int(d.get('bucket_multiple', FIELD_DEFAULTS['bucket_multiple'])),
+              bucket_multiple=int(fields.get(d, 'bucket_multiple')),
               extras=extras, location=location, images=images)

@@ -12,6 +12,7 @@ from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import compile_cache
 from attention_jax.decoding.translator import Translator
+from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import templates
@@ -36,8 +37,9 @@ def load(workdir: str, step: int | None = None,
   asked = step is not None
   run = workdir_lib.Run(workdir)
   try:
-    mcfg = ModelConfig.from_dict(run.model_config())
-    run_cfg = run.config()
+    # runs saved before each model owned its fields hold the unread ones too: dropped
+    mcfg = ModelConfig.from_dict(model_lib.migrate(run.model_config()))
+    run_cfg = templates.migrate_config(run.config())   # unread fields of older runs: defaults
     factor = float(run_cfg['train']['max_decode_factor'])
     if not 0 < factor < float('inf'):
       raise ValueError(f'train.max_decode_factor must be a finite number > 0, got {factor!r}')

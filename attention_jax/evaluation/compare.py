@@ -24,8 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import fields as data_fields
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import records as records_lib
 from attention_jax.evaluation import stats
@@ -70,9 +70,11 @@ class Evaluated:
     return ' '.join(x for x in (last.get('host', ''), f'node {node[:8]}' if node else '') if x)
 
   def data_config(self) -> dict:
-    """The run's data section; fields it predates hold their data.FIELD_DEFAULTS value."""
+    """The run's data section; fields it predates, and fields its task does not read (older
+    runs saved them all), hold their default (data_fields.DEFAULTS)."""
     try:
-      return {**data_lib.FIELD_DEFAULTS, **workdir_lib.Run(self.workdir).config().get('data', {})}
+      return {**data_fields.DEFAULTS,
+              **data_fields.as_read(workdir_lib.Run(self.workdir).config())}
     except (OSError, ValueError):
       return {}
 

@@ -34,7 +34,7 @@ class Metric:
   or None where the metric does not apply to the split (ref_lists: each source's several
   references, or None); from_stats(summed row) -> the corpus score (default: 100 * first /
   second, a percentage of a count). The built-in BLEU, chrF, exact match, WER, PER, token and
-  alignment accuracy are computed by evaluator.py and records.py themselves (sacrebleu's own
+  alignment accuracy are computed by scoring.py and records.py themselves (sacrebleu's own
   statistics); a registered metric needs `statistics`."""
   name: str
   label: str                      # in tables ("exact match") and, with unit, on axes

@@ -18,6 +18,7 @@ import numpy as np
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import fields as data_fields
 from attention_jax.data import textfiles
 from attention_jax.decoding import ensemble
 from attention_jax.evaluation import evaluators as evaluators_lib
@@ -89,8 +90,8 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
                                     max_src_len=int(cfg.data.max_src_len),
                                     max_tgt_len=int(cfg.data.max_tgt_len),
                                     num_buckets=int(cfg.data.num_buckets),
-                                    bucket_multiple=int(cfg.data.get(
-                                        'bucket_multiple', data_lib.FIELD_DEFAULTS['bucket_multiple'])))
+                                    bucket_multiple=int(data_fields.get(cfg.data,
+                                                                        'bucket_multiple')))
     split, name = 'test', 'eval_' + os.path.basename(src).replace('.', '_')
   else:
     task = data_lib.load_task(cfg.data, seed=cfg.seed, tokenizers=toks)

@@ -56,7 +56,7 @@ def figures(magnitude: np.ndarray, gold: np.ndarray, explicit: np.ndarray | None
   """One sentence: magnitude [T, S] (>= 0), gold [T] (-1: none), explicit [T, S] or None,
   src_len the real source positions (EOS included) -> summable sums and counts.
   attended_only: steps whose row is all zero are left out (explicit weights: score `none`
-  attends nowhere; as evaluator.py counts them); an all-zero explicit row gives no tau / JSD."""
+  attends nowhere; as scoring.py counts them); an all-zero explicit row gives no tau / JSD."""
   magnitude = np.asarray(magnitude, np.float64)[:, :src_len]
   keep = gold >= 0
   if attended_only:

@@ -233,6 +233,10 @@ class HardStraightThrough(Mode):
     return ctx, zero, zero
 
 
+def check_normaliser(normaliser: str) -> None:
+  registry.lookup(NORMALISERS, 'normaliser', normaliser)
+
+
 def check_combination(score: str, mode: str, normaliser: str, coverage: bool) -> None:
   """Raises ValueError, naming the valid choices, for combinations that make no sense."""
   cls = registry.lookup(scores_lib.SCORES, 'score', score)

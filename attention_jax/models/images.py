@@ -110,8 +110,7 @@ class _ImageEncoder(nnx.Module):
 
   @classmethod
   def check(cls, cfg) -> None:
-    if cfg.image_channels < 1:
-      raise ValueError(f'model.image_channels must be >= 1, got {cfg.image_channels!r}')
+    """Combinations of its fields (each field's range: model.ModelConfig)."""
 
   @classmethod
   def cell_width_of(cls, cfg) -> int:
@@ -146,6 +145,9 @@ MAX_SCALE = 4
 @register_encoder('cnn')
 class CNNEncoder(_ImageEncoder):
   """Convolution blocks -> the annotation grid (see the module docstring)."""
+  # the model config fields it reads (model.reads); cell: its row RNN's
+  fields = ('image_channels', 'cnn_layers', 'cnn_width', 'cnn_row_rnn', 'cnn_norm',
+            'cnn_columns', 'cnn_cell_width', 'cnn_positions', 'cell')
 
   @classmethod
   def cell_size(cls, cfg) -> int:
@@ -174,9 +176,10 @@ class CNNEncoder(_ImageEncoder):
     if cfg.cnn_positions == 'rnn_input' and not cfg.cnn_row_rnn:
       raise ValueError("model.cnn_positions='rnn_input' adds the positions to the row RNN's "
                        "input: set model.cnn_row_rnn=True, or use 'annotations' or 'none'")
-    if cfg.cnn_row_rnn and cfg.image_dim % 2:
-      raise ValueError(f'model.cnn_row_rnn: the two directions split model.image_dim; make it '
-                       f'even, got {cfg.image_dim}')
+    name = 'image_dim' if cfg.arch == 'rnn' else 'd_model'   # the annotation size it gives
+    if cfg.cnn_row_rnn and getattr(cfg, name) % 2:
+      raise ValueError(f'model.cnn_row_rnn: the two directions split model.{name}; make it '
+                       f'even, got {getattr(cfg, name)}')
 
   @classmethod
   def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'CNNEncoder':
@@ -247,6 +250,9 @@ class CNNEncoder(_ImageEncoder):
 @register_encoder('vit')
 class ViTEncoder(_ImageEncoder):
   """Patch embeddings + 2-D positions -> Transformer encoder layers (see the module docstring)."""
+  # the model config fields it reads (model.reads): its layers are the Transformer's
+  fields = ('image_channels', 'patch_size', 'd_model', 'heads', 'ff_dim', 'transformer_layers',
+            'self_attention_score', 'norm_first', 'attention_dropout')
 
   @classmethod
   def check(cls, cfg) -> None:

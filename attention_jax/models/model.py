@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attention_jax import registry
 from attention_jax.models import (attention, cells, contract, encoders, images, rnn_encoder,
-                                  scores, self_attention, transformer)
+                                  scores, transformer)
 from attention_jax.models.layers import dropout
 from attention_jax.models.rnn_decoder import DECODERS
 
@@ -26,9 +27,9 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 class ModelConfig:
   """Everything that fixes the model's architecture and parameter shapes.
 
-  Validated on construction: a bad value fails here, before anything is compiled.
-  arch 'rnn' reads the fields from emb_dim to self_attention_score; arch 'transformer' reads
-  d_model .. tie_output, self_attention_score, normaliser, dropout (transformer.py).
+  Validated on construction: a bad value fails here, before anything is compiled. Each arch
+  and encoder reads its own fields (`reads(arch, encoder)`: its registry entry's `fields`);
+  one it does not read set to another value than its default is refused in one line.
   """
   src_vocab: int
   tgt_vocab: int
@@ -91,37 +92,31 @@ class ModelConfig:
   context_gate: bool = False
 
   def __post_init__(self):
-    for name in ('src_vocab', 'tgt_vocab', 'emb_dim', 'enc_hidden', 'enc_layers',
-                 'dec_hidden', 'dec_layers', 'attn_dim', 'max_src_len', 'window',
-                 'self_attention_heads', 'd_model', 'heads', 'ff_dim', 'transformer_layers',
-                 'max_positions', 'image_channels', 'image_dim', 'cnn_layers', 'cnn_width',
-                 'patch_size'):
+    """Each field is validated once, by its owner: the fields every model reads here; the
+    fields of the chosen arch and encoder (ARCHS, encoders.ENCODERS: their `fields`) in
+    their `check`. A field the chosen model does not read must keep its default."""
+    for name, valid in (('arch', ARCHS), ('dtype', DTYPES)):
+      if getattr(self, name) not in valid:
+        raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
+                         f'valid: {", ".join(sorted(valid))}')
+    if self.encoder:
+      encoders.lookup(self.encoder)
+    check_read(self.to_dict())
+    read = reads(self.arch, self.encoder)
+    for name, valid in (('cell', cells.CELLS), ('decoder', DECODERS), ('score', scores.SCORES)):
+      if name in read and getattr(self, name) not in valid:
+        raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
+                         f'valid: {", ".join(sorted(valid))}')
+    for name in sorted(POSITIVE & read):
       value = getattr(self, name)
       if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f'model.{name} must be a positive integer, got {value!r}')
     for name in ('dropout', 'attention_dropout'):
-      if not 0.0 <= getattr(self, name) < 1.0:
+      if name in read and not 0.0 <= getattr(self, name) < 1.0:
         raise ValueError(f'model.{name} must be in [0, 1), got {getattr(self, name)!r}')
-    if not isinstance(self.self_attention_layers, int) or self.self_attention_layers < 0:
-      raise ValueError(f'model.self_attention_layers must be an integer >= 0, got '
-                       f'{self.self_attention_layers!r}')
-    if not self.hard_temperature > 0:
-      raise ValueError(f'model.hard_temperature must be > 0, got {self.hard_temperature!r}')
-    for name, valid in (('arch', ARCHS), ('cell', cells.CELLS), ('decoder', DECODERS),
-                        ('score', scores.SCORES), ('dtype', DTYPES)):
-      if getattr(self, name) not in valid:
-        raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
-                         f'valid: {", ".join(sorted(valid))}')
+    attention.check_normaliser(self.normaliser)
     self._check_encoder()
-    if self.arch == 'transformer':   # the RNN's fields are not read: not checked either
-      transformer.check(self)
-      attention.check_combination(self.cross_attention_score, 'global', self.normaliser, False)
-      return
-    scores.SCORES[self.score].check_sizes(self.dec_hidden, self.key_dim)
-    attention.check_combination(self.score, self.attention_mode, self.normaliser,
-                                self.coverage)
-    if self.self_attention_layers:
-      self_attention.check(self.self_attention_score, self.self_attention_heads, self.key_dim)
+    ARCHS[self.arch].check(self)
 
   def require_arch(self, arch: str, model: str) -> None:
     """A model class (aj.Seq2Seq, aj.Transformer) given the config of another arch fails in
@@ -132,9 +127,10 @@ class ModelConfig:
                        f"any arch ({', '.join(ARCHS)})")
 
   def _check_encoder(self) -> None:
-    if self.encoder == '':
+    name = self.encoder or ARCHS[self.arch].token_encoder
+    if not name:
       return
-    cls = encoders.lookup(self.encoder)
+    cls = encoders.lookup(name)
     if self.arch == 'transformer' and cls.source == 'tokens':
       raise ValueError(f"model.encoder={self.encoder!r} reads tokens; the transformer's token "
                        f"encoder is model.encoder='' (image encoders: "
@@ -233,30 +229,61 @@ class ModelConfig:
     return dataclasses.asdict(self)
 
 
-# fields that only one arch reads (the other ignores them): a command-line flag that sets one
-# for the other arch is refused (experiments/main.py). d_model, heads, ff_dim and
-# transformer_layers are read by both (the ViT encoder's), cell too (the CNN's row RNN).
-RNN_ONLY = ('emb_dim', 'enc_hidden', 'enc_layers', 'bidirectional', 'dec_hidden', 'dec_layers',
-            'decoder', 'score', 'attn_dim', 'input_feeding', 'attention_mode', 'window',
-            'coverage', 'hard_temperature', 'self_attention_layers', 'self_attention_heads',
-            'context_gate')
-TRANSFORMER_ONLY = ('positions', 'max_positions', 'norm_first', 'attention_dropout',
-                    'cross_attention_score', 'share_embeddings', 'tie_output')
+# ---- which fields a model reads: each arch (ARCHS) and encoder (encoders.ENCODERS) declares
+# its own (`fields`; an arch's `image_fields` only with an image encoder); these every model reads
+COMMON_FIELDS = ('src_vocab', 'tgt_vocab', 'arch', 'encoder', 'dropout', 'dtype', 'max_src_len',
+                 'normaliser')
+POSITIVE = frozenset({  # fields that are positive integers (checked where read)
+    'src_vocab', 'tgt_vocab', 'emb_dim', 'enc_hidden', 'enc_layers', 'dec_hidden', 'dec_layers',
+    'attn_dim', 'max_src_len', 'window', 'self_attention_heads', 'd_model', 'heads', 'ff_dim',
+    'transformer_layers', 'max_positions', 'image_channels', 'image_dim', 'cnn_layers',
+    'cnn_width', 'patch_size'})
+# a field of the other arch with the same role, named when it is set for the wrong one
 _INSTEAD = {('transformer', 'score'): 'cross_attention_score',
             ('rnn', 'cross_attention_score'): 'score'}
 
 
-def unread_field_error(arch: str, names) -> str | None:
-  """The line refusing the first of the model fields `names` (set by a flag) that
-  model.arch=`arch` does not read, or None."""
-  other = TRANSFORMER_ONLY if arch == 'rnn' else RNN_ONLY
-  bad = [n for n in names if n in other]
-  if not bad:
-    return None
-  instead = _INSTEAD.get((arch, bad[0]))
-  return (f"model.{bad[0]} is not read by model.arch='{arch}'"
-          + (f' (its counterpart there: model.{instead})' if instead else '')
-          + f'; fields only the other arch reads: {", ".join(other)}')
+def reads(arch: str, encoder: str = '') -> frozenset[str]:
+  """The ModelConfig fields the model of (model.arch, model.encoder) reads."""
+  cls = registry.lookup(ARCHS, 'model.arch', arch)
+  name = encoder or cls.token_encoder     # '' = the arch's own (the Transformer's: inside it)
+  out = set(COMMON_FIELDS) | set(cls.fields)
+  if name:
+    enc = encoders.lookup(name)
+    out |= set(enc.fields) | (set(cls.image_fields) if enc.source == 'images' else set())
+  return frozenset(out)
+
+
+def check_read(fields: Mapping[str, Any]) -> None:
+  """One ValueError line when `fields` (model config fields) set a field the model of their
+  arch and encoder does not read to a value other than its default."""
+  arch, encoder = fields.get('arch', 'rnn'), fields.get('encoder', '')
+  read, defaults = reads(arch, encoder), ModelConfig.defaults()
+  unread = [k for k in defaults if k not in read and k in fields and fields[k] != defaults[k]]
+  if not unread:
+    return
+  instead = [f'model.{_INSTEAD[arch, k]} in place of model.{k}' for k in unread
+             if (arch, k) in _INSTEAD]
+  raise ValueError(
+      f'model.arch={arch!r}, model.encoder={encoder!r} does not read '
+      + ', '.join(f'model.{k}={fields[k]!r}' for k in unread)
+      + (f' ({"; ".join(instead)})' if instead else '')
+      + ('; leave them at their defaults' if len(unread) > 1 else '; leave it at its default')
+      + '. It reads: ' + ', '.join(f.name for f in dataclasses.fields(ModelConfig)
+                                   if f.name in read))
+
+
+def migrate(fields: Mapping[str, Any]) -> dict[str, Any]:
+  """A saved model config (model_config.json, a checkpoint's, config.json's model section)
+  without the fields its model does not read: runs saved before each model owned its fields
+  hold them all (a transformer of the smoke variant: enc_hidden=16); they now count as their
+  defaults. Unknown keys and unknown archs are kept, to fail where they are used."""
+  try:
+    read = reads(fields.get('arch', 'rnn'), fields.get('encoder', ''))
+  except ValueError:
+    return dict(fields)
+  known = ModelConfig.defaults()
+  return {k: v for k, v in fields.items() if k in read or k not in known}
 
 
 def build(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
@@ -270,6 +297,22 @@ class Seq2Seq(nnx.Module, contract.EncoderDecoder):
   model(src, tgt_in [B, T]) -> (logits [B, T, V] float32, weights [B, T, S] float32)
   src: token ids [B, S] (0 is padding) or images (encoders.py); S = the memory's length. Pass `dropout_key` to train (dropout on), None to evaluate.
   """
+
+  # the fields it reads (model.check_read): the RNN decoder's; the source encoder's own
+  # (encoders.ENCODERS, default token_encoder); with an image encoder also image_fields
+  fields = ('emb_dim', 'cell', 'dec_hidden', 'dec_layers', 'decoder', 'score', 'attn_dim',
+            'input_feeding', 'attention_mode', 'window', 'coverage', 'hard_temperature',
+            'context_gate')
+  image_fields = ('image_dim',)     # the annotation size K an image encoder gives the decoder
+  token_encoder = 'rnn'
+
+  @classmethod
+  def check(cls, cfg: ModelConfig) -> None:
+    """The decoder's fields (validated here only)."""
+    if not cfg.hard_temperature > 0:
+      raise ValueError(f'model.hard_temperature must be > 0, got {cfg.hard_temperature!r}')
+    scores.SCORES[cfg.score].check_sizes(cfg.dec_hidden, cfg.key_dim)
+    attention.check_combination(cfg.score, cfg.attention_mode, cfg.normaliser, cfg.coverage)
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     cfg.require_arch('rnn', 'Seq2Seq')

@@ -19,6 +19,7 @@ from flax import nnx
 from attention_jax.models import cells
 from attention_jax.models.encoders import Encoded, register_encoder
 from attention_jax.models.layers import dropout
+from attention_jax.models import self_attention
 from attention_jax.models.self_attention import SelfAttentionLayer
 
 __all__ = ['Encoded', 'Encoder']
@@ -27,6 +28,17 @@ __all__ = ['Encoded', 'Encoder']
 @register_encoder('rnn')
 class Encoder(nnx.Module):
   source = 'tokens'
+  # the model config fields it reads (model.reads)
+  fields = ('emb_dim', 'enc_hidden', 'enc_layers', 'bidirectional', 'cell',
+            'self_attention_layers', 'self_attention_heads', 'self_attention_score', 'attn_dim')
+
+  @classmethod
+  def check(cls, cfg) -> None:
+    layers = cfg.self_attention_layers
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 0:
+      raise ValueError(f'model.self_attention_layers must be an integer >= 0, got {layers!r}')
+    if layers:
+      self_attention.check(cfg.self_attention_score, cfg.self_attention_heads, cfg.key_dim)
 
   @classmethod
   def build(cls, cfg, *, dim: int, rngs: nnx.Rngs) -> 'Encoder':

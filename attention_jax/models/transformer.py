@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax.models import contract, encoders, multihead
+from attention_jax.models import attention, contract, encoders, multihead
 from attention_jax.models.layers import dropout
 
 POSITIONS = ('sinusoidal', 'learned', 'none')
@@ -44,20 +44,15 @@ MAX_SEGMENTS = 3     # ... and at most this many segments, each about twice the 
 
 
 def check(cfg) -> None:
-  """Raises ValueError for a Transformer config (model.ModelConfig) that cannot be built."""
+  """Raises ValueError for a Transformer config (model.ModelConfig) that cannot be built (its
+  own fields; the RNN decoders' attention modes, coverage and gate it does not read, so
+  model.ModelConfig refuses them when set)."""
   if cfg.positions not in POSITIONS:
     raise ValueError(f'unknown model.positions {cfg.positions!r}; valid: {", ".join(POSITIONS)}')
   for name in ('self_attention_score', 'cross_attention_score'):
     multihead.check(getattr(cfg, name), cfg.heads, cfg.d_model,
                     f'the transformer (model.{name})')
-  if cfg.attention_mode != 'global' or cfg.coverage:
-    raise ValueError(f'the transformer attends globally (model.attention_mode=global, '
-                     f'model.coverage=False); got attention_mode={cfg.attention_mode!r}, '
-                     f'coverage={cfg.coverage!r}: local, hard and coverage modes belong to the '
-                     f"RNN decoders (model.arch='rnn')")
-  if cfg.context_gate:
-    raise ValueError("model.context_gate (Xu et al. 2015's gate on the context) belongs to the "
-                     "RNN decoders (model.arch='rnn')")
+  attention.check_combination(cfg.cross_attention_score, 'global', cfg.normaliser, False)
   if cfg.share_embeddings and cfg.src_vocab != cfg.tgt_vocab:
     raise ValueError(f'model.share_embeddings needs one vocabulary for source and target, got '
                      f'{cfg.src_vocab} and {cfg.tgt_vocab} symbols')
@@ -175,6 +170,15 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
   """Encoder-decoder Transformer with the interface of `model.Seq2Seq`: __call__, forward,
   start, step, source_mask. Token id 0 is padding. With model.encoder naming an image
   encoder (encoders.py), that encoder replaces the token encoder."""
+
+  # the model config fields it reads (model.reads), its token encoder's included; with an
+  # image encoder (encoders.ENCODERS) also that encoder's
+  fields = ('d_model', 'heads', 'ff_dim', 'transformer_layers', 'positions', 'max_positions',
+            'norm_first', 'attention_dropout', 'self_attention_score', 'cross_attention_score',
+            'share_embeddings', 'tie_output')
+  image_fields = ()
+  token_encoder = ''   # its own, inside this class (model.encoder='')
+  check = staticmethod(check)
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     cfg.require_arch('transformer', 'Transformer')

@@ -29,6 +29,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from attention_jax import workdir as workdir_lib
+from attention_jax.models import model as model_lib
 
 
 class CheckpointError(RuntimeError):
@@ -244,7 +245,10 @@ def restore(manager: ocp.CheckpointManager, step: int, template, *,
   except Exception as e:  # Orbax errors: say which checkpoint, keep the cause
     raise CheckpointError(f'could not read {where}: {type(e).__name__}: {e}') from e
   if model_config is not None and 'model_config' in meta:
-    diffs = differences(meta['model_config'], model_config, model_defaults or {})
+    # fields the saved model does not read (runs saved before each model owned its fields)
+    # count as their defaults
+    diffs = differences(model_lib.migrate(meta['model_config']), model_config,
+                        model_defaults or {})
     if diffs:
       raise CheckpointMismatch(f'{where} belongs to another model: ' + '; '.join(diffs))
   if tokenizers is not None and meta.get('tokenizers', tokenizers) != tokenizers:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -17,12 +18,57 @@ import ml_collections
 import optax
 from flax import nnx
 
+from attention_jax.data import fields as data_fields
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
 
 
+# the `smoke` variant (experiments/configs/common.py): sizes of the fields the model reads that
+# the config leaves at their defaults (as_configured)
+SMOKE = {'emb_dim': 16, 'enc_hidden': 16, 'attn_dim': 16, 'dec_hidden': 32}
+
+
+def as_configured(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The model section of an experiment config (a ConfigDict or its JSON) as the model reads
+  it: with `smoke` (the smoke variant) the SMOKE sizes of the fields it reads that are at
+  their defaults; fields it does not read kept (ModelConfig refuses them if set)."""
+  fields = dict(config['model'])
+  if not config.get('smoke', False):
+    return fields
+  try:
+    read = model_lib.reads(fields.get('arch', 'rnn'), fields.get('encoder', ''))
+  except ValueError:
+    return fields
+  defaults = ModelConfig.defaults()
+  return {**fields, **{k: v for k, v in SMOKE.items()
+                       if k in read and fields.get(k, defaults[k]) == defaults[k]}}
+
+
+def as_read(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The model fields an experiment config (or a saved one) trains with, unread ones
+  dropped: what a resume and a sweep's "changed" compare."""
+  return model_lib.migrate(as_configured(config)) if 'model' in config else {}
+
+
 def model_config(cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int) -> ModelConfig:
-  return ModelConfig.from_dict(cfg.model.to_dict(), src_vocab=src_vocab, tgt_vocab=tgt_vocab)
+  """The model of an experiment config: its model section (with cfg.smoke, the smoke sizes of
+  the fields the model reads: as_configured); a field the model does not read set to
+  another value than its default is refused in one line (ModelConfig)."""
+  return ModelConfig.from_dict(as_configured(cfg), src_vocab=src_vocab,
+                               tgt_vocab=tgt_vocab)
+
+
+def migrate_config(saved: dict) -> dict:
+  """A run's saved config (config.json) as today's code trains it: the model and data fields
+  its model and task do not read back at their defaults (runs saved before each model and
+  task owned its fields hold them all, e.g. a transformer of the smoke variant enc_hidden=16),
+  so that it can be trained again or resumed with (ml_collections.ConfigDict(...))."""
+  out = dict(saved)
+  if 'model' in saved:
+    out['model'] = {**ModelConfig.defaults(), **model_lib.migrate(saved['model'])}
+  if 'data' in saved:
+    out['data'] = {**data_fields.DEFAULTS, **data_fields.as_read(saved)}
+  return out
 
 
 def init_state(mcfg: ModelConfig, tx, seed: int, ema: bool = False):

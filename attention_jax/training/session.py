@@ -17,11 +17,13 @@ import ml_collections
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import fields as data_fields
 from attention_jax.evaluation import evaluators as evaluators_lib
 from attention_jax.evaluation import scoring
 from attention_jax.models import encoders
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib
+from attention_jax.state import templates
 from attention_jax.state.templates import eval_params, model_config
 
 
@@ -96,10 +98,12 @@ def config_differences(saved: dict, now: dict) -> list[str]:
   """What separates two runs' configs (as saved: workdir.Run.config): the model and data
   sections and the seed, as 'model.score: saved 'dot', now 'additive''. A model field the saved run
   predates counts as its ModelConfig default (as in checkpoints), a data field as its
-  data.FIELD_DEFAULTS value, so a run saved before the field existed is the same run."""
-  defaults = {'model': ModelConfig.defaults(), 'data': data_lib.FIELD_DEFAULTS}
+  data_fields.DEFAULTS value, so a run saved before the field existed is the same run; fields
+  the model or the task does not read are left out (older runs saved them all)."""
+  defaults = {'model': ModelConfig.defaults(), 'data': data_fields.DEFAULTS}
+  read = {'model': templates.as_read, 'data': data_fields.as_read}   # unread fields: dropped
   diffs = [d for sec in ('model', 'data')
-           for d in ckpt_lib.differences(saved.get(sec, {}), now.get(sec, {}), defaults[sec],
+           for d in ckpt_lib.differences(read[sec](saved), read[sec](now), defaults[sec],
                                          prefix=f'{sec}.', words=('saved', 'now'))]
   if 'seed' in saved and saved['seed'] != now.get('seed'):   # another init and batch order
     diffs.append(f'seed: saved {saved["seed"]}, now {now.get("seed")}')

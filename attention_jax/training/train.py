@@ -18,6 +18,7 @@ import sacrebleu
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import fields as data_fields
 from attention_jax.decoding import inference
 from attention_jax.evaluation import evaluators
 from attention_jax.evaluation import scoring
@@ -49,8 +50,7 @@ def check_config(cfg: ml_collections.ConfigDict) -> None:
       raise ValueError(f'{name} must be a positive integer, got {value!r}')
   for name, value in (('data.max_src_len', d.max_src_len), ('data.max_tgt_len', d.max_tgt_len),
                       ('data.num_buckets', d.num_buckets),
-                      ('data.bucket_multiple',
-                       d.get('bucket_multiple', data_lib.FIELD_DEFAULTS['bucket_multiple'])),
+                      ('data.bucket_multiple', data_fields.get(d, 'bucket_multiple')),
                       ('eval.beam_size', cfg.eval.beam_size)):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
       raise ValueError(f'{name} must be a positive integer, got {value!r}')
@@ -79,7 +79,8 @@ def check_config(cfg: ml_collections.ConfigDict) -> None:
                      f'program; 1: a run alone), got {population!r}')
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
-  model_config(cfg, 4, 4)  # model fields: names and sizes, before any data or compile
+  data_fields.check(d)     # data and model fields: those the task and the model read, their
+  model_config(cfg, 4, 4)  # names and sizes, before any data or compile
   devices.resolve(cfg.parallel)
   n = jax.device_count()
   if d.batch_size % n:

@@ -7,11 +7,15 @@ checkpoints). Every field is overridable from the command line, e.g.
 """
 
 import dataclasses
+from typing import Any, Mapping
 
 import ml_collections
 
+from attention_jax.data import fields as data_fields
 from attention_jax.evaluation import evaluators
+from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
+from attention_jax.state import templates
 from attention_jax.training.objective import Objective
 
 # Where the experiments differ from the library's defaults (a ModelConfig or Objective built
@@ -29,38 +33,12 @@ def base_config() -> ml_collections.ConfigDict:
   c.seed = 0
   c.parallel = 'auto'       # auto (shard_map with >1 device) | single | shard_map | pmap
 
-  # ---- data: see attention_jax/data --------------------------------------
-  d = c.data = ml_collections.ConfigDict()
-  d.name = 'dates'          # a name of attention_jax.data.TASKS (data.register_task adds one)
-  d.data_dir = ''           # TFDS data dir; '' = ~/tensorflow_datasets
-  d.seed = 0                # generation seed of the offline tasks
-  d.num_train = 20_000      # examples per split for the offline tasks
-  d.num_valid = 1_000
-  d.num_test = 1_000
-  d.min_len = 1             # symbol tasks (copy/reverse/sort): train/valid lengths
-  d.max_len = 50
-  d.test_max_len = 100      # symbol tasks: test lengths go up to here
-  d.num_symbols = 20        # symbol tasks: alphabet size
-  d.max_digits = 4          # addition: digits per operand
-  d.stress = False          # cmudict: keep the stress digits of the vowels (AH0 EH1 OW2)
-  d.variants = True         # cmudict: every pronunciation of a train word is a training pair
-  d.valid_fraction = 0.05   # cmudict: share of the non-test words held out for validation
-  d.split = 'hashed'        # cmudict: hashed (SHA-256 of seed:word) | standard (the published
-                            # test list); a saved config without it means hashed
-  d.textfiles_dir = ''      # textfiles: dir with train.src/train.tgt, valid.*, test.*
-  d.tfds_name = 'ted_hrlr_translate/pt_to_en'  # tfds: any translation builder
-  d.src_lang = 'pt'         # tfds: language keys of the pair
-  d.tgt_lang = 'en'
-  d.image_height = 32       # image tasks: the canvas, in pixels
-  d.image_width = 256
-  d.tokenizer = 'char'      # char | word | sentencepiece
-  d.tgt_tokenizer = ''      # the target's, if another ('' = data.tokenizer); cmudict: word
-  d.vocab_size = 8000       # sentencepiece vocabulary size
-  d.max_src_len = 128       # training examples longer than this (in tokens) are dropped
-  d.max_tgt_len = 128
-  d.num_buckets = 4         # padded length buckets (a handful of jit shapes)
-  d.bucket_multiple = 8     # bucket lengths are multiples of this (8 suits GPUs and TPUs)
-  d.batch_size = 64         # global batch (per-device batch x device count)
+  c.smoke = False           # the smoke variant (shrink): tiny sizes of the fields the model reads
+
+  # ---- data: see attention_jax/data ----------------------------------------------
+  # its fields and their defaults: attention_jax/data/fields.py (DEFAULTS, with what each field
+  # means, and TASK_FIELDS: which fields each task reads; the others must keep their defaults)
+  c.data = ml_collections.ConfigDict(data_fields.DEFAULTS)
 
   # ---- model: attention_jax.models.model.ModelConfig --------------------------------
   # its fields and their defaults (the one source of both: see the field comments in
@@ -106,15 +84,21 @@ def base_config() -> ml_collections.ConfigDict:
 
 
 def shrink(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The `smoke` variant of any experiment: tiny data and model, a few steps, seconds."""
-  c.data.num_train, c.data.num_valid, c.data.num_test = 256, 32, 32
-  c.data.max_len = min(c.data.max_len, 12)
-  c.data.test_max_len = min(c.data.test_max_len, 16)
-  c.data.batch_size = 16
-  c.data.num_buckets = 1
-  c.data.vocab_size = min(c.data.vocab_size, 200)
-  c.model.emb_dim = c.model.enc_hidden = c.model.attn_dim = 16
-  c.model.dec_hidden = 32
+  """The `smoke` variant of any experiment: tiny data and model, a few steps, seconds.
+
+  Only the fields the config's task reads are shrunk (data_fields.TASK_FIELDS). The model's
+  sizes are not written here: `c.smoke` makes the model config (state/templates.model_config)
+  give the fields the chosen model reads the tiny sizes of templates.SMOKE, so that the smoke
+  variant of an RNN config still trains a Transformer with --config.model.arch=transformer.
+  The config's own values of those fields are dropped (a flag after it still sets them)."""
+  c.smoke = True
+  read = data_fields.reads(c.data.name)
+  small = {'num_train': 256, 'num_valid': 32, 'num_test': 32, 'batch_size': 16,
+           'num_buckets': 1, 'max_len': min(c.data.max_len, 12),
+           'test_max_len': min(c.data.test_max_len, 16),
+           'vocab_size': min(c.data.vocab_size, 200)}
+  c.data.update({k: v for k, v in small.items() if read is None or k in read})
+  c.model.update({k: ModelConfig.defaults()[k] for k in templates.SMOKE})
   c.train.steps = 8
   c.train.warmup_steps = 2
   c.train.eval_every = c.train.checkpoint_every = 4
@@ -123,10 +107,31 @@ def shrink(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return c
 
 
-def apply_arg(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
-  """The config-file argument (`file.py:ARG`): '' or 'smoke'."""
-  if arg == 'smoke':
-    return shrink(c)
-  if arg:
-    raise ValueError(f"unknown config argument {arg!r}; valid: 'smoke' (or none)")
-  return c
+def switch(c: ml_collections.ConfigDict, **fields) -> dict[str, Any]:
+  """Overrides ({'model.<field>': value}, as a sweep variant gives them) that give config c's
+  model `fields` (another arch or encoder and its sizes), with the fields c sets that the new
+  model does not read put back to their defaults (ModelConfig refuses them otherwise)."""
+  new, defaults = {**c.model.to_dict(), **fields}, ModelConfig.defaults()
+  read = model_lib.reads(new['arch'], new['encoder'])
+  resets = {k: defaults[k] for k in defaults
+            if k not in read and k not in fields and new[k] != defaults[k]}
+  return {f'model.{k}': v for k, v in {**fields, **resets}.items()}
+
+
+def apply_arg(c: ml_collections.ConfigDict, arg: str | None,
+              variants: Mapping[str, Mapping[str, Any]] | None = None
+              ) -> ml_collections.ConfigDict:
+  """The config-file argument (`file.py:ARG`): '' or comma-separated words, 'smoke' and the
+  names of the file's `variants` ({name: model fields}: another encoder or arch with its
+  sizes, applied with `switch`), e.g. image_dates.py:vit,smoke."""
+  words = [w for w in (arg or '').split(',') if w]
+  variants = variants or {}
+  for word in words:
+    if word != 'smoke' and word not in variants:
+      raise ValueError(f'unknown config argument {word!r}; valid: '
+                       + ', '.join(repr(w) for w in ('smoke', *variants))
+                       + (" (or none, or several joined by ',')" if variants else ' (or none)'))
+  for word in words:
+    if word in variants:
+      c.update_from_flattened_dict(switch(c, **variants[word]))
+  return shrink(c) if 'smoke' in words else c

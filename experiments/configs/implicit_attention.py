@@ -23,7 +23,7 @@ pixel gradients, gradient x input, integrated gradients and Grad-CAM (digits_con
 """
 
 from attention_jax.models import scores
-from experiments.configs import digit_strips, reverse
+from experiments.configs import common, digit_strips, reverse
 
 SEEDS = 3   # every variant under seeds 1, 2, 3 (--seeds=N overrides)
 
@@ -63,7 +63,6 @@ def get_config(arg: str | None = None):
   c.data.batch_size = 32
   c.model.emb_dim = c.model.enc_hidden = c.model.attn_dim = 16
   c.model.dec_hidden = 32
-  c.model.d_model, c.model.heads, c.model.ff_dim, c.model.transformer_layers = 32, 2, 64, 2
   c.eval.attribution = 'all'
   c.eval.attribution_num = 100   # test sentences attributed: about half beyond length 12
   c.eval.heatmaps = 0
@@ -86,4 +85,9 @@ def get_sweep(arg: str | None = None):
   return rnn + [
       ('additive_coverage_bahdanau', {'model.score': 'additive', 'model.coverage': True,
                                       'train.coverage_weight': 1.0}),
-      ('transformer', {'model.arch': 'transformer'})]
+      ('transformer', common.switch(get_config(arg), **TRANSFORMER))]
+
+
+# the 'transformer' variant's model (its RNN sizes put back to their defaults: common.switch)
+TRANSFORMER = {'arch': 'transformer', 'd_model': 32, 'heads': 2, 'ff_dim': 64,
+               'transformer_layers': 2}
