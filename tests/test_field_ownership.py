@@ -15,7 +15,7 @@ from flax import nnx
 import attention_jax as aj
 from attention_jax.data import batching, cmudict, loaders
 from attention_jax.data import fields as data_fields
-from attention_jax.evaluation import compare, run_eval
+from attention_jax.evaluation import compare, saved_run
 from attention_jax.models import encoders
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
@@ -240,7 +240,7 @@ def test_a_transformer_saved_with_every_field_loads_resumes_and_compares(data_di
   assert train.config_differences(saved, now) == []   # a sweep's "changed" compares so too
   now['model']['d_model'] = 32
   assert train.config_differences(saved, now) == ['model.d_model: saved 16, now 32']
-  report = run_eval.evaluate_run(workdir, split='test', beam=1, num_heatmaps=0, verbose=False)
+  report = saved_run.evaluate_run(workdir, split='test', beam=1, num_heatmaps=0, verbose=False)
   assert report['sentences'] == 32          # evaluated on the data its saved config names
   new = str(tmp_path / 'new')              # a run of today's smoke config: the same data
   os.makedirs(new)

@@ -274,7 +274,7 @@ def check_read(fields: Mapping[str, Any]) -> None:
 
 
 def migrate(fields: Mapping[str, Any]) -> dict[str, Any]:
-  """A saved model config (model_config.json, a checkpoint's, config.json's model section)
+  """A saved model config (a run's model config, a checkpoint's, its config's model section)
   without the fields its model does not read: runs saved before each model owned its fields
   hold them all (a transformer of the smoke variant: enc_hidden=16); they now count as their
   defaults. Unknown keys and unknown archs are kept, to fail where they are used."""

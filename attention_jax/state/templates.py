@@ -59,7 +59,7 @@ def model_config(cfg: ml_collections.ConfigDict, src_vocab: int, tgt_vocab: int)
 
 
 def migrate_config(saved: dict) -> dict:
-  """A run's saved config (config.json) as today's code trains it: the model and data fields
+  """A run's saved config (workdir.Run.config) as today's code trains it: the model and data fields
   its model and task do not read back at their defaults (runs saved before each model and
   task owned its fields hold them all, e.g. a transformer of the smoke variant enc_hidden=16),
   so that it can be trained again or resumed with (ml_collections.ConfigDict(...))."""
