@@ -459,10 +459,10 @@ def test_transformer_decoder_over_an_image_draws_each_layer_and_head(data_dir, t
   """A Transformer decoder's cross-attention per layer and head over an image: the run's
   heatmaps include them (test_heads.png, a column per head), and attend_heads gives them over
   the grid, the last layer's mean being what attend returns."""
-  cfg = smoke(image_dates, data_dir, **{
-      'eval.heatmaps': 1, 'model.arch': 'transformer', 'model.encoder': 'vit',
-      'model.patch_size': 8, 'model.d_model': 16, 'model.heads': 2, 'model.ff_dim': 24,
-      'model.transformer_layers': 2, 'model.context_gate': False, 'model.coverage': False})
+  cfg = smoke(image_dates, data_dir, **{'eval.heatmaps': 1})
+  cfg = smoke(image_dates, data_dir, **{'eval.heatmaps': 1}, **common.switch(
+      cfg, arch='transformer', encoder='vit', patch_size=8, d_model=16, heads=2, ff_dim=24,
+      transformer_layers=2))
   workdir = str(tmp_path / 'run')
   summary = train.train_and_evaluate(cfg, workdir)
   assert [os.path.basename(p) for m in summary['results'].values() for p in m.get('heatmaps', [])

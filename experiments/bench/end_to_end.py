@@ -81,7 +81,8 @@ def our_config(arch: str, data_dir: str, lengths: tuple[int, int] = LENGTHS,
   d.max_src_len = d.max_tgt_len = lengths[1] + 1
   d.num_train, d.num_valid, d.num_test, d.batch_size = 64, 4, 4, 16
   d.num_buckets, d.data_dir = 1, data_dir
-  cfg.model.max_positions = 1024
+  if cfg.model.arch == 'transformer':   # (learned positions' table: the RNN has none)
+    cfg.model.max_positions = 1024
   cfg.model.max_src_len = 512
   cfg.train.steps, cfg.train.eval_every, cfg.train.checkpoint_every = 1, 1, 1
   cfg.train.max_decode_factor = FACTOR
