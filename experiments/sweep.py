@@ -9,7 +9,7 @@
 
 Re-running skips finished variants and resumes interrupted ones; a finished variant whose
 config changed since is named and left out of the report (--rerun_changed runs it again).
-See attention_jax/sweeps/sweep.py.
+See attention_jax/sweeps/sweep_file.py.
 """
 
 import functools
@@ -19,7 +19,7 @@ import sys
 from absl import app, flags
 
 from attention_jax.evaluation import report
-from attention_jax.sweeps import local_executor, ray_executor, sweep
+from attention_jax.sweeps import local_executor, ray_executor, sweep_file
 from experiments import cli
 
 flags.DEFINE_string('sweep', None, 'Sweep file (path[:arg]).', required=True)
@@ -71,7 +71,7 @@ def main(argv):
   execute = (functools.partial(ray_executor.run, **options) if FLAGS.executor == 'ray'
              else local_executor.local(FLAGS.parallel, FLAGS.runs_per_device))
   try:
-    sweep_dir, status = sweep.run(FLAGS.sweep, execute, FLAGS.root, extra_flags=argv[1:],
+    sweep_dir, status = sweep_file.run(FLAGS.sweep, execute, FLAGS.root, extra_flags=argv[1:],
                                   only=FLAGS.only, seeds=FLAGS.seeds,
                                   rerun_changed=FLAGS.rerun_changed,
                                   population=FLAGS.population)
@@ -81,7 +81,7 @@ def main(argv):
     raise SystemExit(130) from None
   changed = tuple(os.path.join(sweep_dir, label) for label, s in status.items()
                   if s == 'changed')
-  report.write(sweep_dir, baseline=sweep.baseline(FLAGS.sweep), exclude=changed)
+  report.write(sweep_dir, baseline=sweep_file.baseline(FLAGS.sweep), exclude=changed)
   if any(s in ('failed', 'changed') for s in status.values()):
     raise SystemExit(1)
 

@@ -11,7 +11,7 @@ import ml_collections
 import pytest
 
 from attention_jax.models.model import ModelConfig
-from attention_jax.sweeps import sweep
+from attention_jax.sweeps import sweep_file
 from attention_jax.training import train
 from attention_jax.training.objective import Objective
 from experiments.configs import common
@@ -49,12 +49,12 @@ def test_every_config_file_and_sweep_variant_is_a_valid_experiment(path):
   """Every file of experiments/configs (found, not listed: a new one is checked with no edit
   here) gives a smoke config that train.check_config accepts (its fields, its model's sizes and
   names), and so does every variant of a sweep file, with its overrides applied as a run of
-  the sweep gets them (sweep.variant_config)."""
+  the sweep gets them (sweep_file.variant_config)."""
   module = runpy.run_path(path)
   train.check_config(module['get_config']('smoke'))
   if 'get_sweep' in module:
-    name, variants = sweep.load_sweep(f'{path}:smoke', root='/nonexistent')
+    name, variants = sweep_file.load_sweep(f'{path}:smoke', root='/nonexistent')
     assert variants, name
     for v in variants:
-      cfg = ml_collections.ConfigDict(sweep.variant_config(f'{path}:smoke', v))
+      cfg = ml_collections.ConfigDict(sweep_file.variant_config(f'{path}:smoke', v))
       train.check_config(cfg)   # fields the variant's model or task does not read: refused here

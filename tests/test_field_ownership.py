@@ -20,7 +20,7 @@ from attention_jax.models import encoders
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import templates
-from attention_jax.sweeps import sweep
+from attention_jax.sweeps import sweep_file
 from attention_jax.training import train
 from experiments.configs import dates, reverse
 
@@ -136,11 +136,11 @@ def get_sweep(arg=None):
 def test_a_sweep_variant_the_model_does_not_read_is_refused(tmp_path):
   path = tmp_path / 'mine_sweep.py'
   path.write_text(SWEEP_FILE)
-  _, variants = sweep.load_sweep(f'{path}:smoke', root=str(tmp_path / 'runs'))
+  _, variants = sweep_file.load_sweep(f'{path}:smoke', root=str(tmp_path / 'runs'))
   ok, bad = variants
-  train.check_config(ml_collections.ConfigDict(sweep.variant_config(f'{path}:smoke', ok)))
+  train.check_config(ml_collections.ConfigDict(sweep_file.variant_config(f'{path}:smoke', ok)))
   with pytest.raises(ValueError) as e:
-    train.check_config(ml_collections.ConfigDict(sweep.variant_config(f'{path}:smoke', bad)))
+    train.check_config(ml_collections.ConfigDict(sweep_file.variant_config(f'{path}:smoke', bad)))
   assert "does not read model.score='general'" in one_line(e)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from attention_jax import workdir
 from attention_jax.models import model as model_lib
-from attention_jax.sweeps import sweep
+from attention_jax.sweeps import sweep_file
 from experiments import cli
 
 import helpers
@@ -100,7 +100,7 @@ def test_sweep_variant_names_are_plain_directory_names(name, tmp_path):
                'get_config = dates.get_config\n'
                f'def get_sweep(arg=None):\n  return [({name!r}, {{}})]\n')
   with pytest.raises(ValueError, match='not a plain directory name'):
-    sweep.load_sweep(str(f), str(tmp_path / 'runs'))
+    sweep_file.load_sweep(str(f), str(tmp_path / 'runs'))
 
 
 def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, monkeypatch,

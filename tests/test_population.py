@@ -18,7 +18,7 @@ import pytest
 from attention_jax import data
 from attention_jax import workdir as workdir_lib
 from attention_jax.models.model import ModelConfig
-from attention_jax.sweeps import sweep
+from attention_jax.sweeps import sweep_file
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import templates
 from attention_jax.training import objective, population, population_run, steps, train
@@ -475,14 +475,14 @@ def test_bad_population_input_is_one_line_before_any_work(data_dir, tmp_path):
 
 
 def test_sweep_groups_consecutive_seeds_at_the_same_step_into_populations(tmp_path):
-  runs = [sweep.Variant('a', {}, str(tmp_path / 'a' / f'seed_{k}'), k) for k in (1, 2, 3)]
-  runs += [sweep.Variant('b', {'model.score': 'dot'}, str(tmp_path / 'b' / f'seed_{k}'), k)
+  runs = [sweep_file.Variant('a', {}, str(tmp_path / 'a' / f'seed_{k}'), k) for k in (1, 2, 3)]
+  runs += [sweep_file.Variant('b', {'model.score': 'dot'}, str(tmp_path / 'b' / f'seed_{k}'), k)
            for k in (1, 2, 4, 5)]
   os.makedirs(workdir_lib.Run(runs[4].workdir).latest_dir + '/5')   # b/seed_2 resumes at 5
-  jobs = sweep.populations(runs)
+  jobs = sweep_file.populations(runs)
   assert [(v.label, v.population) for v in jobs] == [
       ('a/seed_1..3', 3), ('b/seed_1', 1), ('b/seed_2', 1), ('b/seed_4..5', 2)]
   assert [m.workdir for m in jobs[0].members] == [r.workdir for r in runs[:3]]
-  cmd = sweep.command('x.py', jobs[3])
+  cmd = sweep_file.command('x.py', jobs[3])
   assert cmd[-4:] == ['--config.model.score=dot', '--config.seed=4',
                       '--config.train.population=2', f'--workdir={tmp_path / "b"}']

@@ -17,7 +17,7 @@ from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import loading
 from attention_jax.evaluation import records, stats
 from attention_jax.models import multihead
-from attention_jax.sweeps import local_executor, sweep
+from attention_jax.sweeps import local_executor, sweep_file
 from attention_jax.state import devices
 from helpers import TINY_SWEEP, hold_env, run_module, sweep_cmd, wait_held
 
@@ -95,16 +95,16 @@ def test_transformer_scores_sweep_arguments():
   """Its variants are the 7 content scores; a task and 'smoke' combine; a bad argument fails
   before any variant runs, naming the valid ones."""
   path = os.path.join(ROOT, 'experiments', 'configs', 'transformer_scores.py')
-  name, variants = sweep.load_sweep(f'{path}:reverse,smoke', root='/tmp/x')
+  name, variants = sweep_file.load_sweep(f'{path}:reverse,smoke', root='/tmp/x')
   assert name == 'transformer_scores_reverse_smoke'
   assert [v.name for v in variants] == multihead.content_scores()
   with pytest.raises(ValueError, match="unknown config argument 'bogus'; valid: a task"):
-    sweep.load_sweep(f'{path}:bogus')
-  assert sweep.select(variants, ['scaled_*']) == [v for v in variants if v.name.startswith(
+    sweep_file.load_sweep(f'{path}:bogus')
+  assert sweep_file.select(variants, ['scaled_*']) == [v for v in variants if v.name.startswith(
       'scaled_')]
   with pytest.raises(ValueError, match="--only pattern 'nope' matches no variant; variants: "
                                        'additive'):
-    sweep.select(variants, ['nope'])
+    sweep_file.select(variants, ['nope'])
 
 
 SEED_SWEEP = """
@@ -156,23 +156,23 @@ def test_seeds_give_other_parameters_on_the_same_test_set_and_more_seeds_run_onl
 def test_seeds_from_the_sweep_file_and_a_single_seed_run_in_the_way(tmp_path):
   path = tmp_path / 'seed_sweep.py'
   path.write_text(SEED_SWEEP)
-  _, runs = sweep.load_sweep(str(path), root=str(tmp_path))
+  _, runs = sweep_file.load_sweep(str(path), root=str(tmp_path))
   assert [v.label for v in runs] == [f'additive/seed_{k}' for k in range(1, 6)]
-  assert sweep.command(str(path), runs[2])[-2:] == [
+  assert sweep_file.command(str(path), runs[2])[-2:] == [
       '--config.seed=3', f'--workdir={tmp_path}/seed_sweep/additive/seed_3']
-  assert len(sweep.load_sweep(str(path), root=str(tmp_path), seeds=2)[1]) == 2
+  assert len(sweep_file.load_sweep(str(path), root=str(tmp_path), seeds=2)[1]) == 2
   os.makedirs(tmp_path / 'seed_sweep' / 'additive')
   (tmp_path / 'seed_sweep' / 'additive' / 'config.json').write_text('{}')
   with pytest.raises(ValueError, match='holds a single-seed run of variant .additive.'):
-    sweep.load_sweep(str(path), root=str(tmp_path))
+    sweep_file.load_sweep(str(path), root=str(tmp_path))
   # another variant's single-seed folder is not in the way of the one --only selects
   path.write_text(SEED_SWEEP.replace("]\n", ", ('dot', {'model.score': 'dot'})]\n"))
-  _, runs = sweep.load_sweep(str(path), root=str(tmp_path), seeds=2, only=['dot'])
+  _, runs = sweep_file.load_sweep(str(path), root=str(tmp_path), seeds=2, only=['dot'])
   assert [v.label for v in runs] == ['dot/seed_1', 'dot/seed_2']
   with pytest.raises(ValueError, match='holds a single-seed run of variant .additive.'):
-    sweep.load_sweep(str(path), root=str(tmp_path), seeds=2, only=['add*'])
+    sweep_file.load_sweep(str(path), root=str(tmp_path), seeds=2, only=['add*'])
   with pytest.raises(ValueError, match='seeds must be a whole number >= 1, got 0'):
-    sweep.load_sweep(str(path), root=str(tmp_path / 'x'), seeds=0)
+    sweep_file.load_sweep(str(path), root=str(tmp_path / 'x'), seeds=0)
 
 
 def test_a_sweep_file_that_is_not_python_is_one_error_naming_the_line(tmp_path):
@@ -181,10 +181,10 @@ def test_a_sweep_file_that_is_not_python_is_one_error_naming_the_line(tmp_path):
   bad.write_text('def get_sweep(arg=None):\n  return [(\n\nx = (\n')
   with pytest.raises(ValueError, match=rf'{bad} line \d+: .* \(the sweep file is not valid '
                                        r'Python\)'):
-    sweep.load_sweep(str(bad))
+    sweep_file.load_sweep(str(bad))
   bad.write_text('import no_such_module_here\n')
   with pytest.raises(ValueError, match="ModuleNotFoundError: No module named 'no_such_module"):
-    sweep.load_sweep(str(bad))
+    sweep_file.load_sweep(str(bad))
 
 
 @pytest.mark.extended   # sweeps run again (20 s): after the suite, in CI
@@ -216,7 +216,7 @@ def test_a_changed_variant_is_named_not_skipped_nor_reported_and_reruns_on_reque
                               seeds=1) + ['--config.train.steps=10'])
   out = rerun.stdout + rerun.stderr
   assert rerun.returncode == 1, out          # seed_2 still changed (not run: --seeds=1)
-  aside = list((copy / 'tiny_sweep_smoke' / sweep.REPLACED).glob('*/additive/seed_1'))
+  aside = list((copy / 'tiny_sweep_smoke' / sweep_file.REPLACED).glob('*/additive/seed_1'))
   assert len(aside) == 1 and f'the old run is set aside in {aside[0]}' in out
   old = json.loads((aside[0] / 'config.json').read_text())
   assert old['model']['score'] == 'additive' and (aside[0] / 'results.json').exists()
@@ -256,9 +256,9 @@ def test_runs_per_device_share_each_accelerator_and_its_memory(monkeypatch, tmp_
   monkeypatch.delenv(devices.MEMORY_ENV, raising=False)
   monkeypatch.setattr(local_executor, 'accelerators', lambda: ['0', '1'])
   monkeypatch.setattr(local_executor.subprocess, 'Popen', _FakeRun)
-  monkeypatch.setattr(sweep, 'finished', lambda v: True)
+  monkeypatch.setattr(sweep_file, 'finished', lambda v: True)
   _FakeRun.live, _FakeRun.started = {}, []
-  queue = [sweep.Variant(f'v{i}', {}, str(tmp_path / f'v{i}')) for i in range(7)]
+  queue = [sweep_file.Variant(f'v{i}', {}, str(tmp_path / f'v{i}')) for i in range(7)]
   status = local_executor.local(runs_per_device=3)('cfg.py', 'toy', queue, str(tmp_path), [])
   assert status == {f'v{i}': 'finished' for i in range(7)}
   assert [d for d, _, _ in _FakeRun.started[:2]] == ['0', '1']          # both devices first

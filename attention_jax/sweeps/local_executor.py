@@ -11,7 +11,7 @@ import time
 
 from attention_jax import workdir as workdir_lib
 from attention_jax.sweeps import attempts
-from attention_jax.sweeps import sweep as sweep_lib
+from attention_jax.sweeps import sweep_file as sweep_lib
 from attention_jax.state import devices as devices_lib
 
 

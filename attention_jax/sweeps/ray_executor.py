@@ -6,7 +6,7 @@
   bash launch.sh sweep FILE --executor=ray --ray_address=HEAD:6379 --trial_gpus=1
 
 The trial list, the skip rule (a finished run) and the report are the local executor's
-(attention_jax/sweeps/sweep.py). Each task asks the cluster for --trial_cpus / --trial_gpus /
+(attention_jax/sweeps/sweep_file.py). Each task asks the cluster for --trial_cpus / --trial_gpus /
 --trial_tpus and runs `python -m experiments.main ...` as a child process into its workdir,
 so as many runs go at once as the cluster holds. The sweep root and the project are read and
 written by every node at the same path: shared storage (NFS, a parallel filesystem), checked
@@ -38,7 +38,7 @@ import uuid
 
 from attention_jax import workdir as workdir_lib
 from attention_jax.sweeps import attempts
-from attention_jax.sweeps import sweep as sweep_lib
+from attention_jax.sweeps import sweep_file as sweep_lib
 from attention_jax.state import devices
 
 # exits that say the process was killed or preempted, not that the run is wrong

@@ -23,6 +23,7 @@ from attention_jax.decoding import inference
 from attention_jax.evaluation import evaluators
 from attention_jax.evaluation import scoring
 from attention_jax.state import devices
+from attention_jax.state import templates
 from attention_jax.state.templates import init_state, model_config
 from attention_jax.training import data_parallel
 from attention_jax.training import loop
@@ -208,7 +209,7 @@ def memory_explained(cfg: ml_collections.ConfigDict):
 
 def _sizes(cfg: ml_collections.ConfigDict) -> str:
   """The config fields that decide memory, for an out-of-memory error."""
-  m, d = cfg.model, cfg.data
+  m, d = templates.as_configured(cfg), cfg.data   # (the smoke variant's sizes, as trained)
   names = (('d_model', 'ff_dim', 'heads', 'transformer_layers') if m.get('arch') == 'transformer'
            else ('emb_dim', 'enc_hidden', 'enc_layers', 'dec_hidden', 'dec_layers', 'attn_dim'))
   return ', '.join([f'model.{k}={m[k]}' for k in names if k in m]
