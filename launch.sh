@@ -72,8 +72,19 @@ multihost_args() {
   done
 }
 
+usage() {   # the commands, one line each: this file's header
+  sed -n '3,/^# Every command/p' "$0" | sed -e 's/^# \{0,1\}//' -e '/^Every command/d'
+}
+
+# `CMD --help` / `--helpfull` of a command whose first argument is a file: the entry point's
+# own help (usage, flags, an example), without the file
+wants_help() { [[ ${1:-} == --help || ${1:-} == --helpfull ]]; }
+
 cmd=${1:-main}
 [[ $# -gt 0 ]] && shift
+case "$cmd" in
+  --help|-h|help) usage; exit 0 ;;
+esac
 multihost_args "$@"
 set -- ${ARGS[@]+"${ARGS[@]}"}
 case "$cmd" in
@@ -92,12 +103,14 @@ case "$cmd" in
     ;;
   train)
     setup
+    if wants_help "$@"; then exec python -m experiments.main "$1"; fi
     [[ $# -ge 1 ]] || { echo "usage: bash launch.sh train CONFIG [--flag=value ...]" >&2; exit 2; }
     config=$1; shift
     exec python -m experiments.main --config="$config" "$@"
     ;;
   sweep)
     setup
+    if wants_help "$@"; then exec python -m experiments.sweep "$1"; fi
     [[ $# -ge 1 ]] || { echo "usage: bash launch.sh sweep SWEEP_FILE[:arg] [--seeds=N] [--parallel=N]" >&2; exit 2; }
     sweep=$1; shift
     exec python -m experiments.sweep --sweep="$sweep" "$@"
@@ -137,12 +150,13 @@ case "$cmd" in
     ;;
   data-info)
     setup
+    if wants_help "$@"; then exec python -m experiments.data_info "$1"; fi
     [[ $# -ge 1 ]] || { echo "usage: bash launch.sh data-info CONFIG" >&2; exit 2; }
     config=$1; shift
     exec python -m experiments.data_info --config="$config" "$@"
     ;;
   *)
-    echo "unknown command '$cmd'; valid: (none), test, train, sweep, compare, length-study, evaluate, translate, attribute, bench, profile, data-info, docs" >&2
+    { echo "unknown command '$cmd'; the commands:"; usage; } >&2
     exit 2
     ;;
 esac

@@ -104,10 +104,18 @@ def use_compilation_cache(flag: flags.FlagHolder) -> None:
     os.environ[compile_cache.ENV] = flag.value
 
 
+HELP = ('--help', '-?', '--helpfull', '--helpshort', '--helpxml')
+
+
 def _parse_flags(argv):
-  """absl's flag parsing, with bad flags and unknown config fields reported in one line."""
+  """absl's flag parsing, with bad flags and unknown config fields reported in one line; the
+  help that --help / --helpfull print is a success (exit 0; absl exits 1)."""
   try:
     return flags.FLAGS(argv)
+  except SystemExit as e:
+    if e.code == 1 and any(a in HELP for a in argv[1:]):
+      sys.exit(0)
+    raise
   except flags.Error as e:   # a config file that raised: its first and last lines
     lines = [x.strip() for x in str(e).splitlines() if x.strip()]
     _exit('error: ' + (lines[0] if len(lines) < 2 or 'Traceback' not in str(e)
