@@ -103,6 +103,25 @@ def test_sweep_variant_names_are_plain_directory_names(name, tmp_path):
     sweep_file.load_sweep(str(f), str(tmp_path / 'runs'))
 
 
+@pytest.mark.parametrize('returned, got', [
+    ('None', 'got None'), ('{"dot": {}}', "got {'dot': {}}"), ('"dot"', "got 'dot'"),
+    ('[]', 'got []'), ('[("dot",)]', "got the item ('dot',)"),
+    ('[("dot", "model.score=dot")]', "got the item ('dot', 'model.score=dot')")])
+def test_a_sweep_file_of_another_form_is_one_line_naming_the_file_and_the_form(returned, got,
+                                                                                tmp_path):
+  """get_sweep() returning None, a dict, a string, [] or items that are not (name, {field:
+  value}) pairs: one line with the file, the expected form and what it gave, before any run
+  (it used to be a TypeError traceback, or 'not enough values to unpack')."""
+  f = tmp_path / 'odd_sweep.py'
+  f.write_text('from experiments.configs import dates\n'
+               'get_config = dates.get_config\n'
+               f'def get_sweep(arg=None):\n  return {returned}\n')
+  with pytest.raises(ValueError) as e:
+    sweep_file.load_sweep(str(f), str(tmp_path / 'runs'))
+  assert str(e.value) == f'{f}: {sweep_file.FORM}; {got}'
+  assert not (tmp_path / 'runs').exists()
+
+
 def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, monkeypatch,
                                                                       capfd):
   import numpy as np

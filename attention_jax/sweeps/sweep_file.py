@@ -28,6 +28,7 @@ population's time (1/N), so a variant's wall time over its seeds is the time it 
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import fnmatch
 import importlib.util
@@ -128,7 +129,7 @@ def _variants(path_arg: str, root: str):
   name = os.path.splitext(os.path.basename(path))[0] + (f'_{arg.replace(",", "_")}' if arg
                                                          else '')
   variants, seen = [], set()
-  for vname, overrides in module.get_sweep(arg or None):
+  for vname, overrides in _checked_sweep(module.get_sweep(arg or None), path):
     if not isinstance(vname, str) or not SAFE_NAME.fullmatch(vname):
       raise ValueError(f'variant name {vname!r} in {path} is not a plain directory name: use '
                        "letters, digits, '.', '_' and '-' (not starting with '.')")
@@ -137,6 +138,22 @@ def _variants(path_arg: str, root: str):
     seen.add(vname)
     variants.append(Variant(vname, dict(overrides), os.path.join(root, name, vname)))
   return name, variants, module
+
+
+FORM = ("get_sweep() must return a non-empty list of (name, {field: value}) pairs, e.g. "
+        "[('dot', {'model.score': 'dot'}), ('general', {'model.score': 'general'})]")
+
+
+def _checked_sweep(sweep, path: str) -> list:
+  """A sweep file's get_sweep() result, or one line naming the file and the expected form."""
+  shown = lambda x: repr(x) if len(repr(x)) <= 60 else repr(x)[:57] + '...'
+  if not isinstance(sweep, (list, tuple)) or not sweep:
+    raise ValueError(f'{path}: {FORM}; got {shown(sweep)}')
+  for item in sweep:
+    if not (isinstance(item, (list, tuple)) and len(item) == 2
+            and isinstance(item[1], collections.abc.Mapping)):
+      raise ValueError(f'{path}: {FORM}; got the item {shown(item)}')
+  return list(sweep)
 
 
 def finished_runs(config_arg: str, root: str = 'runs') -> list[Variant]:
