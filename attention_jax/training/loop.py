@@ -193,7 +193,6 @@ def run(cfg: ml_collections.ConfigDict, workdir: str, sessions: list[session_lib
         for k in live:
           sessions[k].save_latest(step, stepper.state_of(k))
       hold.point('train_step', lambda: stop.signum is not None, step=step, workdir=workdir)
-    check_finite(pending)
 
   summaries = []
   for k, s in enumerate(sessions):
