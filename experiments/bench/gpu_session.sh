@@ -11,7 +11,9 @@
 #   mkdir -p .devdata/tfds && cp -r ~/tensorflow_datasets/aj_dates ~/tensorflow_datasets/aj_cmudict .devdata/tfds/
 # then there: bash experiments/bench/gpu_session.sh [1|2|3]   (1: bench, main job, rate probe;
 # 2: the doubled CMUdict model for ~200 s of training at the probe's rate, then beam 5;
-# 3: image_dates, its 120,000 images drawn there first (about 4 min), then a test subset).
+# 3: image_dates, its 120,000 images drawn there first (about 4 min), then a test subset;
+# 4: a population of seeds against the same runs one after another, population sizes, and the
+# test modules that compare devices and precisions (translate, transformer, population)).
 # Outputs go to $OUT (default /tmp/gpu_out).
 set -u
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
@@ -32,6 +34,12 @@ if [[ ${1:-1} == 1 ]]; then
   R=$(grep -oE "[0-9.]+ steps/s" $OUT/probe.log | tail -1 | cut -d' ' -f1)
   python3 -c "import sys; r=float(sys.argv[1] or 0); print(max(1000, int(r*200)//500*500))" "${R:-0}" > /tmp/cmu_steps
   el "probe: ${R} steps/s -> $(cat /tmp/cmu_steps) steps"
+elif [[ $1 == 4 ]]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $OUT/env.txt 2>&1
+  el population; timeout -s TERM 200 python3 -m experiments.bench.population --archs=rnn,transformer --members=3 --steps=100 --out=$OUT/population_gpu.json > $OUT/population_gpu.log 2>&1; echo rc=$?
+  el sizes; timeout -s TERM 150 python3 -m experiments.bench.population --archs=rnn --sizes=1,8,64 --steps=30 --out=$OUT/population_sizes_gpu.json > $OUT/population_sizes_gpu.log 2>&1; echo rc=$?
+  el tests
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 130 python3 -m pytest -q -p no:cacheprovider -n 4 --dist loadscope tests/test_translate.py tests/test_transformer.py tests/test_population.py > $OUT/pytest_gpu.log 2>&1; echo rc=$?
 elif [[ $1 == 3 ]]; then
   el image_dates; ( time timeout -s TERM 560 python3 -m experiments.main --config=experiments/configs/image_dates.py --workdir=/tmp/runs/image_dates ) > $OUT/image_dates_gpu.log 2>&1; echo rc=$?
   el tests   # full float32 matmuls: the tests hold float32 to 1e-5, TF32 does not
