@@ -1,44 +1,33 @@
-"""image_dates read in typefaces never trained on: what the training fonts and the drawing
-augmentations gain on the held-out split (test_heldout_fonts: the test dates in STIX General).
+"""image_dates read in typefaces never trained on: a sweep over the training typefaces, the
+drawing augmentations, the CNN's width, the data, the steps and the batch, measured on both
+test splits (`test`, drawn in the training typefaces, and test_heldout_fonts, the test dates
+in STIX General, a family no training image uses).
 
-  bash launch.sh sweep experiments/configs/image_fonts.py --seeds=2 --only=augmented
-  bash launch.sh sweep experiments/configs/image_fonts.py --only=plain,dejavu_plain
-  bash launch.sh compare runs/image_fonts/wide_half_w{24,16} --split=test_heldout_fonts
+  bash launch.sh sweep experiments/configs/image_fonts.py --seeds=2 --only=augmented_half
+  bash launch.sh sweep experiments/configs/image_fonts.py:smoke --seeds=1 --only=augmented
+  bash launch.sh compare runs/image_fonts/plain runs/image_fonts/augmented_half --split=test_heldout_fonts
 
-Variants go to runs/image_fonts[_smoke]/<variant>, each measured from BASE: image_dates.py's
-5,000-step config before this sweep's best variant became its default. `augmented` is BASE
-as it is (17 typefaces, every data.image_* augmentation); `augmented_half`
-draws half of the training images so and half plainly; `plain` the same
-typefaces drawn without augmentation; `dejavu_plain` also without the Computer Modern and
-DejaVu bold-italic faces (the six DejaVu faces of the data set's version 1); `wide_half` is
-`augmented_half` with 31 faces of seven more families in training (data.image_fonts='wide':
-pip packages' typefaces, image_builders.PIP_FONTS; none of them STIX or Times-like);
-`wide_half_10k` trains it twice as long (10,000 steps); `wide_half_w16` also widens the CNN
-(16-32-64 channels instead of 12-24-48): with 48 faces, validation stopped rising near 96%;
-`wide_half_w24` widens it to 24-48-96 (the 16-wide CNN read 98.1% in-font, 94.0% held out);
-`wide_half_w16_120k` is `wide_half_w16` with twice the distinct training images (120,000
-drawn once: the 24-wide CNN's validation loss rose over its last 1,000 steps of 60,000 images);
-`wide_half_w16_120k_20k` trains that twice as long (20,000 steps: both seeds' validation was
-still rising at 10,000, seed 2's far behind seed 1's); `wide_half_w16_120k_ema` is
-`wide_half_w16_120k` (10,000 steps) evaluated and saved as an exponential moving average of
-its weights (train.ema_decay 0.999: about the last 1,000 steps; Polyak & Juditsky 1992);
-`wide_half_w16_120k_30k` trains `wide_half_w16_120k` for 30,000 steps (the 20,000-step pair
-read 98.75% in-font, 95.35% held out, seed 2's validation still rising at its end);
-`wide_half_w16_120k_20k_d256` is the 20,000-step run with twice the row GRU and decoder
-(model.image_dim and model.dec_hidden 256: 1.03M parameters against 306k; about 1.25x the
-step time here): 30,000 steps of the small model read 97.9% in-font for seed 2, and its
-in-font errors are often a field read from the wrong place (`3 May 1960` -> 1960-03-03);
-`wide_half_w16_120k_20k_cov` is the 20,000-step run with a coverage vector in the additive
-score (model.coverage: the attention sees how much each column was read so far; Tu et al. 2016,
-and Zhang et al. 2017's "Watch, Attend and Parse" against reading a part of an image twice or
-not at all), without a coverage loss (98.80% in-font, 95.95% held out over 2 seeds); `wide_half_w16_240k_20k_cov` draws it twice the distinct
-training images (240,000: 5,000 per typeface); `wide_half_w16_120k_b32_25k_cov` trains the
-coverage run on batches of 32 for 25,000 steps (800,000 images against 1,280,000; 5.8 steps/s
-alone here against 3.6-4.1 for batches of 64): both seeds fitted one session side by side, and
-read far worse (89.05% in-font, 81.15% held out; docs/images.md);
-`wide_half_w16_120k_b96_14k_cov` goes the other way: batches of 96 for 14,000 steps (1,344,000
-images), since halving the batch slowed learning per step far more than it sped each step:
-the best pair (99.05% in-font, 96.50% held out over 2 seeds), now image_dates.py's config.
+BASE is image_dates.py with 17 typefaces ('all': DejaVu and Computer Modern), every training
+image augmented, 60,000 training images, a CNN of 12-24-48 channels, no coverage, 5,000 steps
+of 64. Each variant changes BASE as its name says (runs/image_fonts[_smoke]/<variant>/seed_<k>):
+
+  augmented                        BASE as it is
+  augmented_half                   half of the training images augmented (data.image_augment_p=0.5)
+  plain, dejavu_plain              no augmentation; dejavu_plain: the six DejaVu faces only
+  wide_half                        augmented_half in 48 typefaces (data.image_fonts='wide')
+  wide_half_10k                    wide_half, 10,000 steps
+  wide_half_w16, wide_half_w24     wide_half_10k with a CNN of 16-32-64 or 24-48-96 channels
+  wide_half_w16_120k               wide_half_w16 on 120,000 training images
+  wide_half_w16_120k_ema           ... evaluated as an EMA of its weights (train.ema_decay=0.999)
+  wide_half_w16_120k_20k, _30k     ... 20,000 or 30,000 steps
+  wide_half_w16_120k_20k_d256      ... 20,000 steps, row GRU and decoder 256 wide
+  wide_half_w16_120k_20k_cov       ... 20,000 steps, a coverage vector in the score
+  wide_half_w16_240k_20k_cov       the same on 240,000 training images
+  wide_half_w16_120k_b32_25k_cov   the coverage variant on batches of 32, 25,000 steps
+  wide_half_w16_120k_b96_14k_cov   the coverage variant on batches of 96, 14,000 steps:
+                                   image_dates.py's config
+
+What each variant measured: docs/images.md ("What was tried").
 """
 
 import dataclasses
