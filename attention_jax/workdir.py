@@ -237,7 +237,11 @@ class WorkdirLock:
     self._made: list[str] = []   # the lock file and workdir that acquire() created
 
   def acquire(self) -> 'WorkdirLock':
-    self._made = [p for p in (self.workdir, self.path) if not os.path.exists(p)]
+    missing, d = [], os.path.abspath(self.workdir)
+    while d and not os.path.exists(d) and d != os.path.dirname(d):   # the folders it makes
+      missing.insert(0, d)
+      d = os.path.dirname(d)
+    self._made = missing + ([] if os.path.exists(self.path) else [self.path])
     try:   # an unusable workdir (a file, read-only, no permission) fails before any work
       os.makedirs(self.workdir, exist_ok=True)
       fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -258,13 +262,13 @@ class WorkdirLock:
     return self
 
   def release(self, discard: bool = False) -> None:
-    """Drops the lock; with `discard`, also removes the lock file and the workdir if this
-    lock made them (the directory only if empty): a refused run leaves a user's folder as
-    it found it."""
+    """Drops the lock; with `discard`, also removes the lock file, the workdir and the
+    parents this lock made (each folder only if empty): a refused run leaves a user's folder
+    as it found it."""
     if self._fd is None:
       return
     if discard:   # unlinked while still held: no other process can have taken it meanwhile
-      for path in reversed(self._made):
+      for path in reversed(self._made):   # the lock file, the workdir, then its new parents
         try:
           (os.remove if path == self.path else os.rmdir)(path)
         except OSError:   # not empty (the run wrote something after all): kept

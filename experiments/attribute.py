@@ -17,8 +17,9 @@ argmax in the output digit's box) and the mass in the box; written to
 OUT_DIR/alignment_<split>.json and printed as tables (attention_jax/implicit/alignment.py).
 
 Methods: attention_jax/implicit/attribution.py (default: every method the run's source allows).
-Expected failures (bad flags, an unknown method, a run without gold alignments) print one
-line `error: ...` and exit with status 2.
+Expected failures (bad flags, an unknown method, a run without gold alignments, an empty or
+unreadable --input) print one line `error: ...` and exit with status 2, before the model is
+loaded and without creating --out_dir.
 """
 
 import json
@@ -30,6 +31,7 @@ import numpy as np
 from absl import flags
 
 from attention_jax import data as data_lib
+from attention_jax.data import builders
 from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import loading, translator
 from attention_jax.evaluation import evaluators, plots
@@ -85,12 +87,9 @@ def read_lines(path: str) -> list[str]:
     raise ValueError(f'{path}: cannot read it as UTF-8 text ({type(e).__name__}: {e})') from None
 
 
-def on_lines(t: translator.Translator, methods, opts, out_dir: str) -> None:
-  lines = read_lines(FLAGS.input)
-  refs = read_lines(FLAGS.reference) if FLAGS.reference else [None] * len(lines)
-  if len(refs) != len(lines):
-    raise ValueError(f'--reference has {len(refs)} lines, --input {len(lines)}')
+def on_lines(t: translator.Translator, methods, lines, refs, opts, out_dir: str) -> None:
   t.check(lines, name=lambda i: f'{FLAGS.input}:{i + 1}')
+  os.makedirs(out_dir, exist_ok=True)
   records = []
   for i, (line, ref) in enumerate(zip(lines, refs)):
     sal = [t.saliency(line, m, beam=FLAGS.beam, reference=ref, **opts) for m in methods]
@@ -131,23 +130,49 @@ def on_split(t: translator.Translator, methods, opts, out_dir: str) -> None:
   report.update({'workdir': os.path.abspath(FLAGS.workdir), 'step': t.step,
                  'split': FLAGS.split, 'options': opts})
   path = os.path.join(out_dir, f'alignment_{FLAGS.split}.json')
+  os.makedirs(out_dir, exist_ok=True)
   workdir_lib.write_atomic(path, json.dumps(report, indent=1) + '\n')
   print(alignment.format_report(report, FLAGS.split))
   print(f'wrote {path}')
 
 
+def checked_inputs(source: str, task_name: str) -> tuple[list[str], list[str], list]:
+  """The methods, --input lines and --reference lines, checked before the model is loaded
+  (a refused command loads nothing and creates no folder): every method applies to the
+  run's source, the input has lines and the reference as many, and without --input the
+  run's task has gold alignments."""
+  methods = FLAGS.methods or attribution.names(source)
+  for m in methods:
+    attribution.check(m, source)
+  if FLAGS.reference and not FLAGS.input:
+    raise ValueError('--reference gives the outputs of the --input lines: give --input too')
+  if not FLAGS.input:
+    if source == 'tokens' and task_name not in builders.ALIGNMENTS:
+      raise ValueError(f'task {task_name!r} has no gold alignments: without --input, '
+                       f'attribute measures against them ({", ".join(builders.ALIGNMENTS)}); '
+                       'give --input=FILE to attribute your own lines')
+    return methods, [], []
+  lines = read_lines(FLAGS.input)
+  if not lines:
+    raise ValueError(f'{FLAGS.input} has no lines: nothing to attribute (one source per line)')
+  refs = read_lines(FLAGS.reference) if FLAGS.reference else [None] * len(lines)
+  if len(refs) != len(lines):
+    raise ValueError(f'--reference has {len(refs)} lines, --input {len(lines)}')
+  return methods, lines, refs
+
+
 def main(argv):
   del argv
   cli.use_compilation_cache(CACHE)
-  t = loading.load(FLAGS.workdir, step=FLAGS.step)
-  methods = FLAGS.methods or attribution.names(t.config.source)
-  for m in methods:
-    attribution.check(m, t.config.source)
-  opts = {'steps': FLAGS.steps, 'samples': FLAGS.samples, 'baseline': FLAGS.baseline}
+  mcfg, run_cfg = loading.saved_config(FLAGS.workdir)
+  methods, lines, refs = checked_inputs(mcfg.source, run_cfg.get('data', {}).get('name', ''))
   out_dir = FLAGS.out_dir or workdir_lib.Run(FLAGS.workdir).attributions_dir
-  os.makedirs(out_dir, exist_ok=True)
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise NotADirectoryError(20, 'is a file, not a folder for --out_dir', out_dir)
+  t = loading.load(FLAGS.workdir, step=FLAGS.step)
+  opts = {'steps': FLAGS.steps, 'samples': FLAGS.samples, 'baseline': FLAGS.baseline}
   if FLAGS.input:
-    on_lines(t, methods, opts, out_dir)
+    on_lines(t, methods, lines, refs, opts, out_dir)
   else:
     on_split(t, methods, opts, out_dir)
 

@@ -6,16 +6,19 @@
 Expected failures are a bad config or flag, a missing or malformed corpus or input file, a
 missing, corrupt or foreign checkpoint, a workdir in use, disk full, a permission error and
 a non-finite loss: each names what is wrong and where. Set ATTENTION_JAX_TRACEBACK=1 to see
-the traceback instead. Anything else (a bug) keeps its traceback.
+the traceback instead. Anything else (a bug) keeps its traceback. Library logs and notices
+are off unless --verbosity asks for them (quiet_libraries).
 """
 
 import importlib.util
+import logging as py_logging
 import os
 import signal
 import sys
+import warnings
 
 import jax
-from absl import app, flags
+from absl import app, flags, logging
 
 from attention_jax import workdir
 from attention_jax.data import textfiles
@@ -135,6 +138,20 @@ def _exit(line: str, status: int = 2) -> None:
   os._exit(status)   # skips interpreter teardown (no asyncio "Event loop is closed" noise)
 
 
+def quiet_libraries() -> None:
+  """Library chatter off, unless --verbosity (-v) was given: absl's and Orbax's INFO logs,
+  Ray's notices, Pillow's decompression-bomb warning (an oversized image is refused in one
+  line anyway) and SciPy's precision warnings (a test between identical scores), so that a
+  command prints its own lines and, on a refusal, only the `error:` line."""
+  if flags.FLAGS['verbosity'].present:
+    return
+  logging.set_verbosity(logging.WARNING)
+  for name in ('ray', 'orbax', 'absl', 'jax._src.xla_bridge', 'tensorflow_datasets'):
+    py_logging.getLogger(name).setLevel(py_logging.ERROR)
+  warnings.filterwarnings('ignore', module='PIL')
+  warnings.filterwarnings('ignore', category=RuntimeWarning, module='scipy')
+
+
 class Terminated(BaseException):
   """SIGTERM, raised where the program is (as Ctrl-C raises KeyboardInterrupt), so that
   `finally` blocks run: outputs are closed whole."""
@@ -150,6 +167,7 @@ def run(main) -> None:
   Ctrl-C and SIGTERM as one line and 130 / 143 (training saves first: preemption.py)."""
   def wrapped(argv):
     signal.signal(signal.SIGTERM, _terminate)
+    quiet_libraries()
     try:
       return main(argv)
     except KeyboardInterrupt:

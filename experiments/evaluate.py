@@ -19,7 +19,7 @@ its files go to --out, and without --out it only prints its report.
   bash launch.sh evaluate --workdir=runs/rev/seed_1,runs/rev/seed_2 --out=runs/rev/ensemble_12
 """
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from attention_jax.evaluation import saved_run
 from experiments import cli
@@ -60,7 +60,6 @@ def main(argv):
       edges = [int(e) for e in FLAGS.length_edges]
     except ValueError:
       raise app.UsageError(f'--length_edges must be integers, got {FLAGS.length_edges}')
-  logging.set_verbosity(logging.WARNING)
   cli.use_compilation_cache(CACHE)
   for split in (FLAGS.split if FLAGS.src is None else [None]):
     saved_run.evaluate_run(FLAGS.workdir, split=split, src=FLAGS.src, ref=FLAGS.ref,

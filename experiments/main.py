@@ -14,7 +14,7 @@ SIGTERM / SIGINT: the run saves a checkpoint at the current step and exits with 
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
 from attention_jax.state import devices
@@ -37,7 +37,6 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   if FLAGS.config is None:
     raise app.UsageError('--config=FILE is required, e.g. --config=experiments/configs/dates.py')
-  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   devices.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
   try:
     if FLAGS.config.train.get('population', 1) > 1:   # seeds as one program, <workdir>/seed_k

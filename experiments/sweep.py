@@ -68,7 +68,8 @@ def main(argv):
   if FLAGS.executor == 'local' and options:
     raise app.UsageError(f'{", ".join("--" + f for f in RAY_FLAGS if FLAGS[f].value is not None)}'
                          ' only apply to --executor=ray')
-  execute = (functools.partial(ray_executor.run, **options) if FLAGS.executor == 'ray'
+  execute = (functools.partial(ray_executor.run, quiet=not FLAGS['verbosity'].present,
+                                 **options) if FLAGS.executor == 'ray'
              else local_executor.local(FLAGS.parallel, FLAGS.runs_per_device))
   try:
     sweep_dir, status = sweep_file.run(FLAGS.sweep, execute, FLAGS.root, extra_flags=argv[1:],

@@ -47,7 +47,7 @@ import time
 import jax
 import numpy as np
 import tqdm
-from absl import app, flags, logging
+from absl import app, flags
 
 from attention_jax import hold
 from attention_jax.decoding import compile_cache, ensemble
@@ -197,7 +197,6 @@ def run():
   if FLAGS.nbest > FLAGS.beam:
     raise app.UsageError(f'--nbest={FLAGS.nbest} needs --beam >= {FLAGS.nbest}, got '
                          f'--beam={FLAGS.beam}')
-  logging.set_verbosity(logging.WARNING)
   name = 'stdin' if FLAGS.input == '-' else FLAGS.input
   if FLAGS.input == '-':
     data = sys.stdin.buffer.read()

@@ -108,7 +108,8 @@ def assert_buckets_change_no_output(t, texts, chunk_size: int = 4,
     t.bucket_growth, t.chunk_size, t.rows_per_octave = bucketed, size, per_octave
 
 
-# a sweep file of two variants and one whose config is invalid (model.attn_dim < 1)
+# a sweep file of two variants and one that fails once it runs: its config passes the sweep's
+# checks, but no training example fits its data.max_src_len
 TINY_SWEEP = """
 from experiments.configs import dates
 
@@ -117,7 +118,7 @@ def get_config(arg=None):
 
 def get_sweep(arg=None):
   return [('additive', {'model.score': 'additive'}),
-          ('broken', {'model.attn_dim': -3}),
+          ('broken', {'data.max_src_len': 2}),
           ('general', {'model.score': 'general', 'model.decoder': 'luong'})]
 """
 

@@ -4,8 +4,10 @@ gets nothing and changes nothing (every score, mode, decoder, encoder and method
 registries), Grad-CAM against NumPy, bad input in one line; the alignment figures against
 SciPy and the `attribute` command on a reverse run."""
 
+import dataclasses
 import json
 import os
+import re
 from typing import NamedTuple
 
 import jax
@@ -17,6 +19,7 @@ from scipy import stats
 from scipy.spatial import distance
 
 import attention_jax as aj
+from attention_jax import workdir as workdir_lib
 from attention_jax.data import strips
 from attention_jax.implicit import alignment, attribution
 from attention_jax.models import encoders
@@ -351,6 +354,7 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
                               timeout=600)
   proc = command('--num=32', '--methods=gradient,gradient_x_input')
   assert proc.returncode == 0, proc.stderr[-2000:]
+  assert not re.search(r'^[IW]\d{4} ', proc.stderr, re.M), proc.stderr   # no Orbax/absl logs
   with open(os.path.join(workdir, 'attributions', 'alignment_test.json')) as f:
     report = json.load(f)
   assert report['sentences'] == 32 and set(report['methods']) == {
@@ -465,3 +469,41 @@ def test_attribute_images_plays_the_pointing_game_on_digit_strips(tmp_path):
   reverse_task = aj.data.load_task(smoke(reverse, str(tmp_path / 'tfds')).data, seed=0)
   with pytest.raises(ValueError, match="task 'reverse' has no gold boxes"):
     alignment.attribute_images(g, params, reverse_task, 'test', ['gradient'], grid)
+
+
+def test_attribute_refuses_bad_input_in_one_line_before_loading_and_leaves_nothing(tmp_path):
+  """Each careless `attribute` is one `error:` line, exit 2, with nothing on stdout and no
+  folder made. The run here has its saved configs and no checkpoint at all, so each refusal
+  is shown to come before the model is loaded (loading would fail on the missing checkpoint)."""
+  run = tmp_path / 'run'
+  run.mkdir()
+  cfg = dates.get_config('smoke')
+  (run / workdir_lib.CONFIG).write_text(cfg.to_json())
+  mcfg = train.model_config(cfg, 20, 20)
+  (run / workdir_lib.MODEL_CONFIG).write_text(json.dumps(dataclasses.asdict(mcfg)))
+  one, two, empty = tmp_path / 'one.txt', tmp_path / 'two.txt', tmp_path / 'empty.txt'
+  one.write_text('hello\n')
+  two.write_text('a\nb\n')
+  empty.write_text('')
+  out = tmp_path / 'out'
+  cases = {   # flags -> the start of the error line
+      ('--methods=nope', f'--input={one}'): "error: unknown attribution method 'nope'; valid",
+      ('--methods=gradcam', f'--input={one}'): "error: attribution method 'gradcam' needs images",
+      (): "error: task 'dates' has no gold alignments: without --input",
+      (f'--input={empty}',): f'error: {empty} has no lines: nothing to attribute',
+      (f'--input={tmp_path}',): f'error: {tmp_path}: cannot read it as UTF-8 text',
+      (f'--input={tmp_path / "missing.txt"}',): f'error: {tmp_path / "missing.txt"}: cannot read',
+      (f'--input={one}', f'--reference={two}'): 'error: --reference has 2 lines, --input 1',
+      (f'--reference={two}',): 'error: --reference gives the outputs of the --input lines',
+  }
+  procs = helpers.run_modules('experiments.attribute', [
+      [f'--workdir={run}', f'--out_dir={out}', *flags] for flags in cases])
+  procs.append(helpers.run_module('experiments.attribute', f'--workdir={run}',
+                                  f'--out_dir={one}', f'--input={one}'))
+  cases[('out_dir=file',)] = f'error: {one}: is a file, not a folder for --out_dir'
+  for (flags, start), proc in zip(cases.items(), procs):
+    assert proc.returncode == 2, (flags, proc.stderr[-1000:])
+    assert proc.stdout == '' and len(proc.stderr.strip().splitlines()) == 1, (flags, proc.stderr)
+    assert proc.stderr.startswith(start), (flags, proc.stderr)
+  assert not out.exists() and sorted(p.name for p in run.iterdir()) == sorted(
+      [workdir_lib.CONFIG, workdir_lib.MODEL_CONFIG])   # no attributions/ folder either

@@ -2,9 +2,11 @@
 ModelConfig's fields and defaults, the loss's coefficients Objective's, and where the
 experiments choose otherwise it is said once, in common.py's overrides."""
 
+import ast
 import dataclasses
 import glob
 import os
+import re
 import runpy
 
 import ml_collections
@@ -44,17 +46,30 @@ CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(
     os.path.dirname(common.__file__), '*.py')) if not p.endswith(('__init__.py', 'common.py')))
 
 
-@pytest.mark.parametrize('path', CONFIG_FILES, ids=os.path.basename)
-def test_every_config_file_and_sweep_variant_is_a_valid_experiment(path):
+def _variant_args(path: str) -> list[str]:
+  """'smoke' and every `<file>.py:<arg>` the config file's docstring shows (its variants)."""
+  doc = ast.get_docstring(ast.parse(open(path).read())) or ''
+  name = re.escape(os.path.basename(path))
+  return ['smoke'] + sorted(set(re.findall(rf'{name}:([\w,]+)', doc)) - {'smoke'})
+
+
+CASES = [(p, a) for p in CONFIG_FILES for a in _variant_args(p)]
+
+
+@pytest.mark.parametrize('path, arg', CASES,
+                         ids=[f'{os.path.basename(p)}:{a}' for p, a in CASES])
+def test_every_config_file_and_sweep_variant_is_a_valid_experiment(path, arg):
   """Every file of experiments/configs (found, not listed: a new one is checked with no edit
-  here) gives a smoke config that train.check_config accepts (its fields, its model's sizes and
-  names), and so does every variant of a sweep file, with its overrides applied as a run of
-  the sweep gets them (sweep_file.variant_config)."""
+  here), at its smoke variant and every variant its docstring shows (`file.py:arg`), gives a
+  config that train.check_config accepts (its fields, its model's sizes and names), and so
+  does every variant of a sweep file, with its overrides applied as a run of the sweep gets
+  them (sweep_file.check_variants, which the sweep command runs before any run)."""
   module = runpy.run_path(path)
-  train.check_config(module['get_config']('smoke'))
+  train.check_config(module['get_config'](arg))
   if 'get_sweep' in module:
-    name, variants = sweep_file.load_sweep(f'{path}:smoke', root='/nonexistent')
+    name, variants = sweep_file.load_sweep(f'{path}:{arg}', root='/nonexistent')
     assert variants, name
+    sweep_file.check_variants(f'{path}:{arg}', variants)
     for v in variants:
-      cfg = ml_collections.ConfigDict(sweep_file.variant_config(f'{path}:smoke', v))
+      cfg = ml_collections.ConfigDict(sweep_file.variant_config(f'{path}:{arg}', v))
       train.check_config(cfg)   # fields the variant's model or task does not read: refused here

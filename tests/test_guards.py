@@ -122,6 +122,52 @@ def test_a_sweep_file_of_another_form_is_one_line_naming_the_file_and_the_form(r
   assert not (tmp_path / 'runs').exists()
 
 
+@pytest.mark.parametrize('overrides, error', [
+    ("{'model.scroe': 'dot'}", "variant 'bad': unknown config field in model.scroe=dot: 'scroe' "
+                               'Did you mean "score" instead of "scroe"?'),
+    ("{'model.score': 'dott'}", "variant 'bad': unknown model.score 'dott'; valid: additive"),
+    ("{'train.steps': 0}", "variant 'bad': train.steps must be a positive integer, got 0"),
+    ("{'model.d_model': 64}", "variant 'bad': model.arch='rnn'"),   # a field rnn does not read
+])
+def test_every_variant_is_checked_before_the_sweep_starts_and_nothing_is_left(overrides, error,
+                                                                               tmp_path):
+  """A variant with an unknown field or a bad value (the last of the file's variants) is one
+  line naming the sweep file and the variant, exit 2, before any run: no --root is made (it
+  used to start the variant, which failed with the error in its train.log and left its
+  folder with a lock, wall_time.json and train.log)."""
+  f = tmp_path / 'bad_sweep.py'
+  f.write_text('from experiments.configs import dates\n'
+               'get_config = dates.get_config\n'
+               "def get_sweep(arg=None):\n  return [('ok', {'model.score': 'dot'}), "
+               f"('bad', {overrides})]\n")
+  root = tmp_path / 'new' / 'runs'
+  proc = helpers.run_module('experiments.sweep', f'--sweep={f}:smoke', f'--root={root}')
+  assert proc.returncode == 2 and proc.stdout == '', proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+  assert proc.stderr.startswith(f'error: {f}: {error}'), proc.stderr
+  assert not (tmp_path / 'new').exists()
+
+
+def test_refused_sweep_commands_leave_no_folder_and_print_only_their_error(tmp_path):
+  """--runs_per_device on a machine without accelerators, and a Ray sweep whose runs ask for
+  GPUs no node has: one `error:` line (no Ray notice before it), exit 2, and no --root (nor
+  its parent) left behind."""
+  from attention_jax.sweeps import local_executor
+  root = tmp_path / 'new' / 'runs'
+  sweep = 'experiments/configs/score_sweep.py:smoke'
+  argvs = [[f'--sweep={sweep}', f'--root={root}', '--executor=ray', '--trial_gpus=1000']]
+  starts = ['error: no node of the Ray cluster offers what one run asks for (CPU=1, GPU=1000)']
+  if not local_executor.accelerators():
+    argvs.append([f'--sweep={sweep}', f'--root={root}', '--runs_per_device=2'])
+    starts.append('error: --runs_per_device=2 shares accelerators, and this machine has none')
+  for argv, start in zip(argvs, starts):
+    proc = helpers.run_module('experiments.sweep', *argv, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+    assert proc.stderr.startswith(start), proc.stderr
+    assert not (tmp_path / 'new').exists()
+
+
 def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, monkeypatch,
                                                                       capfd):
   import numpy as np

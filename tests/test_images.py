@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import os
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -558,3 +559,14 @@ def test_image_heatmaps_put_each_steps_attention_on_its_cells_and_grow_with_the_
       image, weights[:t], list('abcdef')[:t], str(tmp_path / f'{t}.png'))).size[1]
              for t in (2, 6)]
   assert heights[1] > 2 * heights[0], heights
+
+
+def test_a_huge_image_file_is_refused_without_pillows_warning(tmp_path):
+  """A 10,000 x 10,000 PNG (past Pillow's decompression-bomb warning) is refused from its
+  header in one ValueError, and Pillow's warning is not printed before it."""
+  path = tmp_path / 'huge.png'
+  PIL.Image.new('1', (10_000, 10_000)).save(path)
+  with warnings.catch_warnings():
+    warnings.simplefilter('error')   # any warning would fail the read
+    with pytest.raises(ValueError, match=r'huge.png: 10000 x 10000 pixels is over the bound'):
+      images.read_image(str(path), max_shape=(64, 256))

@@ -37,7 +37,7 @@ def test_sweep_runs_every_seed_and_reports_and_a_failure_stops_nothing(local_swe
   assert proc.returncode == 1, out               # one variant failed: the sweep says so
   assert 'sweep tiny_sweep_smoke: 4 finished, 0 skipped, 2 failed' in out
   sweep_dir = root / 'tiny_sweep_smoke'
-  assert '[broken/seed_1] FAILED' in out and 'model.attn_dim must be a positive integer' in (
+  assert '[broken/seed_1] FAILED' in out and 'no training example fits data.max_src_len' in (
       sweep_dir / 'broken' / 'seed_1' / 'train.log').read_text()
   for v in ('additive', 'general'):
     assert sorted(os.listdir(sweep_dir / v)) == ['seed_1', 'seed_2']

@@ -77,6 +77,21 @@ def load(workdir: str, step: int | None = None,
                     run_config=run_cfg)
 
 
+def saved_config(workdir: str) -> tuple[ModelConfig, dict]:
+  """(model config, run config) of a run, read from its saved files without its tokenizers
+  or checkpoint: what a command checks its flags against before loading the model. Fails
+  with CheckpointError naming the workdir."""
+  if not os.path.isdir(workdir):
+    raise ckpt_lib.CheckpointError(f'no such workdir: {workdir!r}')
+  run = workdir_lib.Run(workdir)
+  try:
+    return (ModelConfig.from_dict(model_lib.migrate(run.model_config())),
+            templates.migrate_config(run.config()))
+  except (OSError, ValueError, KeyError) as e:
+    raise ckpt_lib.CheckpointError(f'{workdir!r} is not a usable attention_jax workdir: '
+                                   f'{type(e).__name__}: {e}') from e
+
+
 LOAD_ATTEMPTS = 5   # reads of a run whose trainer keeps deleting the step being read
 
 

@@ -44,6 +44,7 @@ Xu et al. initialise their LSTM from the average annotation vector (§3.1.2).
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import jax
@@ -318,9 +319,11 @@ def read_image(source, channels: int = 1,
     from PIL import Image  # pylint: disable=g-import-not-at-top  (matplotlib's image library)
     # Pillow raises SyntaxError for a corrupt PNG, OSError for a truncated or unknown file
     unreadable = (SyntaxError, OSError, ValueError)
-    try:
-      with Image.open(path) as im:   # the header only: the size before any pixel is decoded
-        width, height = im.size
+    try:   # the header only: the size before any pixel is decoded (Pillow's warning about a
+      with warnings.catch_warnings():   # huge one is ours to give: check_size, one line)
+        warnings.simplefilter('ignore', Image.DecompressionBombWarning)
+        with Image.open(path) as im:
+          width, height = im.size
     except Image.DecompressionBombError:   # beyond Pillow's own bound: too large for ours
       width = height = float('inf')
     except unreadable as e:

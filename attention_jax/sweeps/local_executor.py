@@ -34,6 +34,9 @@ def local(parallel: int | None = None, runs_per_device: int = 1):
   f(config_arg, sweep name, runs to do, sweep dir, extra flags) -> status.)"""
   if runs_per_device < 1:
     raise ValueError(f'runs_per_device must be >= 1, got {runs_per_device}')
+  if runs_per_device > 1 and not accelerators():   # refused before the sweep makes a folder
+    raise ValueError(f'--runs_per_device={runs_per_device} shares accelerators, and this '
+                     'machine has none: on a CPU, --parallel sets how many runs share it')
   return functools.partial(_run_local, parallel=parallel, runs_per_device=runs_per_device)
 
 

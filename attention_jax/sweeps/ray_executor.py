@@ -227,8 +227,9 @@ def _line(counts: dict, eta: float | None) -> str:
 def run(config_arg: str, name: str, queue: list, sweep_dir: str, extra_flags=(), *,
         address: str | None = None, trial_cpus: float = 1.0, trial_gpus: float = 0.0,
         trial_tpus: float = 0.0, max_retries: int = 3,
-        num_cpus: int | None = None) -> dict[str, str]:
+        num_cpus: int | None = None, quiet: bool = True) -> dict[str, str]:
   """Runs `queue` (sweep.Variant, unfinished) as Ray tasks; {label: finished|failed}.
+  quiet: Ray's own notices (its logger below ERROR) are not printed.
 
   address: None starts a local Ray cluster for the sweep (num_cpus: its CPUs, default all);
   'auto' or 'HOST:PORT' joins a running one.
@@ -237,6 +238,8 @@ def run(config_arg: str, name: str, queue: list, sweep_dir: str, extra_flags=(),
     import ray  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise ValueError('--executor=ray needs the ray package: pip install "ray>=2.55,<3"') from e
+  if quiet:   # (ray sets its logger's level when imported)
+    logging.getLogger('ray').setLevel(logging.ERROR)
   if not queue:
     return {}
   if max_retries < 0 or min(trial_cpus, trial_gpus, trial_tpus) < 0:

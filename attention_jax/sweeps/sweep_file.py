@@ -39,6 +39,7 @@ import sys
 import time
 from typing import Sequence
 
+import ml_collections
 from absl import flags as absl_flags
 from ml_collections import config_flags
 
@@ -246,6 +247,26 @@ def variant_config(config_arg: str, v: Variant, extra_flags: Sequence[str] = ())
   return json.loads(values.config.to_json())
 
 
+def check_variants(config_arg: str, variants: Sequence[Variant],
+                   extra_flags: Sequence[str] = ()) -> None:
+  """Each variant's config (the sweep file's get_config, its overrides and the sweep's
+  --config.* flags), checked as a run would check it (train.check_fields), before any run
+  starts or any folder is made: one ValueError naming the file, the variant and the field."""
+  path = config_arg.partition(':')[0]
+  for v in {v.name: v for v in variants}.values():   # one check per variant, not per seed
+    try:
+      cfg = ml_collections.ConfigDict(variant_config(config_arg, v, extra_flags))
+      train.check_fields(cfg)
+    except (ValueError, KeyError, AttributeError, TypeError, absl_flags.Error) as e:
+      while isinstance(e, (KeyError, AttributeError)) and e.args and isinstance(
+          e.args[0], BaseException):   # ml_collections wraps the KeyError in an AttributeError
+        e = e.args[0]
+      text = ' '.join(str(e.args[0] if e.args else e).split()) or type(e).__name__
+      if isinstance(e, (KeyError, AttributeError)):
+        text = f'unknown config field in {describe(v) or "its overrides"}: {text}'
+      raise ValueError(f'{path}: variant {v.name!r}: {text}') from None
+
+
 def changes(config_arg: str, v: Variant, extra_flags: Sequence[str] = ()) -> list[str]:
   """How a finished run's saved config differs from what its variant asks for now (the
   fields a resume compares: train.config_differences); [] if it is the same run."""
@@ -281,6 +302,7 @@ def run(config_arg: str, execute, root: str = 'runs', extra_flags: Sequence[str]
   if population and any(v.seed is None for v in variants):
     raise ValueError('--population trains a variant\'s seeds as one program: give --seeds=N '
                      '(the sweep file sets no SEEDS)')
+  check_variants(config_arg, variants, extra_flags)
   sweep_dir = os.path.join(root, name)
   with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
     status, queue = {}, []

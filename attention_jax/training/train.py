@@ -35,12 +35,26 @@ from attention_jax.training.steps import SCHEDULES, OptimizerConfig, make_optimi
 
 __all__ = ['SCHEDULES', 'OptimizerConfig', 'Session', 'StepSpec', 'Steps', 'check_same_config',
            'check_source', 'config_differences', 'format_table', 'init_state', 'make_optimizer',
-           'model_config', 'prepare_workdir', 'train_step', 'train_and_evaluate', 'check_config']
+           'model_config', 'prepare_workdir', 'train_step', 'train_and_evaluate', 'check_config',
+           'check_fields']
 
 
 # ---- set-up ------------------------------------------------------------------
 def check_config(cfg: ml_collections.ConfigDict) -> None:
-  """Fails before any compile, naming the field and the valid range."""
+  """Fails before any compile, naming the field and the valid range: check_fields, then
+  the parallel mode and the batch against this process's devices."""
+  check_fields(cfg)
+  devices.resolve(cfg.parallel)
+  n = jax.device_count()
+  if cfg.data.batch_size % n:
+    raise ValueError(f'data.batch_size={cfg.data.batch_size} is not divisible by the device '
+                     f'count {n}')
+
+
+def check_fields(cfg: ml_collections.ConfigDict) -> None:
+  """Every field of an experiment config, without touching a device (a sweep checks each
+  variant's config so, before any run starts): ValueError naming the field and the valid
+  range, values or fields."""
   t, d = cfg.train, cfg.data
   for name, value in (('train.steps', t.steps), ('train.eval_every', t.eval_every),
                       ('train.log_every', t.log_every), ('train.checkpoint_every',
@@ -82,10 +96,8 @@ def check_config(cfg: ml_collections.ConfigDict) -> None:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   data_fields.check(d)     # data and model fields: those the task and the model read, their
   model_config(cfg, 4, 4)  # names and sizes, before any data or compile
-  devices.resolve(cfg.parallel)
-  n = jax.device_count()
-  if d.batch_size % n:
-    raise ValueError(f'data.batch_size={d.batch_size} is not divisible by the device count {n}')
+  if cfg.parallel not in devices.MODES:
+    raise ValueError(f'unknown parallel mode {cfg.parallel!r}; valid: {", ".join(devices.MODES)}')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ def digits_config(arg: str | None = None):
   gradients, gradient x input, integrated gradients and Grad-CAM on the first 64 test strips."""
   c = digit_strips.get_config('smoke' if arg == 'digits_smoke' else None)
   c.model.cnn_width, c.model.image_dim = 16, 64
-  c.model.emb_dim = c.model.enc_hidden = c.model.attn_dim = 32
+  c.model.emb_dim = c.model.attn_dim = 32
   c.model.dec_hidden = 64
   c.data.batch_size = 32
   c.eval.attribution = 'gradient,gradient_x_input,integrated_gradients,gradcam'
