@@ -37,24 +37,32 @@ def test_lock_excludes_a_second_holder_and_is_released_with_its_process(tmp_path
   workdir.WorkdirLock(w).acquire().release()
 
 
-def test_a_second_training_on_a_busy_workdir_stops_at_once_and_changes_nothing(tmp_path):
+def _tree(folder):
+  """Every file and folder under `folder`, with its modification time and its bytes."""
+  return {p: (p.stat().st_mtime_ns, p.read_bytes() if p.is_file() else None)
+          for p in folder.rglob('*')}
+
+
+def test_a_second_training_on_a_busy_workdir_is_refused_before_work_and_changes_nothing(
+    tmp_path):
+  """The lock is taken before the data or the model: the refusal is its one line, exit 2,
+  and no file or folder under the workdir is created, changed or touched."""
   w = tmp_path / 'run'
   holder = subprocess.Popen([sys.executable, '-c', HOLD, str(w)], cwd=ROOT,
                             stdout=subprocess.PIPE)
   try:
     assert holder.stdout.readline() == b'held\n'
     (w / 'config.json').write_text('{"marker": 1}')
-    before = {p: p.stat().st_mtime_ns for p in w.iterdir()}
-    start = time.time()
+    (w / 'checkpoints' / 'latest').mkdir(parents=True)
+    (w / 'checkpoints' / 'latest' / 'note').write_text('kept')
+    before = _tree(w)
     proc = helpers.run_module('experiments.main', '--config=experiments/configs/dates.py:smoke',
                               f'--workdir={w}')
-    took = time.time() - start
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
         f'error: workdir {w} is in use by process {holder.pid} on {os.uname().nodename}; '
         'wait for it to finish or choose another --workdir')
-    assert {p: p.stat().st_mtime_ns for p in w.iterdir()} == before
-    print(f'refused in {took:.1f} s')
+    assert _tree(w) == before
   finally:
     holder.kill()
     holder.wait()

@@ -89,7 +89,7 @@ print('OK')
 
 
 def agree_on_8_devices(*models: str) -> None:
-  env = dict(os.environ)
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu'}   # simulated devices: the host's, also beside a GPU
   env['XLA_FLAGS'] = (env.get('XLA_FLAGS', '') +
                       ' --xla_force_host_platform_device_count=8').strip()
   proc = subprocess.run([sys.executable, '-c', SCRIPT, *models], cwd=ROOT, env=env,

@@ -70,8 +70,10 @@ def test_a_killed_sweep_takes_its_runs_with_it_and_a_rerun_resumes_them(local_sw
         return json.loads((run / 'wall_time.json').read_text().splitlines()[-1])['seconds']
       except (OSError, IndexError, ValueError):
         return 0
+    deadline = time.monotonic() + 600   # a stalled heartbeat fails the test, not CI's clock
     while beat() < 10:          # the sweep's next heartbeat (every 10 s) while the run holds
       assert sweep.poll() is None and os.path.exists(f'/proc/{child}')
+      assert time.monotonic() < deadline, 'no heartbeat in wall_time.json within 600 s'
       time.sleep(0.1)
   finally:
     sweep.kill()

@@ -146,6 +146,8 @@ def test_kv_cache_decoding_equals_the_teacher_forced_pass(kw):
 
 
 def test_beam_of_one_is_greedy_and_beam_finds_no_worse():
+  """Beam 1 gives greedy's tokens and weights; beam 4's best output has the score a
+  teacher-forced pass gives it, and no lower a one than greedy's output."""
   m = model(seed=2)
   g_tok, g_w = jax.jit(lambda s: decode_lib.greedy(m, s, 8))(SRC)
   b_tok, _, b_w = jax.jit(lambda s: beam_lib.beam_search(m, s, beam_size=1, max_len=8))(SRC)
@@ -153,6 +155,20 @@ def test_beam_of_one_is_greedy_and_beam_finds_no_worse():
   np.testing.assert_allclose(np.asarray(g_w), np.asarray(b_w), atol=1e-6)
   tok, scores, w = beam_lib.beam_search(m, SRC, beam_size=4, max_len=8, alpha=0.0, nbest=2)
   assert tok.shape == (2, 2, 8) and (np.diff(np.asarray(scores), axis=1) <= 1e-6).all()
+  # beam 4 finds no worse than greedy, each output scored by one teacher-forced pass
+  best = np.asarray(tok[:, 0])
+  np.testing.assert_allclose(forced_log_prob(m, best), np.asarray(scores[:, 0]), atol=1e-4)
+  assert (forced_log_prob(m, best) >= forced_log_prob(m, np.asarray(g_tok)) - 1e-5).all()
+
+
+def forced_log_prob(m, tokens: np.ndarray) -> np.ndarray:
+  """tokens [B, L] (an output: up to its EOS, padding after) -> [B] its log-probability
+  under one teacher-forced pass over SRC (EOS counted; nothing after it)."""
+  tgt_in = np.concatenate([np.full((len(tokens), 1), BOS), tokens[:, :-1]], 1)
+  logp = np.asarray(jax.nn.log_softmax(m(SRC, jnp.asarray(tgt_in, jnp.int32))[0]))
+  picked = np.take_along_axis(logp, tokens[..., None], -1)[..., 0]                  # [B, L]
+  ended = np.cumsum(tokens == EOS, 1) - (tokens == EOS) > 0      # after the first EOS
+  return np.where(ended | (tokens == PAD), 0.0, picked).sum(1)
 
 
 def test_config_errors_name_the_valid_values():
