@@ -156,30 +156,39 @@ def _with_seed(cfg, seed: int):
   return c
 
 
+def _save(path: str | None, ceiling: float, rows: list) -> None:
+  """The figures so far (written after each row: a run stopped at its time limit keeps them)."""
+  if path:
+    with open(path, 'w') as fh:
+      json.dump({'machine': machine_info(), 'matmul_gflops_per_s': ceiling, 'rows': rows}, fh,
+                indent=2)
+
+
 def main(argv):
+  """Prints each row as soon as it is measured (flushed), and saves --out after each."""
   del argv
   f = flags.FLAGS
   ceiling = matmul_flops_per_s(1024) / 1e9
+  print(f'matmul ceiling (1024, float32): {ceiling:.1f} GFLOP/s', flush=True)
+  rows = []
   if f.sizes:
-    rows = [r for a in f.archs for r in sizes(a, [int(n) for n in f.sizes], f.steps, f.data_dir)]
-    print(f'matmul ceiling (1024, float32): {ceiling:.1f} GFLOP/s')
     print('| arch | members | compile s | tok/s, all members | tok/s per member | GFLOP/s | '
           '% of ceiling |')
-    print('|---|---|---|---|---|---|---|')
-    for r in rows:
-      print(f'| {r["arch"]} | {r["members"]} | {r["compile_s"]:.1f} | {r["tokens_per_s"]:,.0f} | '
-            f'{r["tokens_per_s_per_member"]:,.0f} | {r["gflops_per_s"]:.2f} | '
-            f'{100 * r["gflops_per_s"] / ceiling:.1f}% |')
-    if f.out:
-      with open(f.out, 'w') as fh:
-        json.dump({'machine': machine_info(), 'matmul_gflops_per_s': ceiling, 'rows': rows}, fh,
-                  indent=2)
+    print('|---|---|---|---|---|---|---|', flush=True)
+    for a in f.archs:
+      for n in (int(x) for x in f.sizes):
+        r, = sizes(a, [n], f.steps, f.data_dir)
+        rows.append(r)
+        print(f'| {r["arch"]} | {r["members"]} | {r["compile_s"]:.1f} | '
+              f'{r["tokens_per_s"]:,.0f} | {r["tokens_per_s_per_member"]:,.0f} | '
+              f'{r["gflops_per_s"]:.2f} | {100 * r["gflops_per_s"] / ceiling:.1f}% |', flush=True)
+        _save(f.out, ceiling, rows)
     return
-  rows = [compare(a, f.members, f.steps, f.data_dir) for a in f.archs]
-  print(f'matmul ceiling (1024, float32): {ceiling:.1f} GFLOP/s')
   print('| arch | way | compile s | step s | total s | tok/s | GFLOP/s | % of ceiling |')
-  print('|---|---|---|---|---|---|---|---|')
-  for r in rows:
+  print('|---|---|---|---|---|---|---|---|', flush=True)
+  for a in f.archs:
+    r = compare(a, f.members, f.steps, f.data_dir)
+    rows.append(r)
     for way in ('alone', 'population'):
       w = r[way]
       label = f'{r["members"]} runs one after another' if way == 'alone' else \
@@ -188,11 +197,8 @@ def main(argv):
             f'{w["total_s"]:.1f} | {w["tokens_per_s"]:,.0f} | {w["gflops_per_s"]:.2f} | '
             f'{100 * w["gflops_per_s"] / ceiling:.1f}% |')
     print(f'| {r["arch"]} | population / alone | | {r["speedup_steps"]:.2f}x | '
-          f'{r["speedup_total"]:.2f}x | | | |')
-  if f.out:
-    with open(f.out, 'w') as fh:
-      json.dump({'machine': machine_info(), 'matmul_gflops_per_s': ceiling, 'rows': rows}, fh,
-                indent=2)
+          f'{r["speedup_total"]:.2f}x | | | |', flush=True)
+    _save(f.out, ceiling, rows)
 
 
 if __name__ == '__main__':
