@@ -32,14 +32,10 @@ def load(workdir: str, step: int | None = None,
     raise TypeError(f'loading.load reads one run (a path), got {type(workdir).__name__}; '
                     'several runs decode as an ensemble: attention_jax.load([...]) (ensemble.py)')
   compile_cache.enable(compilation_cache)
-  if not os.path.isdir(workdir):
-    raise ckpt_lib.CheckpointError(f'no such workdir: {workdir!r}')
   asked = step is not None
+  mcfg, run_cfg = saved_config(workdir)
   run = workdir_lib.Run(workdir)
   try:
-    # runs saved before each model owned its fields hold the unread ones too: dropped
-    mcfg = ModelConfig.from_dict(model_lib.migrate(run.model_config()))
-    run_cfg = templates.migrate_config(run.config())   # unread fields of older runs: defaults
     factor = float(run_cfg['train']['max_decode_factor'])
     if not 0 < factor < float('inf'):
       raise ValueError(f'train.max_decode_factor must be a finite number > 0, got {factor!r}')
@@ -84,9 +80,9 @@ def saved_config(workdir: str) -> tuple[ModelConfig, dict]:
   if not os.path.isdir(workdir):
     raise ckpt_lib.CheckpointError(f'no such workdir: {workdir!r}')
   run = workdir_lib.Run(workdir)
-  try:
+  try:   # runs saved before each model owned its fields hold the unread ones too: dropped
     return (ModelConfig.from_dict(model_lib.migrate(run.model_config())),
-            templates.migrate_config(run.config()))
+            templates.migrate_config(run.config()))   # unread fields of older runs: defaults
   except (OSError, ValueError, KeyError) as e:
     raise ckpt_lib.CheckpointError(f'{workdir!r} is not a usable attention_jax workdir: '
                                    f'{type(e).__name__}: {e}') from e

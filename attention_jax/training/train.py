@@ -42,9 +42,8 @@ __all__ = ['SCHEDULES', 'OptimizerConfig', 'Session', 'StepSpec', 'Steps', 'chec
 # ---- set-up ------------------------------------------------------------------
 def check_config(cfg: ml_collections.ConfigDict) -> None:
   """Fails before any compile, naming the field and the valid range: check_fields, then
-  the parallel mode and the batch against this process's devices."""
+  the batch against this process's devices."""
   check_fields(cfg)
-  devices.resolve(cfg.parallel)
   n = jax.device_count()
   if cfg.data.batch_size % n:
     raise ValueError(f'data.batch_size={cfg.data.batch_size} is not divisible by the device '
@@ -96,8 +95,7 @@ def check_fields(cfg: ml_collections.ConfigDict) -> None:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   data_fields.check(d)     # data and model fields: those the task and the model read, their
   model_config(cfg, 4, 4)  # names and sizes, before any data or compile
-  if cfg.parallel not in devices.MODES:
-    raise ValueError(f'unknown parallel mode {cfg.parallel!r}; valid: {", ".join(devices.MODES)}')
+  devices.resolve(cfg.parallel, num_devices=1)   # the mode's name (no device is asked)
 
 
 @dataclasses.dataclass(frozen=True)
