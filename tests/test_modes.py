@@ -216,8 +216,29 @@ def test_hard_st_forward_is_one_hot_and_backward_is_soft():
   kn = np.asarray(keys)
   dist = ((np.asarray(r.context[:2])[:, :, None] - kn[:2, None]) ** 2).sum(-1)  # [2, T, S]
   assert (dist.min(-1) < 1e-8).all()                   # each context is one annotation
-  g = jax.grad(lambda q: jnp.sum(read(attn, q, keys, mask, key=jax.random.key(1)).context))(q)
-  assert np.abs(np.asarray(g[:2])).sum() > 0
+  # backward: the gradient of any loss of the context with respect to the weights a_t is the
+  # gradient through the relaxation c~_t = softmax((log a_t + g) / tau) . h, with the same
+  # Gumbel noise g, evaluated at the sampled (hard) context
+  mode, tau, key = attn.mode, attn.mode.temperature, jax.random.key(1)
+  rw, rc = jax.random.split(jax.random.key(2))
+  logits = jax.random.normal(rw, (B, T, keys.shape[1])) + jnp.where(mask[:, None], 0., -jnp.inf)
+  weights = jnp.nan_to_num(jax.nn.softmax(logits, axis=-1))  # [B, T, S]; padding, empty row: 0
+  cot = jax.random.normal(rc, (B, T, K))                                    # d loss / d c_t
+  ctx_hard, vjp_hard = jax.vjp(lambda w: mode.read(w, keys, key)[0], weights)
+
+  def relaxed(w):            # NumPy-style reference: the soft sample itself, no straight-through
+    real = w > 0
+    logw = jnp.where(real, jnp.log(jnp.where(real, w, 1.0)), -1e9)
+    y = jax.nn.softmax((logw + jax.random.gumbel(key, logw.shape)) / tau, axis=-1) * real
+    return jnp.einsum('bts,bsk->btk', y, keys)
+
+  _, vjp_soft = jax.vjp(relaxed, weights)
+  g_hard, g_soft = vjp_hard(cot)[0], vjp_soft(cot)[0]
+  assert np.abs(np.asarray(g_soft[:2])).max() > 1e-3                        # not trivial
+  np.testing.assert_allclose(np.asarray(g_hard[:2]), np.asarray(g_soft[:2]), rtol=1e-4,
+                             atol=1e-6)
+  # and the forward is not the relaxation: the context is one annotation, the soft one is not
+  assert not np.allclose(np.asarray(ctx_hard[:2]), np.asarray(relaxed(weights)[:2]), atol=1e-3)
 
 
 # ---- coverage ---------------------------------------------------------------------------------
