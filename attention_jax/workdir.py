@@ -235,6 +235,7 @@ class WorkdirLock:
     self.path = os.path.join(workdir, LOCK_FILE)
     self._fd: int | None = None
     self._made: list[str] = []   # the lock file and workdir that acquire() created
+    self._previous = b''         # the owner line an existing lock file held before acquire()
 
   def acquire(self) -> 'WorkdirLock':
     missing, d = [], os.path.abspath(self.workdir)
@@ -256,6 +257,7 @@ class WorkdirLock:
         raise WorkdirInUse(f'workdir {self.workdir} is in use by {owner}; wait for it to '
                            f'finish or choose another --workdir') from None
       raise
+    self._previous = os.pread(fd, 200, 0)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f'process {os.getpid()} on {socket.gethostname()}\n'.encode(), 0)
     self._fd = fd
@@ -280,7 +282,13 @@ class WorkdirLock:
     return self.acquire()
 
   def __exit__(self, exc_type, *exc) -> None:
-    # refused before it became a run (no MARKER): leave no lock file or folder of ours
+    # refused (a resume of another config, a fresh start in a user's folder) or failed: a
+    # lock file it found gets its old owner line back (only read while the lock is held, so
+    # harmless after a crash too), and before it became a run (no MARKER) no lock file or
+    # folder of ours is left
+    if exc_type is not None and self._fd is not None and self.path not in self._made:
+      os.ftruncate(self._fd, 0)
+      os.pwrite(self._fd, self._previous, 0)
     self.release(discard=exc_type is not None and not os.path.exists(
         os.path.join(self.workdir, MARKER)))
 

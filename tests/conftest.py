@@ -121,10 +121,41 @@ def data_cfg(tfds_dir):
   return make
 
 
-@pytest.fixture(scope='module')
+def _shared(tmp_path_factory):
+  """The temp dir every pytest-xdist worker of this session shares (the base temp dir when
+  there are no workers)."""
+  base = tmp_path_factory.getbasetemp()
+  return base.parent if os.environ.get('PYTEST_XDIST_WORKER') else base
+
+
+@pytest.fixture(scope='session')
 def data_dir(tmp_path_factory):
-  """A TFDS data dir per test module (for the smoke runs of tests/helpers.smoke)."""
-  return str(tmp_path_factory.mktemp('tfds'))
+  """One TFDS data dir for the whole session, all workers (each offline task is prepared once,
+  under builders.make's lock), for the smoke runs of tests/helpers.smoke. Tests that check a
+  preparation itself make their own."""
+  path = _shared(tmp_path_factory) / 'shared_tfds'
+  path.mkdir(exist_ok=True)
+  return str(path)
+
+
+@pytest.fixture(scope='session')
+def smoke_run(tmp_path_factory, data_dir):
+  """(config, workdir, summary) of `dates:smoke` (8 steps, checkpoints at 4 and 8, 3
+  heatmaps) trained once per session: the first worker to ask trains it, under a file lock,
+  the others read it. Read-only: a test that changes or resumes the run copies it first.
+  summary is the run's results.json."""
+  from attention_jax.training import train  # pylint: disable=g-import-not-at-top
+  from experiments.configs import dates  # pylint: disable=g-import-not-at-top
+  from helpers import smoke  # pylint: disable=g-import-not-at-top
+  base = _shared(tmp_path_factory)
+  workdir = base / 'smoke_run'
+  cfg = smoke(dates, data_dir, **{'eval.heatmaps': 3})
+  with filelock.FileLock(str(base / 'smoke_run.lock')):
+    if not (workdir / 'results.json').exists():
+      shutil.rmtree(workdir, ignore_errors=True)      # a worker that died while training it
+      train.train_and_evaluate(cfg, str(workdir))
+  with open(workdir / 'results.json') as f:
+    return cfg, str(workdir), json.load(f)
 
 
 @pytest.fixture(scope='session')

@@ -32,6 +32,13 @@ def smoke(module, data_dir, **overrides):
   return c
 
 
+def metrics(results: dict) -> dict:
+  """A run's results (summary['results']: split -> report) as results.json holds them, without
+  the heatmaps' file paths, which name the workdir: what two runs of one config must share."""
+  return {split: {k: v for k, v in report.items() if k != 'heatmaps'}
+          for split, report in json.loads(json.dumps(results)).items()}
+
+
 def corpus(directory) -> str:
   """train / valid / test .src and .tgt files of short lines (the textfiles task's format):
   64, 8 and 8 lines of 1-4 words, targets in capitals -> the directory."""

@@ -28,11 +28,17 @@ from helpers import run_modules, smoke
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(scope='module')
-def dates_run(tmp_path_factory, data_dir):
-  workdir = str(tmp_path_factory.mktemp('dates_smoke'))
-  return workdir, train.train_and_evaluate(smoke(dates, data_dir, **{'eval.heatmaps': 3}),
-                                           workdir)
+@pytest.fixture
+def dates_run(smoke_run):
+  """(workdir, results) of the session's dates:smoke run (conftest.smoke_run): read-only."""
+  return smoke_run[1], smoke_run[2]
+
+
+def copied(run, tmp_path) -> str:
+  """A copy of a run's workdir, for a test that writes into it."""
+  workdir = str(tmp_path / 'run')
+  shutil.copytree(run[0], workdir)
+  return workdir
 
 
 def test_dates_smoke_writes_results_checkpoints_heatmaps(dates_run):
@@ -190,10 +196,10 @@ def test_ema_of_params_resumes_evaluates_and_loads(data_dir, tmp_path, capsys):
   assert 'ema' not in ckpt_lib.restore(ckpt_lib.Checkpoints(a).latest, 5, template)[0]
 
 
-def test_fresh_start_refuses_a_non_empty_workdir(dates_run, data_dir):
+def test_fresh_start_refuses_a_non_empty_workdir(dates_run, data_dir, tmp_path):
   c = smoke(dates, data_dir, **{'train.resume': False})
   with pytest.raises(FileExistsError, match='--overwrite'):
-    train.train_and_evaluate(c, dates_run[0])
+    train.train_and_evaluate(c, copied(dates_run, tmp_path))
 
 
 def snapshot(workdir: str) -> dict[str, bytes]:
@@ -210,14 +216,18 @@ def snapshot(workdir: str) -> dict[str, bytes]:
     ({'model.score': 'general'}, "model.score: saved 'additive', now 'general'"),
     ({'seed': 1, 'train.steps': 20, 'eval.beam_size': 3}, 'seed: saved 0, now 1'),
 ])
-def test_a_refused_resume_changes_nothing_in_the_workdir(override, needle, dates_run, data_dir):
+def test_a_refused_resume_changes_nothing_in_the_workdir(override, needle, dates_run, data_dir,
+                                                         tmp_path):
   """config.json (and every other file) is written only once a run is accepted: a refused
   resume used to rewrite it, and `evaluate` then used the refused run's beam size."""
-  before = snapshot(dates_run[0])
+  workdir = copied(dates_run, tmp_path)
+  with open(os.path.join(workdir, workdir_lib.LOCK_FILE), 'w') as f:   # another process's
+    f.write('process 1 on another-host\n')
+  before = snapshot(workdir)
   assert 'config.json' in before and 'results.json' in before
   with pytest.raises(ValueError) as refused:
-    train.train_and_evaluate(smoke(dates, data_dir, **override), dates_run[0])
-  after = snapshot(dates_run[0])
+    train.train_and_evaluate(smoke(dates, data_dir, **override), workdir)
+  after = snapshot(workdir)
   assert sorted(after) == sorted(before)
   assert [f for f in before if after[f] != before[f]] == []
   assert needle in str(refused.value)
@@ -311,8 +321,8 @@ def test_bad_flags_are_one_line_naming_them_and_change_nothing(tmp_path):
   assert os.listdir(tmp_path) == []
 
 
-def test_evaluate_workdir_writes_report_plot_and_heatmaps(dates_run):
-  workdir, summary = dates_run
+def test_evaluate_workdir_writes_report_plot_and_heatmaps(dates_run, tmp_path):
+  workdir, summary = copied(dates_run, tmp_path), dates_run[1]
   report = aj.evaluate_run(workdir, split='test', beam=1, num_heatmaps=2, verbose=False)
   assert report['sentences'] == 32
   assert report['exact_match'] == summary['results']['test']['exact_match']  # same greedy
