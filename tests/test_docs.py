@@ -8,6 +8,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -27,6 +29,7 @@ def test_the_docs_build_with_warnings_as_errors_and_reference_the_api(tmp_path):
     assert f'id="{name}"' in api, name
 
 
+@pytest.mark.extended   # a second build of the site (half a minute): after the suite, in CI
 def test_a_broken_link_fails_the_build(tmp_path):
   """The check above can fail: the same site with one link to a missing page does not build."""
   for name in ('docs', 'attention_jax'):

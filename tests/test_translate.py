@@ -375,7 +375,7 @@ def test_compiling_ahead_cancels_what_a_stopped_decode_queued_and_reports_errors
     def lower(self, params, src, max_len, factor):
       lowered.append(src.shape)
       started.set()
-      release.wait()
+      assert release.wait(600), 'never released (a bound against a hang)'
       if src.shape[0] == 3:
         raise ValueError('cannot compile 3 rows')
       return self
