@@ -13,7 +13,8 @@
 # 2: the doubled CMUdict model for ~200 s of training at the probe's rate, then beam 5;
 # 3: image_dates, its 120,000 images drawn there first (about 4 min), then a test subset;
 # 4: a population of seeds against the same runs one after another, population sizes, and the
-# test modules that compare devices and precisions (translate, transformer, population)).
+# test modules that compare devices and precisions (translate, transformer, population);
+# 5: the default test suite, what `bash launch.sh test` runs, 8 workers, for at most $T s).
 # Outputs go to $OUT (default /tmp/gpu_out).
 set -u
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
@@ -40,6 +41,15 @@ elif [[ $1 == 4 ]]; then
   el sizes; timeout -s TERM 150 python3 -m experiments.bench.population --archs=rnn --sizes=1,8,64 --steps=30 --out=$OUT/population_sizes_gpu.json > $OUT/population_sizes_gpu.log 2>&1; echo rc=$?
   el tests
   XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 130 python3 -m pytest -q -p no:cacheprovider -n 4 --dist loadscope tests/test_translate.py tests/test_transformer.py tests/test_population.py > $OUT/pytest_gpu.log 2>&1; echo rc=$?
+elif [[ $1 == 5 ]]; then
+  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc
+    python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
+    for m in pytest xdist hypothesis filelock ray tensorflow mkdocs mlxtend; do
+      python3 -c "import $m" 2>/dev/null && echo "$m: yes" || echo "$m: missing"; done; } > $OUT/env.txt 2>&1
+  el suite   # SIGINT at the bound: pytest still prints what passed and failed
+  XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -s INT ${T:-420} python3 -m pytest -q -p no:cacheprovider \
+    -n 8 --dist loadscope --no-loadscope-reorder --continue-on-collection-errors -rfE \
+    --junitxml=$OUT/suite_gpu.xml > $OUT/suite_gpu.log 2>&1; echo rc=$?
 elif [[ $1 == 3 ]]; then
   el image_dates; ( time timeout -s TERM 560 python3 -m experiments.main --config=experiments/configs/image_dates.py --workdir=/tmp/runs/image_dates ) > $OUT/image_dates_gpu.log 2>&1; echo rc=$?
   el tests   # full float32 matmuls: the tests hold float32 to 1e-5, TF32 does not
