@@ -15,7 +15,8 @@ the variable `point()` is one dict lookup: nothing changes for users.
 Points: 'train_step' (step, workdir; after the step's evaluation and checkpoint),
 'checkpoint_save' (step, workdir, checkpoints: 'latest' or 'best', tmp: the step's temporary
 directory; state/checkpoint.py: the step is written to its temporary directory, not yet
-committed by Orbax's rename), 'translate_chunk' (chunk: chunks written so far).
+committed by Orbax's rename), 'sweep_locked' (workdir: the sweep's directory, just locked;
+sweeps/sweep_file.py), 'translate_chunk' (chunk: chunks written so far).
 """
 
 from __future__ import annotations
