@@ -13,7 +13,10 @@ so (the training loop: a stop signal arrived). A point matches once per process.
 the variable `point()` is one dict lookup: nothing changes for users.
 
 Points: 'train_step' (step, workdir; after the step's evaluation and checkpoint),
-'translate_chunk' (chunk: chunks written so far).
+'checkpoint_save' (step, workdir, checkpoints: 'latest' or 'best', tmp: the step's temporary
+directory; state/checkpoint.py: the step is written to its temporary directory, not yet
+committed by Orbax's rename), 'sweep_locked' (workdir: the sweep's directory, just locked;
+sweeps/sweep_file.py), 'translate_chunk' (chunk: chunks written so far).
 """
 
 from __future__ import annotations

@@ -325,6 +325,15 @@ def foreign_entries(workdir: str) -> list[str]:
   return [n for n in names if n != LOCK_FILE]
 
 
+def not_a_run(workdir: str) -> list[str]:
+  """The entries that make a non-empty workdir no place to start or resume a run in
+  (foreign_entries), empty for a run and for a directory that holds only what a sweep writes
+  before its run starts (its log and attempts, a lock)."""
+  if set(os.listdir(workdir)) <= {TRAIN_LOG, WALL_TIME, LOCK_FILE}:
+    return []
+  return foreign_entries(workdir)
+
+
 def clear(workdir: str) -> None:
   """Deletes everything in a run's workdir but its lock (held by the caller); refuses, naming
   what it holds, a directory that is not recognisably a run of this project."""

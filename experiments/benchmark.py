@@ -446,6 +446,7 @@ def main(argv):
   if FLAGS.peer and not FLAGS.peer_venv:
     raise app.UsageError('--peer needs --peer_venv=DIR (or $ONMT_VENV), a venv with '
                          'OpenNMT-py; see the docstring of experiments/benchmark.py')
+  cli.check_output(FLAGS.out)   # before any work (it used to fail after the whole run)
   def save(out):
     tmp = FLAGS.out + '.tmp'
     with open(tmp, 'w') as f:

@@ -1,7 +1,8 @@
 """Shared by the end-to-end tests: an experiment's `smoke` config on a test TFDS dir, a
 training in a subprocess at XLA's full optimisation, a tiny sweep file and its command line,
-holding a process at a point, and command lines run as forks of a server that imported the
-package once (run_module, run_modules)."""
+holding a process at a point, a run straight through to compare interrupted ones with
+(uninterrupted, differences_from), and command lines run as forks of a server that imported
+the package once (run_module, run_modules)."""
 
 import atexit
 import json
@@ -166,6 +167,81 @@ def wait_held(file, proc, patience: float = 1800) -> dict:
     time.sleep(0.05)
   with open(file) as f:
     return json.load(f)
+
+
+
+# ---- a run interrupted and resumed against one straight through --------------------------------
+# (tests/test_fault_injection.py, the signal tests of tests/test_reliability.py; the random
+# stress script tests/fault_injection.py with its own budget)
+def fault_cmd(workdir, data_dir, steps: int = 30, checkpoint_every: int = 5,
+              eval_every: int = 15) -> list[str]:
+  """`python -m experiments.main` on dates:smoke, a checkpoint every `checkpoint_every` steps
+  (the 2 newest kept), a validation (and maybe a best checkpoint) every `eval_every`."""
+  return [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
+          f'--config.data.data_dir={data_dir}', f'--config.train.steps={steps}',
+          f'--config.train.checkpoint_every={checkpoint_every}',
+          f'--config.train.eval_every={eval_every}', '--config.train.log_every=1',
+          '--config.train.keep_checkpoints=2', f'--workdir={workdir}']
+
+
+def fault_env(env: dict | None = None) -> dict:
+  """`env` (default os.environ) on the CPU, its output unbuffered (what a killed process
+  printed is read to its last line)."""
+  return {**(os.environ if env is None else env), 'JAX_PLATFORMS': 'cpu',
+          'PYTHONUNBUFFERED': '1'}
+
+
+def final_state(workdir) -> list:
+  """[(path, array)] of the newest latest checkpoint of a dates:smoke run: parameters,
+  optimiser state, step."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import attention_jax as aj  # pylint: disable=g-import-not-at-top
+  from attention_jax.state import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import train  # pylint: disable=g-import-not-at-top
+  from experiments.configs import dates  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(workdir, 'model_config.json')) as f:
+    mc = aj.ModelConfig.from_dict(json.load(f))
+  template = train.init_state(mc, train.make_optimizer(dates.get_config('smoke').train), 0)[1]
+  ckpts = ckpt_lib.Checkpoints(str(workdir), create=False)
+  try:
+    state = ckpt_lib.restore(ckpts.latest, ckpts.latest.latest_step(), template)[0]
+  finally:
+    ckpts.close()
+  return [(jax.tree_util.keystr(p), np.asarray(x))
+          for p, x in jax.tree_util.tree_flatten_with_path(state)[0]]
+
+
+def differences_from(reference, workdir) -> list[str]:
+  """What differs between two finished runs: results.json's metrics and best step, and every
+  array of the final train state bit for bit ([] if nothing)."""
+  with open(os.path.join(reference, 'results.json')) as f:
+    a = json.load(f)
+  with open(os.path.join(workdir, 'results.json')) as f:
+    b = json.load(f)
+  diffs = [f'results.json {k}: {a[k]!r} != {b[k]!r}' for k in ('step', 'best_step', 'results')
+           if a[k] != b[k]]
+  sa, sb = final_state(reference), final_state(workdir)
+  if [p for p, _ in sa] != [p for p, _ in sb]:
+    return diffs + ['the final states hold other arrays']
+  return diffs + [f'final state {p}' for (p, x), (_, y) in zip(sa, sb)
+                  if x.dtype != y.dtype or not np.array_equal(x, y)]
+
+
+def uninterrupted(tmp_path_factory) -> tuple[str, str]:
+  """(workdir, data dir) of fault_cmd run straight through: run once per test session (under
+  pytest-xdist by the first worker to ask, under a file lock; the others read it)."""
+  import filelock  # pylint: disable=g-import-not-at-top
+  base = tmp_path_factory.getbasetemp()
+  if os.environ.get('PYTEST_XDIST_WORKER'):
+    base = base.parent                      # the temp dir all workers of this session share
+  tmp = base / 'uninterrupted'
+  workdir, data_dir = tmp / 'run', tmp / 'tfds'
+  with filelock.FileLock(str(base / 'uninterrupted.lock')):
+    if not (workdir / 'results.json').exists():
+      proc = subprocess.run(fault_cmd(workdir, data_dir), cwd=ROOT, env=fault_env(),
+                            capture_output=True, text=True, timeout=900)
+      assert proc.returncode == 0, proc.stderr[-3000:]
+  return str(workdir), str(data_dir)
 
 
 

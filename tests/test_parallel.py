@@ -2,7 +2,8 @@
 after 5 steps on the same global batches (pmap on the RNN only), EMA of the parameters
 included; decoding split over the devices returns what one device does (in a subprocess: the
 device count is fixed when JAX starts). The RNN runs in every test session; the Transformer
-and an image model (the same shard_map and decoding code over other models) are marked slow."""
+and an image model (the same shard_map and decoding code over other models) are marked slow;
+two processes training one run (multi-host on one machine) are marked extended (CI runs them)."""
 
 import os
 import subprocess
@@ -134,15 +135,20 @@ def test_unknown_parallel_mode_is_named():
     devices.resolve('ring')
 
 
-@pytest.mark.slow   # ~1 min; run with: bash launch.sh test -m slow tests/test_parallel.py
+@pytest.mark.extended   # ~40 s: after the suite, in CI (.ci/run)
 def test_two_local_processes_train_together(tmp_path):
   """Multi-host on one machine: two processes (one CPU device each) joined through a
-  loopback coordinator train a smoke run; only process 0 logs and writes results."""
+  loopback coordinator train a smoke run; only process 0 logs and writes results. The
+  tests' XLA flags are kept (at full optimisation the first step compiled for 90 s of the
+  test's 127), a forced device count is not."""
   import socket
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
     port = s.getsockname()[1]
-  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  flags = ' '.join(f for f in os.environ.get('XLA_FLAGS', '').split()
+                   if 'host_platform_device_count' not in f)
+  env = {**{k: v for k, v in os.environ.items() if k not in ('XLA_FLAGS', 'JAX_NUM_CPU_DEVICES')},
+         'XLA_FLAGS': flags, 'JAX_PLATFORMS': 'cpu'}
   common = [sys.executable, '-m', 'experiments.main',
             '--config=experiments/configs/dates.py:smoke', f'--workdir={tmp_path / "run"}',
             f'--config.data.data_dir={tmp_path / "tfds"}', f'--coordinator=127.0.0.1:{port}',

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import types
 import warnings
 
@@ -178,31 +177,38 @@ def test_out_of_memory_is_one_error_naming_the_sizes(data_dir, tmp_path):
 
 
 # ---- signals -------------------------------------------------------------------------------------
-@pytest.mark.parametrize('sig', [signal.SIGTERM, pytest.param(signal.SIGINT,
-                                                                marks=pytest.mark.slow)])
-def test_signal_saves_a_checkpoint_exits_and_the_same_command_resumes(sig, data_dir, tmp_path):
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+  return helpers.uninterrupted(tmp_path_factory)
+
+
+@pytest.mark.scenario
+@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT], ids=['SIGTERM', 'SIGINT'])
+def test_signal_saves_a_checkpoint_exits_and_the_same_command_resumes_bit_identical(
+    sig, uninterrupted, tmp_path):
+  """The signal reaches the run held at step 7 (hold.py: no race): it saves step 7, exits
+  128 + the signal's number, and the same command resumes from step 7 to a run equal to one
+  straight through (results.json's metrics, the final train state bit for bit)."""
+  ref, data_dir = uninterrupted
   workdir = str(tmp_path / 'run')
-  cmd = [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
-         f'--config.data.data_dir={data_dir}', '--config.train.steps=40',
-         '--config.train.eval_every=40', '--config.train.checkpoint_every=40',
-         '--config.train.log_every=1', f'--workdir={workdir}']
-  env = {**os.environ, 'PYTHONUNBUFFERED': '1'}
-  held = tmp_path / 'held'     # training holds at step 7 (hold.py) until the signal: no race
+  cmd = helpers.fault_cmd(workdir, data_dir)   # checkpoints at 5, 10, ...: none due at 7
+  held = tmp_path / 'held'
   proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env={**helpers.hold_env(held, step=7, workdir=workdir),
-                                          'PYTHONUNBUFFERED': '1'})
+                          text=True, env=helpers.fault_env(helpers.hold_env(
+                              held, step=7, workdir=workdir)))
   helpers.wait_held(held, proc)
   proc.send_signal(sig)
   out = proc.stdout.read()
   assert proc.wait(timeout=600) == 128 + sig, out
   assert f'stopped by {signal.Signals(sig).name} at step 7' in out
-  steps = [int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints', 'latest'))
-           if n.isdigit()]
-  assert steps == [7], out     # saved where it stopped (no checkpoint was due before 40)
-  done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+  steps = sorted(int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints', 'latest'))
+                 if n.isdigit())
+  assert steps == [5, 7], out     # saved where it stopped
+  done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                        env=helpers.fault_env())
   assert done.returncode == 0, done.stderr[-2000:]
-  assert f'resumed from {workdir}/checkpoints/latest step {steps[0]}' in done.stdout + done.stderr
-  assert json.load(open(os.path.join(workdir, 'results.json')))['step'] == 40
+  assert f'resumed from {workdir}/checkpoints/latest step 7' in done.stdout + done.stderr
+  assert not helpers.differences_from(ref, workdir)
 
 
 # ---- non-finite training --------------------------------------------------------------------------

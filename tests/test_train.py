@@ -144,7 +144,8 @@ def test_textfiles_smoke(data_dir, tmp_path):
 
 @pytest.mark.parametrize('arch', [   # (the same checkpoint code; test_transformer trains one)
     {}, pytest.param({'model.arch': 'transformer', 'model.d_model': 16, 'model.ff_dim': 32,
-                      'model.transformer_layers': 1}, marks=pytest.mark.slow)],
+                      'model.transformer_layers': 1},
+                     marks=pytest.mark.extended)],   # 13 s: after the suite, in CI
     ids=['rnn', 'transformer'])
 def test_resume_is_bit_identical(arch, data_dir, tmp_path):
   """2 steps, stop, resume for 2 more == 4 uninterrupted steps (params and metrics)."""

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from attention_jax import hold
 from attention_jax import workdir as workdir_lib
 from attention_jax.models import model as model_lib
 
@@ -164,12 +165,27 @@ def _stderr_held(keep):
       os.write(2, b''.join(chunks))
 
 
+class _CommitByRename(ocp.path.atomicity.AtomicRenameTemporaryPath):
+  """Orbax's commit of a step on a local disk (the step is written to
+  <step>.orbax-checkpoint-tmp and renamed into place), with the hold point
+  'checkpoint_save' (hold.py) just before the rename: the step is written but not committed.
+  Tests kill a run there; without ATTENTION_JAX_HOLD nothing changes."""
+
+  async def finalize(self, *args, **kwargs):
+    final = self.get_final()
+    if final.name.isdigit():   # the step, not one of its items ('state', 'meta')
+      hold.point('checkpoint_save', step=int(final.name), checkpoints=final.parent.name,
+                 workdir=str(final.parent.parent.parent), tmp=str(self.get()))
+    return await super().finalize(*args, **kwargs)
+
+
 class Checkpoints:
   """The `latest` and `best` managers of a run (a workdir.Run or its path)."""
 
   def __init__(self, run: 'str | workdir_lib.Run', keep: int = 2, create: bool = True):
     run = run if isinstance(run, workdir_lib.Run) else workdir_lib.Run(run)
-    opts = dict(create=create, enable_async_checkpointing=False)
+    opts = dict(create=create, enable_async_checkpointing=False,
+                temporary_path_class=_CommitByRename)
     self.latest = ocp.CheckpointManager(
         os.path.abspath(run.latest_dir), item_names=('state', 'meta'),
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, **opts))

@@ -43,6 +43,7 @@ import ml_collections
 from absl import flags as absl_flags
 from ml_collections import config_flags
 
+from attention_jax import hold
 from attention_jax import workdir as workdir_lib
 from attention_jax.training import train
 
@@ -305,6 +306,7 @@ def run(config_arg: str, execute, root: str = 'runs', extra_flags: Sequence[str]
   check_variants(config_arg, variants, extra_flags)
   sweep_dir = os.path.join(root, name)
   with workdir_lib.WorkdirLock(sweep_dir):   # one sweep per directory at a time
+    hold.point('sweep_locked', workdir=sweep_dir)   # tests only (hold.py)
     status, queue = {}, []
     for v in variants:
       done = finished(v)

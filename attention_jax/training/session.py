@@ -73,14 +73,25 @@ def local(params):
 # ---- a workdir to train in ------------------------------------------------------------------
 def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
   """A fresh run needs an empty workdir: refuse a non-empty one unless `overwrite` (which
-  clears a run of this project only, workdir.clear), or resume in it."""
-  if os.path.isdir(workdir) and set(os.listdir(workdir)) - {workdir_lib.LOCK_FILE} and not resume:
-    if not overwrite:
-      raise FileExistsError(
-          f'workdir {workdir!r} is not empty and train.resume=False: pass --overwrite to '
-          f'delete it and start fresh, or choose another --workdir')
-    if lead():   # a run of this project only, everything but the lock this process holds
-      workdir_lib.clear(workdir)
+  clears a run of this project only, workdir.clear), or resume in it. Resuming needs a run
+  (or what a sweep writes before its run starts): a folder of other files with no checkpoint
+  is refused as a fresh start in it is (its files would be mixed with the run's)."""
+  if os.path.isdir(workdir) and set(os.listdir(workdir)) - {workdir_lib.LOCK_FILE}:
+    if not resume:
+      if not overwrite:
+        raise FileExistsError(
+            f'workdir {workdir!r} is not empty and train.resume=False: pass --overwrite to '
+            f'delete it and start fresh, or choose another --workdir')
+      if lead():   # a run of this project only, everything but the lock this process holds
+        workdir_lib.clear(workdir)
+    elif not workdir_lib.Run(workdir).resumable:
+      foreign = workdir_lib.not_a_run(workdir)
+      if foreign:
+        shown = ', '.join(foreign[:8]) + (f' and {len(foreign) - 8} more'
+                                          if len(foreign) > 8 else '')
+        raise FileExistsError(
+            f'workdir {workdir!r} is not empty and holds no run to resume (it holds '
+            f'{shown}): choose another --workdir')
   os.makedirs(workdir, exist_ok=True)
 
 
