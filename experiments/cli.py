@@ -15,6 +15,7 @@ import logging as py_logging
 import os
 import signal
 import sys
+import threading
 import warnings
 
 import jax
@@ -145,11 +146,26 @@ def quiet_libraries() -> None:
   command prints its own lines and, on a refusal, only the `error:` line."""
   if flags.FLAGS['verbosity'].present:
     return
+  _quiet_closed_event_loops()
   logging.set_verbosity(logging.WARNING)
   for name in ('ray', 'orbax', 'absl', 'jax._src.xla_bridge', 'tensorflow_datasets'):
     py_logging.getLogger(name).setLevel(py_logging.ERROR)
   warnings.filterwarnings('ignore', module='PIL')
   warnings.filterwarnings('ignore', category=RuntimeWarning, module='scipy')
+
+
+def _closed_loop(exc) -> bool:
+  return isinstance(exc, RuntimeError) and str(exc) == 'Event loop is closed'
+
+
+def _quiet_closed_event_loops() -> None:
+  """A failed checkpoint write (a full disk) leaves Orbax's coroutines behind; when they are
+  collected after its event loop closed, Python prints 'Exception ignored ... RuntimeError:
+  Event loop is closed' (from the garbage collector or a worker thread) before the command's
+  own error line. Those two hooks drop that one exception; every other one is printed."""
+  unraisable, in_thread = sys.unraisablehook, threading.excepthook
+  sys.unraisablehook = lambda u: None if _closed_loop(u.exc_value) else unraisable(u)
+  threading.excepthook = lambda a: None if _closed_loop(a.exc_value) else in_thread(a)
 
 
 class Terminated(BaseException):
