@@ -145,7 +145,11 @@ function step(by) {
   image(d, EX.token);
 }
 
-document.addEventListener('DOMContentLoaded', () => {
+function start() {
+  document.querySelectorAll('script.figure').forEach((s) => {
+    const fig = JSON.parse(s.textContent);
+    Plotly.newPlot(s.dataset.div, fig.data, fig.layout, CONFIG);
+  });
   document.querySelectorAll('#sentences-table th').forEach((th) => th.addEventListener('click', () => sortBy(th)));
   document.querySelectorAll('.filter').forEach((el) => el.addEventListener('input', applyFilters));
   document.querySelector('#sentences-table tbody').addEventListener('click', (e) => {
@@ -161,4 +165,8 @@ document.addEventListener('DOMContentLoaded', () => {
   applyFilters();
   const m = location.hash.match(/sentence=(\d+)/);
   if (m) open(Number(m[1]));
-});
+}
+
+// (loaded last in the body: the table is parsed and painted before Plotly is)
+if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
+else start();

@@ -92,6 +92,9 @@ def explore(paths: str | Sequence[str], out: str, *, split: str = 'test',
   check_methods(methods, runs)
   out = os.path.abspath(out)
   tmp = tempfile.mkdtemp(prefix='.explore-', dir=os.path.dirname(out))
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(tmp, 0o777 & ~umask)   # (mkdtemp's folder is private; the page is not)
   try:
     open(os.path.join(tmp, MARKER), 'w').close()
     explorer_page.write_assets(tmp)

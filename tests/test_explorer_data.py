@@ -1,0 +1,134 @@
+"""The explorer without a browser: its inputs refused before any work (a run without records,
+runs of another task or split, an unwritable --out: one line, exit 2, nothing written), the
+training curves read from TensorBoard's files, the maps' compact form, and the comparison of
+several runs built from their records. (tests/test_explorer.py opens the pages in Chromium.)"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from attention_jax import workdir as workdir_lib
+from attention_jax.evaluation import explorer, explorer_data, records
+
+from helpers import ROOT
+
+
+def fake_run(workdir, hyps, refs, task='toy', split='test', records_too=True):
+  """A finished run (results, config, records) whose outputs are `hyps`; no checkpoint."""
+  os.makedirs(workdir)
+  run = workdir_lib.Run(str(workdir))
+  rows = [{'id': i, 'src': r[::-1], 'src_len': len(r), 'hyp': h, 'ref': r, 'refs': None,
+           'align': None} for i, (h, r) in enumerate(zip(hyps, refs))]
+  header, recs = records.build(split, rows, 'char')
+  exact = 100.0 * np.mean([h == r for h, r in zip(hyps, refs)])
+  with open(run.results_path, 'w') as f:
+    json.dump({'results': {split: {'exact_match': exact, 'bleu': exact, 'chrf': exact,
+                                   'sentences': len(refs), 'by_length': []}}}, f)
+  with open(run.config_path, 'w') as f:
+    json.dump({'seed': 0, 'data': {'name': task}, 'model': {'encoder': ''}}, f)
+  if records_too:
+    records.write(run.sentences_path(split), header, recs)
+  return str(workdir)
+
+
+REFS = ['abc', 'de', 'fghi', 'jk']
+
+
+def explore_cmd(*args):
+  return subprocess.run([sys.executable, '-m', 'experiments.explore', *map(str, args)],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize('case', ['no_records', 'other_task', 'other_split', 'bad_out',
+                                  'foreign_out', 'missing', 'bad_method'])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, case):
+  a = fake_run(tmp_path / 'a', REFS, REFS)
+  out = tmp_path / 'page'
+  args = [a]
+  if case == 'no_records':
+    args = [fake_run(tmp_path / 'b', REFS, REFS, records_too=False)]
+  elif case == 'other_task':
+    args.append(fake_run(tmp_path / 'b', REFS, REFS, task='other'))
+  elif case == 'other_split':   # other sentences: the fingerprints differ
+    args.append(fake_run(tmp_path / 'b', REFS[:3], REFS[:3]))
+  elif case == 'bad_out':
+    out = tmp_path / 'no' / 'such' / 'page'
+  elif case == 'foreign_out':
+    out.mkdir()
+    (out / 'notes.txt').write_text('mine')
+  elif case == 'missing':
+    args = [tmp_path / 'nowhere']
+  elif case == 'bad_method':
+    args.append('--methods=gradient,nosuch')
+  before = sorted(os.listdir(tmp_path))
+  proc = explore_cmd(*args, f'--out={out}')
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
+  want = {'no_records': 'no per-sentence records', 'other_task': "'other' run",
+          'other_split': 'different test', 'bad_out': 'no such folder',
+          'foreign_out': 'not written by explore', 'missing': 'no such run',
+          'bad_method': 'nosuch'}[case]
+  assert want in lines[0], lines[0]
+  assert sorted(os.listdir(tmp_path)) == before            # nothing half-written beside
+  if case == 'foreign_out':
+    assert os.listdir(out) == ['notes.txt']
+
+
+def test_an_unwritable_out_is_refused(tmp_path):
+  if os.geteuid() == 0:
+    pytest.skip('root writes anywhere')
+  locked = tmp_path / 'locked'
+  locked.mkdir(mode=0o500)
+  with pytest.raises(PermissionError):
+    explorer.check_out(str(locked / 'page'))
+
+
+def test_resolve_finds_a_sweep_s_runs_and_names_them(tmp_path):
+  for variant in ('additive', 'dot'):
+    for seed in (0, 1):
+      fake_run(tmp_path / 'sweep' / variant / f'seed_{seed}', REFS, REFS)
+  runs = explorer_data.resolve([str(tmp_path / 'sweep')], 'test')
+  assert [r.name for r in runs] == [f'sweep/{v}/seed_{s}' for v in ('additive', 'dot')
+                                    for s in (0, 1)]
+  assert {r.task for r in runs} == {'toy'}
+
+
+def test_comparison_says_who_got_each_sentence_right_and_tests_the_variants(tmp_path):
+  a = fake_run(tmp_path / 'a', REFS, REFS)
+  b = fake_run(tmp_path / 'b', ['abc', 'xx', 'fghi', 'yy'], REFS)
+  runs = explorer_data.resolve([a, b], 'test')
+  c = explorer_data.comparison(runs, 'test', [(r[::-1], r) for r in REFS])
+  assert c['runs'] == ['a', 'b']
+  assert [s['right'] for s in c['sentences']] == [[1, 1], [1, 0], [1, 1], [1, 0]]
+  assert [s['src'] for s in c['sentences']] == [r[::-1] for r in REFS]
+  rows = c['compare']['comparisons']
+  assert rows and rows[0]['variant'] == 'b' and rows[0]['baseline'] == 'a'
+
+
+def test_read_scalars_reads_tensorboardx_event_files(tmp_path):
+  from tensorboardX import SummaryWriter   # pylint: disable=g-import-not-at-top
+  w = SummaryWriter(str(tmp_path))
+  for step in (2, 4, 6):
+    w.add_scalar('train/loss', 1.0 / step, step)
+  w.add_scalar('validation/bleu', 42.5, 6)
+  w.close()
+  got = explorer_data.read_scalars(str(tmp_path))
+  assert got['train/loss'] == [(2, 0.5), (4, 0.25), (6, pytest.approx(1 / 6))]
+  assert got['validation/bleu'] == [(6, 42.5)]
+  assert explorer_data.read_scalars(str(tmp_path / 'none')) == {}
+
+
+def test_maps_are_stored_in_thousandths_and_attributions_normalised_per_token():
+  w = np.array([[0.12345, 0.87655], [0.5, 0.5]])
+  ints = explorer_data._ints(w)
+  assert ints == [[123, 877], [500, 500]]
+  assert np.abs(np.array(ints) / explorer_data.SCALE - w).max() <= 5e-4
+  s = explorer_data._normalised(np.array([[2.0, -4.0], [0.0, 0.0]]))
+  np.testing.assert_allclose(s, [[0.5, -1.0], [0.0, 0.0]])
+  pooled = explorer_data._pooled(np.ones((1, 3, 5)), (2, 3), (2, 2))   # cut / padded cells
+  np.testing.assert_allclose(pooled, [[[4, 4, 2], [2, 2, 1]]])
