@@ -5,8 +5,6 @@ several runs built from their records. (tests/test_explorer.py opens the pages i
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from attention_jax import workdir as workdir_lib
 from attention_jax.evaluation import explorer, explorer_data, records
 
-from helpers import ROOT
+from helpers import run_modules
 
 
 def fake_run(workdir, hyps, refs, task='toy', split='test', records_too=True):
@@ -38,45 +36,44 @@ def fake_run(workdir, hyps, refs, task='toy', split='test', records_too=True):
 REFS = ['abc', 'de', 'fghi', 'jk']
 
 
-def explore_cmd(*args):
-  return subprocess.run([sys.executable, '-m', 'experiments.explore', *map(str, args)],
-                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+CASES = {'no_records': 'no per-sentence records', 'other_task': "'other' run",
+         'other_split': 'different test', 'bad_out': 'no such folder',
+         'foreign_out': 'not written by explore', 'missing': 'no such run',
+         'bad_method': 'nosuch'}
 
 
-@pytest.mark.parametrize('case', ['no_records', 'other_task', 'other_split', 'bad_out',
-                                  'foreign_out', 'missing', 'bad_method'])
-def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path, case):
-  a = fake_run(tmp_path / 'a', REFS, REFS)
-  out = tmp_path / 'page'
-  args = [a]
-  if case == 'no_records':
-    args = [fake_run(tmp_path / 'b', REFS, REFS, records_too=False)]
-  elif case == 'other_task':
-    args.append(fake_run(tmp_path / 'b', REFS, REFS, task='other'))
-  elif case == 'other_split':   # other sentences: the fingerprints differ
-    args.append(fake_run(tmp_path / 'b', REFS[:3], REFS[:3]))
-  elif case == 'bad_out':
-    out = tmp_path / 'no' / 'such' / 'page'
-  elif case == 'foreign_out':
-    out.mkdir()
-    (out / 'notes.txt').write_text('mine')
-  elif case == 'missing':
-    args = [tmp_path / 'nowhere']
-  elif case == 'bad_method':
-    args.append('--methods=gradient,nosuch')
-  before = sorted(os.listdir(tmp_path))
-  proc = explore_cmd(*args, f'--out={out}')
-  assert proc.returncode == 2, proc.stderr[-2000:]
-  lines = proc.stderr.strip().splitlines()
-  assert len(lines) == 1 and lines[0].startswith('error: '), proc.stderr
-  want = {'no_records': 'no per-sentence records', 'other_task': "'other' run",
-          'other_split': 'different test', 'bad_out': 'no such folder',
-          'foreign_out': 'not written by explore', 'missing': 'no such run',
-          'bad_method': 'nosuch'}[case]
-  assert want in lines[0], lines[0]
-  assert sorted(os.listdir(tmp_path)) == before            # nothing half-written beside
-  if case == 'foreign_out':
-    assert os.listdir(out) == ['notes.txt']
+def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path):
+  """Each case (CASES: what its line says) as `python -m experiments.explore`, all at once."""
+  argvs, folders = [], []
+  for case in CASES:
+    tmp = tmp_path / case
+    a = fake_run(tmp / 'a', REFS, REFS)
+    out, args = tmp / 'page', [a]
+    if case == 'no_records':
+      args = [fake_run(tmp / 'b', REFS, REFS, records_too=False)]
+    elif case == 'other_task':
+      args.append(fake_run(tmp / 'b', REFS, REFS, task='other'))
+    elif case == 'other_split':   # other sentences: the fingerprints differ
+      args.append(fake_run(tmp / 'b', REFS[:3], REFS[:3]))
+    elif case == 'bad_out':
+      out = tmp / 'no' / 'such' / 'page'
+    elif case == 'foreign_out':
+      out.mkdir()
+      (out / 'notes.txt').write_text('mine')
+    elif case == 'missing':
+      args = [tmp / 'nowhere']
+    elif case == 'bad_method':
+      args.append('--methods=gradient,nosuch')
+    argvs.append([*args, f'--out={out}'])
+    folders.append((tmp, sorted(os.listdir(tmp))))
+  for case, proc, (tmp, before) in zip(CASES, run_modules('experiments.explore', argvs),
+                                       folders):
+    assert proc.returncode == 2, (case, proc.stderr[-2000:])
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('error: '), (case, proc.stderr)
+    assert CASES[case] in lines[0], (case, lines[0])
+    assert sorted(os.listdir(tmp)) == before, case          # nothing half-written beside
+  assert os.listdir(tmp_path / 'foreign_out' / 'page') == ['notes.txt']
 
 
 def test_an_unwritable_out_is_refused(tmp_path):
