@@ -86,11 +86,14 @@ function image(d, t) {
     z.push(row);
   }
   const [ch, cw] = d.cell, a = d.attn[t] || [[]];
+  // each token's map over the image: transparent where 0, red at the token's largest value
   const over = (m, name) => ({type: 'heatmap', z: scaled(m), x0: cw / 2 - 0.5, dx: cw,
-    y0: ch / 2 - 0.5, dy: ch, opacity: 0.55, colorscale: 'Hot', zmin: 0, zmax: 1, name: name,
+    y0: ch / 2 - 0.5, dy: ch, zmin: 0, zmax: Math.max(1e-3, ...m.flat().map((v) => v / K)),
+    colorscale: [[0, 'rgba(228,30,30,0)'], [1, 'rgba(228,30,30,0.85)']], name: name,
     hovertemplate: name + ' %{z:.3f}<extra></extra>'});
-  const layout = (title) => ({title: {text: title, font: {size: 13}}, height: 120 + 2 * h,
-    margin: {l: 30, r: 10, t: 30, b: 20}, yaxis: {autorange: 'reversed', scaleanchor: 'x'}});
+  const layout = (title) => ({title: {text: title, font: {size: 13}},
+    height: 90 + h * Math.min(6, 1100 / w), margin: {l: 30, r: 10, t: 30, b: 20},
+    yaxis: {autorange: 'reversed', scaleanchor: 'x'}});
   const img = {type: 'heatmap', z: z, colorscale: 'Greys', reversescale: true, showscale: false,
                hoverinfo: 'skip'};
   const tok = d.tgt_tokens[t] ?? '';

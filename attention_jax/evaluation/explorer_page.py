@@ -35,6 +35,7 @@ th{cursor:pointer;background:#f6f6f6} #sentences-table th{position:sticky;top:0}
 #sentences-table tbody tr{cursor:pointer} #sentences-table tr:hover{background:#f0f6ff}
 #sentences-table tr.selected{background:#dbe9ff} .right{color:#1a7f37} .wrong{color:#c62828}
 .maps{display:flex;flex-wrap:wrap;gap:8px} .maps>div{min-width:380px;flex:1}
+.maps.stack{flex-direction:column}
 .filters{margin:.5em 0;display:flex;gap:1em;align-items:center;flex-wrap:wrap}
 .sig{font-weight:bold;color:#1a7f37} .figs{display:flex;flex-wrap:wrap} .figs>div{flex:1;min-width:420px}
 .note{color:#666;font-size:12px}
@@ -165,7 +166,7 @@ def run_body(s: dict, methods: Sequence[str], beam: int, detailed: int, back: st
              + '</select></label>')
   if s['source'] == 'images':
     maps = ('<div><button id="prev-token">◀ token</button> <button id="next-token">token ▶'
-            '</button> <span id="token-label"></span></div><div class="maps"><div id="overlay">'
+            '</button> <span id="token-label"></span></div><div class="maps stack"><div id="overlay">'
             '</div>' + ''.join(f'<div id="map-{m}"></div>' for m in methods) + '</div>')
   else:
     maps = ('<div class="maps"><div id="attn"></div>'
