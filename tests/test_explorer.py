@@ -44,7 +44,7 @@ def pages(tmp_path_factory, data_dir):
   train.train_and_evaluate(cfg, tf)
   train.train_and_evaluate(smoke(image_dates, data_dir), img)
   explorer.explore([rnn, tf], str(tmp / 'cmp'), beam=2, verbose=False)
-  explorer.explore(img, str(tmp / 'img'), beam=2, methods=['gradient'], limit=4, verbose=False)
+  explorer.explore(img, str(tmp / 'img'), beam=2, verbose=False)
   run_page = lambda name: str(tmp / 'cmp' / 'runs' / name / 'index.html')
   return {'rnn': (run_page('reverse_rnn'), rnn), 'transformer': (run_page('reverse_transformer'), tf),
           'image': (str(tmp / 'img' / 'index.html'), img),

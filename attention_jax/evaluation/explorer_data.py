@@ -28,6 +28,7 @@ from attention_jax.evaluation import compare as compare_lib
 from attention_jax.evaluation import records as records_lib
 from attention_jax.implicit import attribution
 from attention_jax.models import encoders
+from attention_jax.models import images as images_lib
 from attention_jax.symbols import BOS
 
 SCALE = 1000   # maps are stored as ints in 1/SCALE
@@ -226,6 +227,42 @@ def _token_saliency(translator, method: str, sources: Sequence[str],
   return out
 
 
+def _image_saliency(translator, method: str, images: Sequence[np.ndarray],
+                    outputs: Sequence[np.ndarray], grids: Sequence[tuple[int, int]],
+                    rows: int = 8) -> list[np.ndarray]:
+  """translator.saliency(image, method, reference=output) of each image, over its own grid of
+  cells [T_i, H'_i, W'_i] (pixel methods: |score| summed per cell, _pooled), computed in
+  batches of `rows` padded to one shape: one compiled program per method, not one per image
+  size. grids: each image's attention grid (its weights' shape)."""
+  fn = translator.attributor(method, attribution.Options())
+  cfg = translator.config
+  cell = encoders.lookup(cfg.encoder).cell_size(cfg)
+  shape = (max(im.shape[0] for im in images), max(im.shape[1] for im in images))
+  t_len = _round8(max(len(o) for o in outputs))
+  over_memory = attribution.lookup(method).over == 'memory'
+  out = []
+  for start in range(0, len(images), rows):
+    chunk = list(range(start, min(start + rows, len(images))))
+    fill = [images[chunk[0]]] * (rows - len(chunk))            # filler rows: a copy
+    src = images_lib.pad_batch([images[i] for i in chunk] + fill, cell, shape)
+    tgt_in, tgt_out = np.zeros((rows, t_len), np.int32), np.zeros((rows, t_len), np.int32)
+    tgt_in[:, 0] = BOS
+    for r, i in enumerate(chunk):
+      ids = np.asarray(outputs[i], np.int32)
+      tgt_out[r, :len(ids)] = ids
+      tgt_in[r, :len(ids)] = np.concatenate([[BOS], ids[:-1]])
+    scores = np.asarray(fn(translator.params, src, tgt_in, tgt_out).scores)
+    grid = encoders.grid_shape(cfg, src.shape[1:3])
+    for r, i in enumerate(chunk):
+      s, (gh, gw) = scores[r, :len(outputs[i])], grids[i]
+      if over_memory:
+        out.append(s.reshape(len(s), *grid)[:, :gh, :gw])
+      else:
+        h, w = images[i].shape[:2]
+        out.append(_pooled(s[:, :h, :w], (gh, gw), _cells(translator, images[i], (gh, gw))))
+  return out
+
+
 def _layer_weights(translator, source: str, ids: np.ndarray) -> np.ndarray:
   """translator.attend_heads(source)'s weights [N, H, T, S] for the output `ids`, the source
   and output padded to multiples of 8 (few compiled shapes), then cut."""
@@ -256,12 +293,17 @@ def sentence_details(translator, summary: dict, task, methods: Sequence[str], be
     nbest = (translator.decode(sources, beam=beam, alpha=alpha, nbest=beam, with_weights=False)
              if beam > 1 else best)
     maps = {}
-    if not images:
-      todo = [k for k, h in enumerate(best) if len(h.ids[0])]
-      for m in methods:
-        got = _token_saliency(translator, m, [sources[k] for k in todo],
-                              [best[k].ids[0] for k in todo]) if todo else []
-        maps[m] = dict(zip(todo, got))
+    todo = [k for k, h in enumerate(best) if len(h.ids[0])]
+    for m in methods:
+      if not todo:
+        maps[m] = {}
+      elif images:
+        maps[m] = dict(zip(todo, _image_saliency(
+            translator, m, [sources[k] for k in todo], [best[k].ids[0] for k in todo],
+            [best[k].weights[0].shape[1:] for k in todo])))
+      else:
+        maps[m] = dict(zip(todo, _token_saliency(translator, m, [sources[k] for k in todo],
+                                                 [best[k].ids[0] for k in todo])))
   cfg = translator.config
   transformer = cfg.arch == 'transformer'
   out = {}
@@ -276,15 +318,8 @@ def sentence_details(translator, summary: dict, task, methods: Sequence[str], be
                else _layer_weights(translator, src, h.ids[0]))
       d['heads'] = _ints(heads)
     for m in methods:
-      if not tgt_tokens:
-        break
-      if images:
-        s = translator.saliency(src, method=m, reference=h.outputs[0]).scores
-        if s.ndim == 3 and s.shape[1:] != weights.shape[1:]:
-          s = _pooled(s, weights.shape[1:], cell)      # pixels -> the attention's grid cells
-      else:
-        s = maps[m][k]
-      d['maps'][m] = _ints(_normalised(np.asarray(s, np.float64))[:len(tgt_tokens)])
+      if tgt_tokens:
+        d['maps'][m] = _ints(_normalised(np.asarray(maps[m][k], np.float64))[:len(tgt_tokens)])
     if not images and task.has_alignment:
       src_text, ref = task.texts(split)[r['id']]
       gold = task.gold_alignment(np.asarray(task.src_tok.encode(src_text)),
