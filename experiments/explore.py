@@ -17,7 +17,7 @@ from attention_jax.evaluation import explorer
 from experiments import cli
 
 flags.DEFINE_string('split', 'test', 'Whose per-sentence records to show.')
-flags.DEFINE_string('out', None, 'The output folder (default: explore/<name of the first run>).')
+flags.DEFINE_string('out', None, 'The output folder (default: explore_<name of the first run>).')
 flags.DEFINE_list('methods', list(explorer.DEFAULT_METHODS),
                   'Attribution methods drawn beside the attention ("" for none).')
 flags.DEFINE_integer('beam', None, 'Beam size of the n-best lists (default: the run\'s '
@@ -32,9 +32,7 @@ def main(argv):
   if not paths:
     raise app.UsageError('give a run, several runs or a sweep root: bash launch.sh explore '
                          'RUN [RUN ...] [--split=test] [--out=DIR]')
-  out = FLAGS.out or f'explore/{paths[0].rstrip("/").split("/")[-1]}'
-  if not FLAGS.out:
-    os.makedirs('explore', exist_ok=True)
+  out = FLAGS.out or f'explore_{os.path.basename(os.path.normpath(paths[0]))}'
   explorer.explore(paths, out, split=FLAGS.split, methods=[m for m in FLAGS.methods if m],
                    beam=FLAGS.beam, limit=FLAGS.limit)
 

@@ -1,18 +1,23 @@
 """The explorer without a browser: its inputs refused before any work (a run without records,
 runs of another task or split, an unwritable --out: one line, exit 2, nothing written), the
-training curves read from TensorBoard's files, the maps' compact form, and the comparison of
-several runs built from their records. (tests/test_explorer.py opens the pages in Chromium.)"""
+training curves read from TensorBoard's files, the maps' compact form, the comparison of
+several runs built from their records, a tiny run's maps equal to the Translator's own, and
+the page written whole or not at all. (tests/test_explorer.py opens the pages in Chromium.)"""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 
 from attention_jax import workdir as workdir_lib
-from attention_jax.evaluation import explorer, explorer_data, records
+from attention_jax.decoding import loading
+from attention_jax.evaluation import explorer, explorer_data, explorer_page, records
+from attention_jax.training import train
+from experiments.configs import reverse
 
-from helpers import run_modules
+from helpers import run_modules, smoke
 
 
 def fake_run(workdir, hyps, refs, task='toy', split='test', records_too=True):
@@ -95,6 +100,7 @@ def test_resolve_finds_a_sweep_s_runs_and_names_them(tmp_path):
   assert {r.task for r in runs} == {'toy'}
 
 
+@pytest.mark.filterwarnings('ignore:Mean of empty slice')   # (runs without a train speed)
 def test_comparison_says_who_got_each_sentence_right_and_tests_the_variants(tmp_path):
   a = fake_run(tmp_path / 'a', REFS, REFS)
   b = fake_run(tmp_path / 'b', ['abc', 'xx', 'fghi', 'yy'], REFS)
@@ -129,3 +135,55 @@ def test_maps_are_stored_in_thousandths_and_attributions_normalised_per_token():
   np.testing.assert_allclose(s, [[0.5, -1.0], [0.0, 0.0]])
   pooled = explorer_data._pooled(np.ones((1, 3, 5)), (2, 3), (2, 2))   # cut / padded cells
   np.testing.assert_allclose(pooled, [[[4, 4, 2], [2, 2, 1]]])
+
+
+@pytest.fixture(scope='module')
+def reverse_run(tmp_path_factory, data_dir):
+  """A reverse smoke run (8 steps: its maps need not mean anything, only equal the model's)."""
+  workdir = str(tmp_path_factory.mktemp('explorer_data') / 'reverse')
+  train.train_and_evaluate(smoke(reverse, data_dir), workdir)
+  return workdir
+
+
+def test_sentence_details_equal_the_translator_s_own_maps(reverse_run):
+  run = explorer_data.resolve([reverse_run], 'test')[0]
+  t = loading.load(reverse_run)
+  task = explorer_data.load_task(run.config, (t.src_tok, t.tgt_tok))
+  summary = explorer_data.run_summary(run, 'test', task)
+  assert [r['id'] for r in summary['sentences']] == list(range(32))
+  assert [r['hyp'] for r in summary['sentences']] == [r['hyp'] for r in run.records]
+  assert summary['curves']['train/loss'] and summary['by_length']
+  details = explorer_data.sentence_details(t, summary, task, ('gradient', 'gradient_x_input'),
+                                           beam=2, limit=5)
+  assert sorted(details) == list(range(5))
+  for k, d in details.items():
+    src, ref = task.texts('test')[k]
+    out, weights, src_tokens, tgt_tokens = t.attend(src)
+    assert (d['output'], d['src_tokens'], d['tgt_tokens']) == (out, src_tokens, tgt_tokens)
+    assert out == summary['sentences'][k]['hyp']       # the records' (greedy) output
+    np.testing.assert_allclose(np.array(d['attn']) / explorer_data.SCALE, weights, atol=5e-4)
+    for m in ('gradient', 'gradient_x_input'):
+      want = explorer_data._normalised(t.saliency(src, method=m, reference=out).scores)
+      np.testing.assert_allclose(np.array(d['maps'][m]) / explorer_data.SCALE, want,
+                                 atol=5e-4 + 1e-5)
+    assert d['gold'] == list(task.gold_alignment(np.asarray(task.src_tok.encode(src)),
+                                                 np.asarray(task.tgt_tok.encode(ref))))
+    assert [o for o, _ in d['nbest']] == [o for o, _ in t.translate([src], beam=2, nbest=2)[0]]
+
+
+def test_explore_writes_a_page_replaces_an_earlier_one_and_leaves_nothing_on_failure(
+    reverse_run, tmp_path, monkeypatch):
+  out = tmp_path / 'page'
+  index = explorer.explore(reverse_run, str(out), methods=(), beam=1, limit=3, verbose=False)
+  page = open(index, encoding='utf-8').read()
+  assert len(re.findall(r'<tr data-sentence-id="\d+"', page)) == 32
+  assert sorted(os.listdir(out / 'data')) == ['0.js', '1.js', '2.js']
+  assert 'https://' not in page and 'http://' not in page
+  explorer.explore(reverse_run, str(out), methods=(), beam=1, limit=1, verbose=False)
+  assert os.listdir(out / 'data') == ['0.js']                    # replaced whole
+  def fail(*args, **kwargs):
+    raise KeyboardInterrupt
+  monkeypatch.setattr(explorer_page, 'write_run_page', fail)
+  with pytest.raises(KeyboardInterrupt):
+    explorer.explore(reverse_run, str(tmp_path / 'other'), methods=(), beam=1, verbose=False)
+  assert sorted(os.listdir(tmp_path)) == ['page']                # no temp folder left
