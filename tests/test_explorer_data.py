@@ -90,6 +90,7 @@ def test_an_unwritable_out_is_refused(tmp_path):
     explorer.check_out(str(locked / 'page'))
 
 
+@pytest.mark.filterwarnings('ignore:Mean of empty slice')   # (runs without a train speed)
 def test_resolve_finds_a_sweep_s_runs_and_names_them(tmp_path):
   for variant in ('additive', 'dot'):
     for seed in (0, 1):
@@ -98,6 +99,13 @@ def test_resolve_finds_a_sweep_s_runs_and_names_them(tmp_path):
   assert [r.name for r in runs] == [f'sweep/{v}/seed_{s}' for v in ('additive', 'dot')
                                     for s in (0, 1)]
   assert {r.task for r in runs} == {'toy'}
+  c = explorer_data.comparison(runs, 'test')     # the variants, each over its two seeds
+  assert sorted(c['groups']) == ['sweep/additive', 'sweep/dot']
+  assert c['compare']['summary'][0]['seeds'] == 2
+  one = explorer_data.resolve([str(tmp_path / 'sweep' / 'dot')], 'test')
+  c = explorer_data.comparison(one, 'test')       # one variant's seeds: with each other
+  assert sorted(c['groups']) == ['dot/seed_0', 'dot/seed_1']
+  assert len(c['compare']['comparisons']) == 2      # bleu and exact match: seed_1 vs seed_0
 
 
 @pytest.mark.filterwarnings('ignore:Mean of empty slice')   # (runs without a train speed)

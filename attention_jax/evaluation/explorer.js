@@ -43,7 +43,7 @@ function sortBy(th) {
   body.append(...sorted);
 }
 
-function open(id) {
+function openSentence(id) {
   document.querySelectorAll('#sentences-table tr.selected').forEach((tr) => tr.classList.remove('selected'));
   const tr = document.querySelector(`#sentences-table tr[data-sentence-id="${id}"]`);
   if (tr) tr.classList.add('selected');
@@ -157,7 +157,7 @@ function start() {
   document.querySelectorAll('.filter').forEach((el) => el.addEventListener('input', applyFilters));
   document.querySelector('#sentences-table tbody').addEventListener('click', (e) => {
     const tr = e.target.closest('tr');
-    if (tr && !e.target.closest('a')) open(Number(tr.dataset.sentenceId));
+    if (tr && !e.target.closest('a')) openSentence(Number(tr.dataset.sentenceId));
   });
   for (const id of ['layer', 'head']) {
     const el = document.getElementById(id);
@@ -167,7 +167,7 @@ function start() {
   if (prev) { prev.addEventListener('click', () => step(-1)); next.addEventListener('click', () => step(1)); }
   applyFilters();
   const m = location.hash.match(/sentence=(\d+)/);
-  if (m) open(Number(m[1]));
+  if (m) openSentence(Number(m[1]));
 }
 
 // (loaded last in the body: the table is parsed and painted before Plotly is)

@@ -343,6 +343,8 @@ def comparison(runs: Sequence[RunInfo], split: str, texts=None) -> dict:
     parts = r.name.split(os.sep)
     key = os.sep.join(parts[:-1]) if len(parts) > 1 and parts[-1].startswith('seed_') else r.name
     groups.setdefault(key, []).append(r)
+  if len(groups) == 1:   # one variant's seeds: compared with each other
+    groups = {r.name: [r] for r in runs}
   evaluated = [compare_lib.Group(name, [compare_lib.load_run(r.workdir, (split,)) for r in rs])
                for name, rs in groups.items()]
   cmp = compare_lib.compare(evaluated, split, trials=2000) if len(evaluated) > 1 else None

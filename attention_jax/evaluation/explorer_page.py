@@ -29,15 +29,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1em 2em;color:#222}
 h1{font-size:1.4em} h2{font-size:1.15em;margin-top:1.5em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:13px} td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}
-th{cursor:pointer;background:#f6f6f6} #sentences-table th{position:sticky;top:0} .num{text-align:right}
+table{border-collapse:collapse;font-size:13px}
+td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}
+th{cursor:pointer;background:#f6f6f6} #sentences-table th{position:sticky;top:0}
+.num{text-align:right}
 #sentences-wrap{max-height:420px;overflow:auto;border:1px solid #ddd}
 #sentences-table tbody tr{cursor:pointer} #sentences-table tr:hover{background:#f0f6ff}
 #sentences-table tr.selected{background:#dbe9ff} .right{color:#1a7f37} .wrong{color:#c62828}
 .maps{display:flex;flex-wrap:wrap;gap:8px} .maps>div{min-width:380px;flex:1}
 .maps.stack{flex-direction:column}
 .filters{margin:.5em 0;display:flex;gap:1em;align-items:center;flex-wrap:wrap}
-.sig{font-weight:bold;color:#1a7f37} .figs{display:flex;flex-wrap:wrap} .figs>div{flex:1;min-width:420px}
+.sig{font-weight:bold;color:#1a7f37}
+.figs{display:flex;flex-wrap:wrap} .figs>div{flex:1;min-width:420px}
 .note{color:#666;font-size:12px}
 """
 
@@ -154,8 +157,9 @@ def run_body(s: dict, methods: Sequence[str], beam: int, detailed: int, back: st
     rows.append(
         f'<tr data-sentence-id="{r["id"]}" data-len="{r["len"]}" data-exact="{r["exact"]}">'
         f'<td class="num">{r["id"]}</td><td>{_e(r["src"])}</td><td>{_e(r["ref"])}</td>'
-        f'<td>{_e(r["hyp"])}</td><td class="{ok}" data-v="{r["exact"]}">{"✓" if r["exact"] else "✗"}'
-        f'</td><td class="num">{r["bleu"]}</td><td class="num">{r["chrf"]}</td>'
+        f'<td>{_e(r["hyp"])}</td><td class="{ok}" data-v="{r["exact"]}">'
+        f'{"✓" if r["exact"] else "✗"}</td><td class="num">{r["bleu"]}</td>'
+        f'<td class="num">{r["chrf"]}</td>'
         f'<td class="num">{r["len"]}</td></tr>')
   heads = ''
   if s['arch'] == 'transformer':
@@ -166,26 +170,30 @@ def run_body(s: dict, methods: Sequence[str], beam: int, detailed: int, back: st
              + '</select></label>')
   if s['source'] == 'images':
     maps = ('<div><button id="prev-token">◀ token</button> <button id="next-token">token ▶'
-            '</button> <span id="token-label"></span></div><div class="maps stack"><div id="overlay">'
-            '</div>' + ''.join(f'<div id="map-{m}"></div>' for m in methods) + '</div>')
+            '</button> <span id="token-label"></span></div><div class="maps stack">'
+            '<div id="overlay"></div>'
+            + ''.join(f'<div id="map-{m}"></div>' for m in methods) + '</div>')
   else:
     maps = ('<div class="maps"><div id="attn"></div>'
             + ''.join(f'<div id="map-{m}"></div>' for m in methods) + '</div>')
   note = (f'<p class="note">maps of the first {detailed} of {len(s["sentences"])} sentences '
           'by id</p>' if detailed < len(s['sentences']) else '')
   return f"""{back}<h1>{_e(s['name'])}</h1>
-<p>{_e(s['task'])}, {_e(s['variant'] or s['arch'])}, split {_e(s['split'])}, best step {s['step']};
-maps: the greedy output's attention (as the run's records), {_e(', '.join(methods) or 'no attribution')};
-n-best: beam {beam}. <span class="note">{_e(s['workdir'])}</span></p>
+<p>{_e(s['task'])}, {_e(s['variant'] or s['arch'])}, split {_e(s['split'])},
+best step {s['step']}; maps: the greedy output's attention (as the run's records),
+{_e(', '.join(methods) or 'no attribution')}; n-best: beam {beam}.
+<span class="note">{_e(s['workdir'])}</span></p>
 <h2>The run</h2>{_table(s['results'], cols, 'results')}
 <div class="figs">{_fig(by_len, 'by-length')}{_curves(s['curves'])}</div>
 <h2>Sentences</h2>
 <div class="filters">{_length_bands(s['by_length'])}
 <label>outputs <select id="f-correct" class="filter"><option value="">all</option>
 <option value="right">right (exact)</option><option value="wrong">wrong</option></select></label>
-<label>search <input id="f-search" class="filter" type="search"></label> <span id="f-count"></span></div>{note}
+<label>search <input id="f-search" class="filter" type="search"></label>
+<span id="f-count"></span></div>{note}
 <div id="sentences-wrap"><table id="sentences-table"><thead><tr><th>id</th><th>source</th>
-<th>reference</th><th>output</th><th>exact</th><th>BLEU</th><th>chrF</th><th>length</th></tr></thead>
+<th>reference</th><th>output</th><th>exact</th><th>BLEU</th><th>chrF</th><th>length</th>
+</tr></thead>
 <tbody>{''.join(rows)}</tbody></table></div>
 <h2>One sentence</h2><p id="sentence-head" class="note">click a sentence</p>
 <div id="sentence" hidden>{heads}{maps}
@@ -219,8 +227,12 @@ def write_run_page(folder: str, summary: dict, details: dict[int, dict], root: s
 
 
 def _mark(row: dict) -> str:
-  p = row['p_sentences_holm'] if np.isfinite(row['p_sentences_holm']) else row['p_seeds_holm']
-  return '***' if p < 0.001 else '**' if p < 0.01 else '*' if p < 0.05 else ''
+  """compare's significance (every known Holm-adjusted p under 0.05) as stars, by the
+  largest of those p."""
+  ps = [row[k] for k in ('p_seeds_holm', 'p_sentences_holm') if np.isfinite(row[k])]
+  if not row['significant'] or not ps:
+    return ''
+  return '***' if max(ps) < 0.001 else '**' if max(ps) < 0.01 else '*'
 
 
 def comparison_body(c: dict, links: dict[str, str]) -> str:
@@ -231,28 +243,31 @@ def comparison_body(c: dict, links: dict[str, str]) -> str:
            f'<h2>Runs</h2><ul id="run-links">{link_list}</ul>']
   cmp = c['compare']
   if cmp is not None:
-    summary = [{**r, **{k: v for k, v in r.items()}} for r in cmp['summary']]
-    cols = ['variant', 'seeds'] + [f'{m}_{k}' for m in cmp['metrics'] for k in ('mean', 'ci_lo', 'ci_hi')]
+    cols = ['variant', 'seeds'] + [f'{m}_{k}' for m in cmp['metrics']
+                                   for k in ('mean', 'ci_lo', 'ci_hi')]
+    p = compare_lib.format_p
     rows = ''.join(
-        f'<tr data-variant="{_e(r["variant"])}"><td>{_e(r["variant"])}</td><td>{_e(r["metric"])}</td>'
-        f'<td class="num">{r["diff"]:+.2f}</td><td class="num">{compare_lib.format_p(r["p_seeds_holm"])}'
-        f'</td><td class="num">{compare_lib.format_p(r["p_sentences_holm"])}</td>'
+        f'<tr data-variant="{_e(r["variant"])}"><td>{_e(r["variant"])}</td>'
+        f'<td>{_e(r["metric"])}</td><td class="num">{r["diff"]:+.2f}</td>'
+        f'<td class="num">{p(r["p_seeds_holm"])}</td>'
+        f'<td class="num">{p(r["p_sentences_holm"])}</td>'
         f'<td class="sig">{_mark(r)}</td><td>{_e(r["sentence"])}</td></tr>'
         for r in cmp['comparisons'])
     parts.append(
-        f'<h2>Comparisons (baseline {_e(cmp["baseline"])})</h2>{_table(summary, cols, "summary")}'
+        f'<h2>Comparisons (baseline {_e(cmp["baseline"])})</h2>'
+        f'{_table(cmp["summary"], cols, "summary")}'
         f'<p></p><table id="comparisons"><thead><tr><th>variant</th><th>metric</th><th>diff</th>'
         '<th>p seeds (Holm)</th><th>p sentences (Holm)</th><th>sig.</th><th>in words</th></tr>'
-        f'</thead><tbody>{rows}</tbody></table><p class="note">* p &lt; 0.05, ** &lt; 0.01, '
-        '*** &lt; 0.001 (Holm-adjusted; over sentences, else over seeds)</p>')
+        f'</thead><tbody>{rows}</tbody></table><p class="note">significant (every Holm-adjusted '
+        'p below 0.05, over seeds and over sentences): *, ** below 0.01, *** below 0.001</p>')
     metric = cmp['metrics'][0]
     fig = go.Figure()
-    for name, rows_ in cmp['by_length'].items():
-      fig.add_scatter(x=[b['bucket'] for b in rows_], y=[b[metric] for b in rows_], name=name,
-                      mode='lines+markers', error_y=dict(
-                          type='data', symmetric=False,
-                          array=[(b['ci_hi'] - b[metric]) if np.isfinite(b['ci_hi']) else 0 for b in rows_],
-                          arrayminus=[(b[metric] - b['ci_lo']) if np.isfinite(b['ci_lo']) else 0 for b in rows_]))
+    for name, bands in cmp['by_length'].items():
+      up = [b['ci_hi'] - b[metric] if np.isfinite(b['ci_hi']) else 0 for b in bands]
+      down = [b[metric] - b['ci_lo'] if np.isfinite(b['ci_lo']) else 0 for b in bands]
+      fig.add_scatter(x=[b['bucket'] for b in bands], y=[b[metric] for b in bands], name=name,
+                      mode='lines+markers',
+                      error_y=dict(type='data', symmetric=False, array=up, arrayminus=down))
     fig.update_layout(title=f'{metric} by source length (95% interval over seeds)',
                       xaxis_title='source length')
     parts.append(_fig(fig, 'by-length'))
