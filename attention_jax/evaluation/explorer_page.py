@@ -36,6 +36,7 @@ th{cursor:pointer;background:#f6f6f6} #sentences-table th{position:sticky;top:0}
 #sentences-wrap{max-height:420px;overflow:auto;border:1px solid #ddd}
 #sentences-table tbody tr{cursor:pointer} #sentences-table tr:hover{background:#f0f6ff}
 #sentences-table tr.selected{background:#dbe9ff} .right{color:#1a7f37} .wrong{color:#c62828}
+td.right a{color:#1a7f37;text-decoration:none} td.wrong a{color:#c62828;text-decoration:none}
 .maps{display:flex;flex-wrap:wrap;gap:8px} .maps>div{min-width:380px;flex:1}
 .maps.stack{flex-direction:column}
 .filters{margin:.5em 0;display:flex;gap:1em;align-items:center;flex-wrap:wrap}
