@@ -20,6 +20,9 @@
 #   bash launch.sh attribute --workdir=runs/X [--methods=gradient,integrated_gradients] [--input=F]
 #                                       implicit attention (gradients) beside the explicit weights:
 #                                       figures, and against gold alignments (experiments/attribute.py)
+#   bash launch.sh explore RUN [RUN ...] [--split=test] [--out=DIR] [--methods=gradient] [--beam=5]
+#                                       an offline page (index.html) of a run, or of runs / a sweep
+#                                       compared sentence by sentence: heatmaps, filters (docs/explorer.md)
 #   bash launch.sh bench [--quick]      speed benchmark: train tok/s, FLOP/s, compile time, decoding
 #                                       (writes benchmark.json; --configs --scores --decoders select;
 #                                       --attribution=all: the attribution methods' speed instead)
@@ -134,6 +137,10 @@ case "$cmd" in
   attribute)
     setup
     exec python -m experiments.attribute "$@"
+    ;;
+  explore)
+    setup
+    exec python -m experiments.explore "$@"
     ;;
   bench)
     setup

@@ -12,6 +12,7 @@
   t.translate(['Nov 3, 1999'], beam=5, nbest=2)   # [[('1999-11-03', -0.01), (..., ...)]]
   t = aj.load(['runs/a', 'runs/b'])      # an ensemble: the mean of the runs' log-probabilities
   aj.evaluate_run('runs/dates_additive', src='my.src', ref='my.ref', beam=5)
+  aj.explore(['runs/dates_additive'], out='explore/dates')   # an offline page: docs/explorer.md
 """
 
 from attention_jax import lazy
@@ -25,6 +26,7 @@ __getattr__, __dir__, __all__ = lazy.exports(__name__, {
                                         'load_ensemble'],
     'attention_jax.decoding.greedy': ['greedy'],
     'attention_jax.decoding.translator': ['Hypotheses', 'Translator'],
+    'attention_jax.evaluation.explorer': ['explore'],
     'attention_jax.evaluation.plots': ['plot_attention', 'plot_attention_grid'],
     'attention_jax.evaluation.saved_run': ['evaluate_run'],
     'attention_jax.models.attention': ['MODES', 'NORMALISERS', 'Attention', 'masked_softmax',
