@@ -33,6 +33,16 @@ def smoke(module, data_dir, **overrides):
   return c
 
 
+def without_dac_override():
+  """preexec_fn of a child that must meet permission bits as a user does (as root, CI):
+  drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from its bounding set before exec."""
+  import ctypes  # pylint: disable=g-import-not-at-top
+  libc = ctypes.CDLL(None, use_errno=True)
+  for cap in (1, 2):   # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH (linux/capability.h)
+    if libc.prctl(24, cap, 0, 0, 0) != 0:   # PR_CAPBSET_DROP
+      raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')
+
+
 def metrics(results: dict) -> dict:
   """A run's results (summary['results']: split -> report) as results.json holds them, without
   the heatmaps' file paths, which name the workdir: what two runs of one config must share."""

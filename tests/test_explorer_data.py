@@ -7,6 +7,8 @@ the page written whole or not at all. (tests/test_explorer.py opens the pages in
 import json
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from attention_jax.evaluation import explorer, explorer_data, explorer_page, rec
 from attention_jax.training import train
 from experiments.configs import reverse
 
+import helpers
 from helpers import run_modules, smoke
 
 
@@ -82,12 +85,17 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path):
 
 
 def test_an_unwritable_out_is_refused(tmp_path):
-  if os.geteuid() == 0:
-    pytest.skip('root writes anywhere')
+  """A folder the user cannot write: PermissionError before any work (as root, CI, the check
+  runs in a child without the capabilities that override permission bits)."""
   locked = tmp_path / 'locked'
   locked.mkdir(mode=0o500)
-  with pytest.raises(PermissionError):
-    explorer.check_out(str(locked / 'page'))
+  code = ('import sys; from attention_jax.evaluation import explorer; '
+          'explorer.check_out(sys.argv[1])')
+  proc = subprocess.run([sys.executable, '-c', code, str(locked / 'page')], cwd=helpers.ROOT,
+                        capture_output=True, text=True, timeout=300,
+                        preexec_fn=helpers.without_dac_override if os.geteuid() == 0 else None)
+  assert proc.returncode == 1 and 'PermissionError' in proc.stderr, proc.stderr[-2000:]
+  assert os.listdir(locked) == []
 
 
 @pytest.mark.filterwarnings('ignore:Mean of empty slice')   # (runs without a train speed)

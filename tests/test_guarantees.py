@@ -6,7 +6,6 @@ resume into a folder of a user's files."""
 
 import ast
 import builtins
-import ctypes
 import errno
 import functools
 import glob
@@ -68,15 +67,6 @@ def test_a_second_sweep_on_a_busy_directory_is_one_line_exit_2_and_changes_nothi
 
 
 # ---- unusable workdirs -------------------------------------------------------------------------
-def _without_dac_override():
-  """In the child, as root: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding
-  set before exec, so that permission bits bind the command as they bind a user."""
-  libc = ctypes.CDLL(None, use_errno=True)
-  for cap in (1, 2):   # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH (linux/capability.h)
-    if libc.prctl(24, cap, 0, 0, 0) != 0:   # PR_CAPBSET_DROP
-      raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')
-
-
 def test_read_only_and_no_permission_workdirs_are_one_line_before_any_data(tmp_path):
   """A read-only workdir and one without any permission: `error: cannot use RUN as a workdir:
   Permission denied`, exit 2, before any data is prepared. As root (CI), the commands run without the capabilities that
@@ -94,7 +84,7 @@ def test_read_only_and_no_permission_workdirs_are_one_line_before_any_data(tmp_p
         [sys.executable, '-m', 'experiments.main', '--config=experiments/configs/dates.py:smoke',
          f'--config.data.data_dir={data_dir}', f'--workdir={w}'], cwd=ROOT, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        preexec_fn=_without_dac_override if os.geteuid() == 0 else None) for w in workdirs]
+        preexec_fn=helpers.without_dac_override if os.geteuid() == 0 else None) for w in workdirs]
     for w, proc in zip(workdirs, procs):
       out, err = proc.communicate(timeout=600)
       assert proc.returncode == 2, out + err
