@@ -307,3 +307,25 @@ def test_end_to_end_rows_time_fresh_processes_cold_then_warm(monkeypatch):
   assert 'onmt' not in one
   assert end_to_end.format_row(one).startswith('rnn         beam 1 2 core(s): ours cold')
   assert ('as 2 devices' in end_to_end.format_row(row)) == (cores == 2)
+
+
+def test_a_benchmark_names_the_cpu_its_vector_extensions_and_any_isa_cap(monkeypatch):
+  """machine_info (every bench JSON's 'machine'): the CPU model, the extensions that decide
+  the kernels (AVX2, AVX-512, AMX) as /proc/cpuinfo lists them, and the caps a run set on
+  XLA (--xla_cpu_max_isa) or on the peer's PyTorch / oneDNN / MKL."""
+  from experiments.bench import measure  # pylint: disable=g-import-not-at-top
+  avx2_only = ('processor\t: 0\nmodel name\t: AMD EPYC 7B12\n'
+               'flags\t\t: fpu sse2 avx fma avx2 bmi2\n\nprocessor\t: 1\nflags\t\t: avx512f\n')
+  assert measure.cpu_isa(avx2_only) == ['avx2', 'fma']          # the first CPU's flags
+  assert measure.cpu_isa('flags : avx2 fma avx512f avx512_bf16 amx_tile amx_bf16') == [
+      'avx2', 'fma', 'avx512f', 'avx512_bf16', 'amx_tile', 'amx_bf16']
+  assert measure.cpu_isa('') == []
+  jax.devices()   # XLA reads XLA_FLAGS when its backend starts: started before the env changes
+  monkeypatch.setenv('XLA_FLAGS', '--xla_backend_optimization_level=0 --xla_cpu_max_isa=AVX2')
+  monkeypatch.setenv('DNNL_MAX_CPU_ISA', 'AVX2')
+  m = measure.machine_info()
+  assert m['isa_caps'] == {'DNNL_MAX_CPU_ISA': 'AVX2', 'xla_cpu_max_isa': 'AVX2'}
+  assert m['cpu'] and m['cpu_count'] == os.cpu_count()
+  if os.path.exists('/proc/cpuinfo'):
+    with open('/proc/cpuinfo') as f:
+      assert m['cpu_isa'] == measure.cpu_isa(f.read())

@@ -136,14 +136,38 @@ def suppress_eos(params: dict) -> dict:
   return {**params, 'decoder': {**params['decoder'], 'out': out}}
 
 
+# the vector extensions that decide which kernels XLA and oneDNN/MKL run (issue: an AVX2-only
+# EPYC halved our lead over OpenNMT-py): what a benchmark row must name beside its figures
+ISA_FLAGS = ('avx2', 'fma', 'avx512f', 'avx512_bf16', 'avx512_vnni', 'amx_tile', 'amx_bf16',
+             'amx_int8')
+
+
+def cpu_isa(cpuinfo: str) -> list[str]:
+  """The ISA_FLAGS a /proc/cpuinfo text lists (its first 'flags' line), in ISA_FLAGS' order."""
+  flags = next((l.split(':', 1)[1].split() for l in cpuinfo.splitlines()
+                if l.startswith('flags')), [])
+  return [f for f in ISA_FLAGS if f in flags]
+
+
 def machine_info() -> dict[str, Any]:
-  cpu = platform.processor()
+  """The machine a benchmark ran on: the CPU's model, its vector extensions (cpu_isa) and
+  core count, any ISA cap set for XLA (--xla_cpu_max_isa) or the peer (ATEN_CPU_CAPABILITY,
+  DNNL_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS), the software and the devices."""
+  cpu, text = platform.processor(), ''
   try:
     with open('/proc/cpuinfo') as f:
-      cpu = next((l.split(':', 1)[1].strip() for l in f if l.startswith('model name')), cpu)
+      text = f.read()
+    cpu = next((l.split(':', 1)[1].strip() for l in text.splitlines()
+                if l.startswith('model name')), cpu)
   except OSError:
     pass
-  return {'cpu': cpu, 'cpu_count': os.cpu_count(), 'platform': platform.platform(),
+  caps = {k: os.environ[k] for k in ('ATEN_CPU_CAPABILITY', 'DNNL_MAX_CPU_ISA',
+                                      'MKL_ENABLE_INSTRUCTIONS') if k in os.environ}
+  caps.update({f.split('=', 1)[0].lstrip('-'): f.split('=', 1)[1]
+               for f in os.environ.get('XLA_FLAGS', '').split() if f.startswith(
+                   '--xla_cpu_max_isa=')})
+  return {'cpu': cpu, 'cpu_isa': cpu_isa(text), 'isa_caps': caps,
+          'cpu_count': os.cpu_count(), 'platform': platform.platform(),
           'python': platform.python_version(), 'jax': jax.__version__,
           'devices': [str(d) for d in jax.devices()],
           'xla_flags': os.environ.get('XLA_FLAGS', '')}
