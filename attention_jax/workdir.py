@@ -334,14 +334,20 @@ def not_a_run(workdir: str) -> list[str]:
   return foreign_entries(workdir)
 
 
+def listing(workdir: str, names: list[str], mark_folders: bool = True, most: int = 8) -> str:
+  """'a, b/, c and 3 more': the first `most` entries of workdir named in an error message
+  (a folder with a trailing '/' when `mark_folders`)."""
+  mark = lambda n: '/' if mark_folders and os.path.isdir(os.path.join(workdir, n)) else ''
+  return ', '.join(n + mark(n) for n in names[:most]) + (
+      f' and {len(names) - most} more' if len(names) > most else '')
+
+
 def clear(workdir: str) -> None:
   """Deletes everything in a run's workdir but its lock (held by the caller); refuses, naming
   what it holds, a directory that is not recognisably a run of this project."""
   foreign = foreign_entries(workdir)
   if foreign:
-    shown = ', '.join(n + ('/' if os.path.isdir(os.path.join(workdir, n)) else '')
-                      for n in foreign[:8]) + (f' and {len(foreign) - 8} more'
-                                                 if len(foreign) > 8 else '')
+    shown = listing(workdir, foreign)
     raise FileExistsError(f'refusing to delete {workdir!r}: it is not an attention_jax run '
                           f'(it holds {shown}); choose another --workdir')
   for name in os.listdir(workdir):

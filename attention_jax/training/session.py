@@ -87,11 +87,10 @@ def prepare_workdir(workdir: str, resume: bool, overwrite: bool) -> None:
     elif not workdir_lib.Run(workdir).resumable:
       foreign = workdir_lib.not_a_run(workdir)
       if foreign:
-        shown = ', '.join(foreign[:8]) + (f' and {len(foreign) - 8} more'
-                                          if len(foreign) > 8 else '')
         raise FileExistsError(
             f'workdir {workdir!r} is not empty and holds no run to resume (it holds '
-            f'{shown}): choose another --workdir')
+            f'{workdir_lib.listing(workdir, foreign, mark_folders=False)}): choose another '
+            '--workdir')
   os.makedirs(workdir, exist_ok=True)
 
 
