@@ -23,6 +23,7 @@ import numpy as np
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import batching
 from attention_jax.decoding import inference
 from attention_jax.evaluation import compare as compare_lib
 from attention_jax.evaluation import records as records_lib
@@ -197,10 +198,6 @@ def _pooled(scores: np.ndarray, grid: tuple[int, int], cell: tuple[int, int]) ->
   return padded.reshape(t, gh, ch, gw, cw).sum(axis=(2, 4))
 
 
-def _round8(n: int) -> int:
-  return -(-n // 8) * 8
-
-
 def _token_saliency(translator, method: str, sources: Sequence[str],
                     outputs: Sequence[np.ndarray], rows: int = 32) -> list[np.ndarray]:
   """translator.saliency(source, method, reference=output) of each source (token models),
@@ -208,8 +205,8 @@ def _token_saliency(translator, method: str, sources: Sequence[str],
   one per sentence length): [T_i, S_i] each, T_i the output's ids, S_i the source's + EOS."""
   fn = translator.attributor(method, attribution.Options())
   src_ids = [translator.src_tok.encode(s) + [data_lib.EOS] for s in sources]
-  s_len = _round8(max(map(len, src_ids)))
-  t_len = _round8(max(len(o) for o in outputs))
+  s_len = batching.round_up(max(map(len, src_ids)))
+  t_len = batching.round_up(max(len(o) for o in outputs))
   out = []
   for start in range(0, len(sources), rows):
     chunk = range(start, min(start + rows, len(sources)))
@@ -238,7 +235,7 @@ def _image_saliency(translator, method: str, images: Sequence[np.ndarray],
   cfg = translator.config
   cell = encoders.lookup(cfg.encoder).cell_size(cfg)
   shape = (max(im.shape[0] for im in images), max(im.shape[1] for im in images))
-  t_len = _round8(max(len(o) for o in outputs))
+  t_len = batching.round_up(max(len(o) for o in outputs))
   over_memory = attribution.lookup(method).over == 'memory'
   out = []
   for start in range(0, len(images), rows):
@@ -267,9 +264,9 @@ def _layer_weights(translator, source: str, ids: np.ndarray) -> np.ndarray:
   """translator.attend_heads(source)'s weights [N, H, T, S] for the output `ids`, the source
   and output padded to multiples of 8 (few compiled shapes), then cut."""
   src_ids = translator.src_tok.encode(source) + [data_lib.EOS]
-  src = np.zeros(_round8(len(src_ids)), np.int32)
+  src = np.zeros(batching.round_up(len(src_ids)), np.int32)
   src[:len(src_ids)] = src_ids
-  out = np.zeros(_round8(len(ids)), np.int32)
+  out = np.zeros(batching.round_up(len(ids)), np.int32)
   out[:len(ids)] = ids
   w = inference.layer_weights(translator.graphdef, translator.params, src, out)
   return w[:, :, :len(ids), :len(src_ids)]

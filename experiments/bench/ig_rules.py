@@ -22,6 +22,7 @@ from flax import nnx
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import batching
 from attention_jax.decoding import loading
 from attention_jax.implicit import attribution
 from attention_jax.symbols import BOS, EOS
@@ -45,7 +46,7 @@ def main(argv):
   cfg = ml_collections.ConfigDict(workdir_lib.Run(FLAGS.run).config()['data'])
   texts = [s for s, _ in data_lib.load_task(cfg).texts('test') if len(s) <= FLAGS.max_len]
   texts = texts[:FLAGS.num]
-  width = -(-(FLAGS.max_len + 1) // 8) * 8
+  width = batching.round_up(FLAGS.max_len + 1)
   examples = []
   for text in texts:
     src = padded(t.src_tok.encode(text) + [EOS], width)
