@@ -15,7 +15,17 @@
   aj.explore(['runs/dates_additive'], out='explore/dates')   # an offline page: docs/explorer.md
 """
 
+import os
+
 from attention_jax import lazy
+
+# Same seed, same bits, on GPUs too: XLA's GPU scatter-adds (an embedding's gradient) use
+# atomics whose order varies between runs unless XLA_FLAGS asks for deterministic ops. Set
+# before JAX starts its backend; a user's own --xla_gpu_deterministic_ops=false wins (faster,
+# and no bit-identical resume: docs/reliability.md). CPU and TPU ignore the flag.
+if 'xla_gpu_deterministic_ops' not in os.environ.get('XLA_FLAGS', ''):
+  os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '')
+                             + ' --xla_gpu_deterministic_ops=true').strip()
 
 # Each name is imported from its module when first used (lazy.py), so that a process that
 # needs only part of the package (`translate`: decoding, no TFDS, Matplotlib or SciPy)

@@ -112,7 +112,7 @@ def test_cpu_devices_split_the_cpu_unless_the_user_did():
   """devices.cpu_devices(n) before JAX starts: n CPU devices (0: one per core the process may
   use); JAX_NUM_CPU_DEVICES set by the user wins (-> None); a bad n is named."""
   probe = ('import os, jax; from attention_jax.state import devices; '
-           'print(devices.cpu_devices(int(os.environ["N"])), jax.device_count(), '
+           'print(devices.cpu_devices(int(os.environ["N"])), len(jax.devices("cpu")), '
            'len(os.sched_getaffinity(0)))')
   env = {k: v for k, v in os.environ.items() if k != 'JAX_NUM_CPU_DEVICES'}
   env['XLA_FLAGS'] = ' '.join(f for f in env.get('XLA_FLAGS', '').split()

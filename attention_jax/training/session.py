@@ -141,7 +141,9 @@ class Session:
     self.cfg, self.workdir = cfg, workdir
     d = cfg.data
     run = self.run = workdir_lib.Run(workdir)
-    self.resuming = run.resumable
+    self.resuming = bool(cfg.train.resume) and run.resumable
+    if jax.process_count() > 1:   # every process has judged the workdir before process 0
+      _barrier('workdir checked')   # writes to it (a marker's temp file is no foreign entry)
     if self.resuming:
       check_same_config(run.config(), cfg, workdir)
     elif lead():   # a fresh run: the directory is a run of this project from now on
