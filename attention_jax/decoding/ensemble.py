@@ -33,7 +33,7 @@ from flax import nnx
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import loading, translator
-from attention_jax.models import contract
+from attention_jax.models import attention, contract
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib
 
@@ -83,8 +83,11 @@ class Ensemble(nnx.Module, contract.EncoderDecoder):
                        'source in spaces of their own): attribute one member')
     n = len(self.members)
     split = lambda key: [None] * n if key is None else list(jax.random.split(key, n))
+    samples = ([None] * n if sample_key is None else   # a key or an attention.Sample
+               [jax.tree.map(lambda x: x[i], attention.split_sample(sample_key, n))
+                for i in range(n)])
     logps, reads = [], []
-    for m, dk, sk in zip(self.members, split(dropout_key), split(sample_key)):
+    for m, dk, sk in zip(self.members, split(dropout_key), samples):
       logits, read = m.forward(src, tgt_in, dropout_key=dk, sample_key=sk)
       logps.append(jax.nn.log_softmax(logits.astype(jnp.float32)))
       reads.append(read)

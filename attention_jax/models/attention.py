@@ -101,6 +101,27 @@ class Tap(NamedTuple):
   context: jax.Array        # [B, T, K]
 
 
+class Sample(NamedTuple):
+  """What a sampling mode draws with in training: a key, and which examples read the
+  expected (soft) context instead of a sample (Xu et al. 2015 §4.1; steps.train_step draws
+  them with probability train.hard_expected_p). Passed where a plain sampling key may be."""
+  key: jax.Array
+  expected: jax.Array   # [B] bool
+
+
+def split_sample(sample, n: int):
+  """A key or a Sample -> n of them stacked on a leading axis (one per decoder step or
+  ensemble member): fresh keys, the same examples on the expected context."""
+  if isinstance(sample, Sample):
+    return Sample(jax.random.split(sample.key, n),
+                  jnp.broadcast_to(sample.expected, (n,) + sample.expected.shape))
+  return jax.random.split(sample, n)
+
+
+def _key(sample):
+  return sample.key if isinstance(sample, Sample) else sample
+
+
 MODES: dict[str, type['Mode']] = {}
 register_mode = registry.registrar(MODES, 'attention mode')
 
@@ -199,14 +220,21 @@ class Hard(Mode):
   stochastic = True
 
   def read(self, weights, keys, key):
+    """key: None (argmax), a key, or a Sample whose `expected` examples [B] read the soft
+    context with log-probability 0 (no REINFORCE term)."""
     logw = jnp.where(weights > 0, _safe_log(weights), -jnp.inf)
     if key is None:
       s = jnp.argmax(weights, axis=-1)                                     # [B, T]
     else:
-      s = jax.random.categorical(key, logw, axis=-1)                       # [B, T]
+      s = jax.random.categorical(_key(key), logw, axis=-1)                 # [B, T]
     picked = jnp.take_along_axis(weights, s[..., None], axis=-1)[..., 0]   # [B, T]
     ctx = jnp.take_along_axis(keys, s[..., None], axis=1)                  # [B, T, K]
-    return ctx, _safe_log(picked), _entropy(weights)
+    logp = _safe_log(picked)
+    if isinstance(key, Sample):
+      soft, _, _ = super().read(weights, keys, None)                       # [B, T, K]
+      ctx = jnp.where(key.expected[:, None, None], soft, ctx)
+      logp = jnp.where(key.expected[:, None], 0.0, logp)
+    return ctx, logp, _entropy(weights)
 
 
 @register_mode('hard_st')
@@ -223,7 +251,7 @@ class HardStraightThrough(Mode):
     real = weights > 0
     logw = jnp.where(real, _safe_log(weights), NEG)
     if key is not None:
-      logw = logw + jax.random.gumbel(key, logw.shape)
+      logw = logw + jax.random.gumbel(_key(key), logw.shape)
     soft = masked_softmax(logw / self.temperature, real)
     hard = jax.nn.one_hot(jnp.argmax(logw, -1), weights.shape[-1]) * jnp.any(real, -1,
                                                                                  keepdims=True)

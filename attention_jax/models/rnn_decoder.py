@@ -32,6 +32,7 @@ from flax import nnx
 
 from attention_jax import registry
 from attention_jax.models import cells
+from attention_jax.models import attention
 from attention_jax.models.attention import Attention, Memory, Read, Tap
 from attention_jax.models.encoders import Encoded
 from attention_jax.models.layers import dropout
@@ -120,7 +121,7 @@ class Decoder(nnx.Module):
   def scan(self, carry, xp, mem, key=None, taps: Tap | None = None):
     """`features` by plain autodiff of a scan over `step`; taps [T, B, 1, ...] or None."""
     steps = xp.shape[1]
-    keys = None if key is None else jax.random.split(key, steps)
+    keys = None if key is None else attention.split_sample(key, steps)
 
     def body(carry, x):
       xp_t, key_t, tap_t = x

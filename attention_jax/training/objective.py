@@ -11,7 +11,16 @@ N is the number of real target tokens (over all devices), R_b = log p(y_b | s, x
 sentence's log-likelihood under the sampled positions, and the baseline a moving average
 of the batch-mean R: b ← decay · b + (1 - decay) · mean_b R_b. The gradient of the
 REINFORCE term is the score-function estimator of ∇ E_s[log p(y | s, x)], unbiased for any
-baseline that does not depend on the sample (tests/test_modes.py checks this). The doubly
+baseline that does not depend on the sample (tests/test_hard_estimators.py checks this).
+Three variance reducers (Objective's fields):
+- `hard_expected_p`: the share of examples that read the expected (soft) context, with no
+  REINFORCE term (Xu et al. 2015 §4.1 use 0.5); drawn per example in steps.train_step;
+- `reinforce_samples` K > 1: each example decoded with K samples, each sample's baseline the
+  mean reward of the other K - 1 (leave-one-out; Kool et al. 2019), no moving average;
+- `reward='to_go'`: step t's log a_{t,s_t} is weighed by R_{b,t} = log p(y_{b,≥t} | s, x), the
+  tokens s_t can affect (step-wise rewards; unbiased, as y_{<t} does not depend on s_t), its
+  baseline the moving average of the per-token reward times the tokens left.
+The doubly
 stochastic term sums over the real source positions s and target steps t of each sentence:
 it pushes every position (an image region) to receive about one unit of attention in all.
 """
@@ -37,6 +46,27 @@ class Objective:
   entropy_weight: float = 0.0    # λ_e of hard attention's entropy bonus (Xu et al. 2015)
   baseline_decay: float = 0.9    # hard attention: decay of the moving-average reward baseline
   doubly_stochastic_weight: float = 0.0   # λ_ds (Xu et al. 2015 eq. 14; they use 1.0)
+  hard_expected_p: float = 0.0   # hard attention: share of examples on the soft context (Xu: 0.5)
+  reinforce_samples: int = 1     # hard attention: K samples per example, leave-one-out baseline
+  reward: str = 'sentence'       # hard attention: REWARDS, the reward of each step's sample
+
+  def __post_init__(self):
+    if not (isinstance(self.hard_expected_p, (int, float)) and 0.0 <= self.hard_expected_p <= 1.0):
+      raise ValueError(f'train.hard_expected_p must be in [0, 1] (the share of examples that '
+                       f'read the soft context; 0: all sample), got {self.hard_expected_p!r}')
+    k = self.reinforce_samples
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+      raise ValueError(f'train.reinforce_samples must be a positive integer (samples per '
+                       f'example; 1: one, with the moving-average baseline), got {k!r}')
+    if self.reward not in REWARDS:
+      raise ValueError(f'unknown train.reward {self.reward!r}; valid: {", ".join(REWARDS)}')
+
+  @property
+  def variance_reduction(self) -> list[str]:
+    """The fields set away from their defaults that only a sampling mode reads."""
+    d = Objective()
+    return [f'train.{f}={getattr(self, f)!r}' for f in ('hard_expected_p', 'reinforce_samples',
+                                                      'reward') if getattr(self, f) != getattr(d, f)]
 
   @classmethod
   def of(cls, t) -> 'Objective':
@@ -58,6 +88,20 @@ def reinforce_surrogate(logp: jax.Array, reward: jax.Array, baseline: jax.Array)
   """The score-function surrogate sg(reward - baseline) · logp, whose gradient is an
   unbiased estimate of ∇ E[reward] when logp is the log-probability of the sample."""
   return jax.lax.stop_gradient(reward - baseline) * logp
+
+
+# the reward of each step's sample: the masked token log-likelihoods ll [B, T] -> [B, T]
+REWARDS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    'sentence': lambda ll: jnp.broadcast_to(jnp.sum(ll, 1, keepdims=True), ll.shape),
+    'to_go': lambda ll: jnp.flip(jnp.cumsum(jnp.flip(ll, 1), 1), 1),   # Σ_{t' >= t} ll_{t'}
+}
+
+
+def leave_one_out(reward: jax.Array, k: int) -> jax.Array:
+  """reward [K*B, ...] (K copies of a batch, copy-major) -> each row's baseline: the mean
+  reward of the same example's other K - 1 samples (Kool et al. 2019)."""
+  r = reward.reshape((k, -1) + reward.shape[1:])
+  return ((jnp.sum(r, 0, keepdims=True) - r) / (k - 1)).reshape(reward.shape)
 
 
 def doubly_stochastic(weights: jax.Array, tgt_mask: jax.Array, src_mask: jax.Array) -> jax.Array:
@@ -91,13 +135,23 @@ def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: ja
     s = {**s, 'doubly_stochastic_sum': ds}
   new_baseline = None
   if baseline is not None:
-    reward = -jnp.sum(ce * mask, axis=1)                                   # [B] log p(y | s, x)
+    ll = -ce * mask                                                        # [B, T]
+    sentence = jnp.sum(ll, axis=1)                                         # [B] log p(y | s, x)
+    reward = REWARDS[obj.reward](ll)                                       # [B, T]
     real = (batch['weight'] > 0).astype(jnp.float32)
-    surrogate = reinforce_surrogate(read.logp * mask, reward[:, None], baseline)
+    per_token = obj.reward != 'sentence'   # the moving average is of the per-token reward
+    if obj.reinforce_samples > 1:
+      b = leave_one_out(reward, obj.reinforce_samples)                     # [B, T]
+    elif per_token:
+      b = baseline * jnp.flip(jnp.cumsum(jnp.flip(mask, 1), 1), 1)         # b_tok x tokens left
+    else:
+      b = baseline
+    surrogate = reinforce_surrogate(read.logp * mask, reward, b)
     total = total - obj.reinforce_weight * jnp.sum(surrogate)
     total = total - obj.entropy_weight * jnp.sum(read.entropy * mask)
-    mean_reward = psum(jnp.sum(reward * real)) / jnp.maximum(psum(jnp.sum(real)), 1.0)
+    count = psum(jnp.sum(mask)) if per_token else psum(jnp.sum(real))
+    mean_reward = psum(jnp.sum(sentence * real)) / jnp.maximum(count, 1.0)
     new_baseline = obj.baseline_decay * baseline + (1.0 - obj.baseline_decay) * \
         jax.lax.stop_gradient(mean_reward)
-    s = {**s, 'reward_sum': jnp.sum(reward * real)}
+    s = {**s, 'reward_sum': jnp.sum(sentence * real)}
   return total / n, s, new_baseline

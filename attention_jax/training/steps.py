@@ -18,6 +18,7 @@ import ml_collections
 import optax
 from flax import nnx
 
+from attention_jax.models import attention
 from attention_jax.state.templates import init_state  # noqa: F401  (steps.init_state: tests/test_golden.py)
 from attention_jax.training import objective
 
@@ -81,13 +82,23 @@ def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
     key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
   dropout_key, sample_key = jax.random.split(key)
   psum = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
+  k = obj.reinforce_samples if 'baseline' in state else 1
+  rows = batch if k == 1 else jax.tree.map(   # K copies of the batch, copy-major [K*B, ...]
+      lambda x: jnp.tile(x, (k,) + (1,) * (x.ndim - 1)), batch)
+  sample = sample_key
+  if obj.hard_expected_p > 0 and 'baseline' in state:   # Xu et al. 2015 §4.1: these rows
+    mix_key, sample_key = jax.random.split(sample_key)  # read the expected context
+    expected = jax.random.bernoulli(mix_key, obj.hard_expected_p, rows['src'].shape[:1])
+    sample = attention.Sample(sample_key, expected)
 
   def loss_fn(params):
     model = nnx.merge(graphdef, params)
-    logits, read = model.forward(batch['src'], batch['tgt_in'], dropout_key=dropout_key,
-                                 sample_key=sample_key)
-    loss, s, baseline = objective.loss(obj, logits, read, batch, state.get('baseline'), psum,
-                                       src_mask=model.source_mask(batch['src']))
+    logits, read = model.forward(rows['src'], rows['tgt_in'], dropout_key=dropout_key,
+                                 sample_key=sample)
+    loss, s, baseline = objective.loss(obj, logits, read, rows, state.get('baseline'), psum,
+                                       src_mask=model.source_mask(rows['src']))
+    if k > 1:   # the metrics of one copy of the batch (each token counted once)
+      s = jax.tree.map(lambda x: x / k, s)
     return loss, (s, baseline)
 
   (loss, (sums, baseline)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state['params'])

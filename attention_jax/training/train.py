@@ -22,6 +22,7 @@ from attention_jax.data import fields as data_fields
 from attention_jax.decoding import inference
 from attention_jax.evaluation import evaluators
 from attention_jax.evaluation import scoring
+from attention_jax.models import attention
 from attention_jax.state import devices
 from attention_jax.state import templates
 from attention_jax.state.templates import init_state, model_config
@@ -94,7 +95,13 @@ def check_fields(cfg: ml_collections.ConfigDict) -> None:
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   data_fields.check(d)     # data and model fields: those the task and the model read, their
-  model_config(cfg, 4, 4)  # names and sizes, before any data or compile
+  mcfg = model_config(cfg, 4, 4)  # names and sizes, before any data or compile
+  reducers = objective.Objective.of(t).variance_reduction   # (its values checked there)
+  if reducers and not mcfg.stochastic:
+    sampling = ', '.join(n for n, m in attention.MODES.items() if m.stochastic)
+    raise ValueError(f'{", ".join(reducers)}: only a sampling attention mode ({sampling}) '
+                     f'reads it; model.attention_mode={mcfg.attention_mode!r} samples nothing '
+                     f'(leave it at its default, or set model.attention_mode=hard)')
   devices.resolve(cfg.parallel, num_devices=1)   # the mode's name (no device is asked)
 
 

@@ -1,7 +1,7 @@
 """Every attention mode (and the sparsemax normaliser, coverage, encoder self-attention) on
 `dates`, with the additive score and the Bahdanau decoder, at the full `dates` budget.
 
-  bash launch.sh sweep experiments/configs/mode_sweep.py          # 8 variants, 2000 steps each
+  bash launch.sh sweep experiments/configs/mode_sweep.py          # 11 variants, 2000 steps each
   bash launch.sh sweep experiments/configs/mode_sweep.py:smoke    # seconds per variant
 
 Variants go to runs/mode_sweep[_smoke]/<variant>; the report (summary.md/.csv, bars.png,
@@ -12,10 +12,18 @@ bleu_by_length.png) is written at the end. Another score or decoder for all vari
 from attention_jax.models.attention import MODES, NORMALISERS
 from experiments.configs import dates
 
-# every registered mode and normaliser (a new one joins the sweep with no edit here), then
-# coverage and encoder self-attention
+# hard attention's variance reducers (training/objective.py), each on its own
+HARD_ESTIMATORS = [
+    ('hard_xu', {'train.hard_expected_p': 0.5}),   # Xu et al. 2015 §4.1: half on the soft context
+    ('hard_loo4', {'train.reinforce_samples': 4}),   # Kool et al. 2019: 4 samples, leave-one-out
+    ('hard_to_go', {'train.reward': 'to_go'}),       # each step's reward: the tokens it affects
+]
+
+# every registered mode and normaliser (a new one joins the sweep with no edit here), hard
+# attention with each variance reducer, then coverage and encoder self-attention
 VARIANTS = (
     [(mode, {} if mode == 'global' else {'model.attention_mode': mode}) for mode in MODES]
+    + [(name, {'model.attention_mode': 'hard', **o}) for name, o in HARD_ESTIMATORS]
     + [(name, {'model.normaliser': name}) for name in NORMALISERS if name != 'softmax']
     + [('coverage', {'model.coverage': True, 'train.coverage_weight': 1.0}),
        ('self_attention', {'model.self_attention_layers': 1})])
