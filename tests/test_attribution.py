@@ -454,37 +454,41 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
   def command(*flags):   # forked from a server that imported the package (helpers.py)
     return helpers.run_module('experiments.attribute', f'--workdir={workdir}', *flags,
                               timeout=600)
-  proc = command('--num=32', '--methods=gradient,gradient_x_input')
+  proc = command('--num=32', '--methods=gradient,gradient_x_input,erasure')
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert not re.search(r'^[IW]\d{4} ', proc.stderr, re.M), proc.stderr   # no Orbax/absl logs
   with open(os.path.join(workdir, 'attributions', 'alignment_test.json')) as f:
     report = json.load(f)
   assert report['sentences'] == 32 and set(report['methods']) == {
-      'attention', 'gradient', 'gradient_x_input'}
+      'attention', 'gradient', 'gradient_x_input', 'erasure'}
   assert report['methods']['attention']['alignment_accuracy'] == pytest.approx(
       summary['results']['test']['alignment_accuracy'])
-  for name in ('gradient', 'gradient_x_input'):
+  for name in ('gradient', 'gradient_x_input', 'erasure'):
     fig = report['methods'][name]
     assert 0 <= fig['alignment_accuracy'] <= 100 and -1 <= fig['kendall_tau'] <= 1
     assert 0 <= fig['jsd'] <= 1 and np.isfinite(fig['aopc'])
-  assert '| gradient |' in proc.stdout and np.isfinite(report['aopc_random'])
+  assert '| gradient |' in proc.stdout and '| erasure |' in proc.stdout
+  assert np.isfinite(report['aopc_random'])
   evaluated = aj.evaluate_run(workdir, attribution='gradient', beam=1, num_heatmaps=0,
                               verbose=False)['attribution']
   for name, fig in report['methods'].items():   # the command and evaluate measure as training
+    if name not in at_end['methods']:             # (erasure: measured by the command only)
+      continue
     for key in ('alignment_accuracy', 'gold_mass', 'aopc'):
       assert fig[key] == pytest.approx(at_end['methods'][name][key], rel=1e-4, abs=1e-4)
-      if name != 'gradient_x_input':
+      if name in evaluated['methods']:
         assert evaluated['methods'][name][key] == pytest.approx(fig[key], rel=1e-4, abs=1e-4)
   assert 'gradient_x_input' not in evaluated['methods']
   lines = tmp_path / 'lines.txt'
   lines.write_text('abc\n\ncba\n')
-  proc = command(f'--input={lines}', '--methods=gradient', '--figures=1',
+  proc = command(f'--input={lines}', '--methods=gradient,erasure', '--erase=unk', '--figures=1',
                  f'--out_dir={tmp_path / "out"}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   with open(tmp_path / 'out' / 'attributions.jsonl') as f:
     records = [json.loads(x) for x in f]
   assert [r['source'] for r in records] == ['abc', '', 'cba']
-  assert np.asarray(records[0]['gradient']).shape == (len(records[0]['tgt_tokens']), 4)
+  for name in ('gradient', 'erasure'):
+    assert np.asarray(records[0][name]).shape == (len(records[0]['tgt_tokens']), 4)
   assert sorted(os.listdir(tmp_path / 'out')) == ['attributions.jsonl', 'line_1.png']
   proc = command('--methods=gradcam')
   assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
@@ -592,6 +596,7 @@ def test_attribute_refuses_bad_input_in_one_line_before_loading_and_leaves_nothi
   cases = {   # flags -> the start of the error line
       ('--methods=nope', f'--input={one}'): "error: unknown attribution method 'nope'; valid",
       ('--methods=gradcam', f'--input={one}'): "error: attribution method 'gradcam' needs images",
+      ('--erase=mean', f'--input={one}'): "error: erase 'mean' is not for tokens sources; valid",
       (): "error: task 'dates' has no gold alignments: without --input",
       (f'--input={empty}',): f'error: {empty} has no lines: nothing to attribute',
       (f'--input={tmp_path}',): f'error: {tmp_path}: cannot read it as UTF-8 text',
