@@ -1,8 +1,10 @@
-r"""Implicit attention of a trained run: gradient attributions beside the explicit weights.
+r"""Implicit attention of a trained run: gradient and erasure attributions beside the explicit
+weights.
 
   bash launch.sh attribute --workdir=runs/reverse --methods=gradient,integrated_gradients
   bash launch.sh attribute --workdir=RUN --input=lines.txt [--reference=refs.txt] [--beam=5]
   bash launch.sh attribute --workdir=IMAGE_RUN --input=scans.txt --methods=gradient,gradcam
+  bash launch.sh attribute --workdir=runs/reverse --methods=gradient,erasure --erase=unk
 
 With --input (one source per line; image runs: one image file per line): each line's output
 (greedy, or --beam; or the line of --reference, teacher-forced) is attributed by every method,
@@ -55,6 +57,9 @@ flags.DEFINE_enum('rule', 'midpoint', attribution.RULES, 'Integrated gradients: 
                   'over the path (gauss_legendre: fewer steps for the same error on smooth models).')
 flags.DEFINE_integer('samples', 16, 'SmoothGrad: noisy samples.', lower_bound=1)
 flags.DEFINE_enum('baseline', 'zero', attribution.BASELINES, 'Integrated gradients: baseline.')
+flags.DEFINE_enum('erase', 'zero', attribution.ERASURES, "Erasure: an erased position's value: "
+                  "tokens zero (the zero embedding), pad or unk (that token's embedding); "
+                  "images zero (black) or mean (the image's mean pixel, grey).")
 flags.DEFINE_string('out_dir', None, 'Where the figures and files go (default WORKDIR/attributions).')
 CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
@@ -139,14 +144,15 @@ def on_split(t: translator.Translator, methods, opts, out_dir: str) -> None:
   print(f'wrote {path}')
 
 
-def checked_inputs(source: str, task_name: str) -> tuple[list[str], list[str], list]:
+def checked_inputs(source: str, task_name: str, opts: dict) -> tuple[list[str], list[str], list]:
   """The methods, --input lines and --reference lines, checked before the model is loaded
-  (a refused command loads nothing and creates no folder): every method applies to the
-  run's source, the input has lines and the reference as many, and without --input the
-  run's task has gold alignments."""
+  (a refused command loads nothing and creates no folder): every method and option applies
+  to the run's source, the input has lines and the reference as many, and without --input
+  the run's task has gold alignments."""
   methods = FLAGS.methods or attribution.names(source)
   for m in methods:
     attribution.check(m, source)
+  attribution.check_options(attribution.Options(**opts), source)
   if FLAGS.reference and not FLAGS.input:
     raise ValueError('--reference gives the outputs of the --input lines: give --input too')
   if not FLAGS.input:
@@ -168,13 +174,14 @@ def main(argv):
   del argv
   cli.use_compilation_cache(CACHE)
   mcfg, run_cfg = loading.saved_config(FLAGS.workdir)
-  methods, lines, refs = checked_inputs(mcfg.source, run_cfg.get('data', {}).get('name', ''))
+  opts = {'steps': FLAGS.steps, 'samples': FLAGS.samples, 'baseline': FLAGS.baseline,
+          'rule': FLAGS.rule, 'erase': FLAGS.erase}
+  methods, lines, refs = checked_inputs(mcfg.source, run_cfg.get('data', {}).get('name', ''),
+                                        opts)
   out_dir = FLAGS.out_dir or workdir_lib.Run(FLAGS.workdir).attributions_dir
   if os.path.exists(out_dir) and not os.path.isdir(out_dir):
     raise NotADirectoryError(20, 'is a file, not a folder for --out_dir', out_dir)
   t = loading.load(FLAGS.workdir, step=FLAGS.step)
-  opts = {'steps': FLAGS.steps, 'samples': FLAGS.samples, 'baseline': FLAGS.baseline,
-          'rule': FLAGS.rule}
   if FLAGS.input:
     on_lines(t, methods, lines, refs, opts, out_dir)
   else:

@@ -1,8 +1,8 @@
 """Implicit attention (attribution.py): gradients against finite differences, integrated
 gradients' completeness, an output that reads one position is attributed there only, padding
 gets nothing and changes nothing (every score, mode, decoder, encoder and method from the
-registries), Grad-CAM against NumPy, bad input in one line; the alignment figures against
-SciPy and the `attribute` command on a reverse run."""
+registries), Grad-CAM and erasure against NumPy, bad input in one line; the alignment figures
+against SciPy and the `attribute` command on a reverse run."""
 
 import dataclasses
 import json
@@ -19,6 +19,7 @@ from scipy import stats
 from scipy.spatial import distance
 
 import attention_jax as aj
+from attention_jax import symbols
 from attention_jax import workdir as workdir_lib
 from attention_jax.data import strips
 from attention_jax.implicit import alignment, attribution
@@ -289,17 +290,89 @@ def test_gradcam_against_numpy_from_finite_differences():
   assert cam.max() > 0 and (a.scores >= 0).all()
 
 
+def erased_by_hand(model, src, tgt_in, tgt_out, erase):
+  """Erasure's reference, one position at a time in NumPy: per example and real source
+  position (token) or grid cell (image), the position erased (tokens: 'unk' the id replaced
+  by UNK; 'zero' / 'pad' the embedding replaced by 0 / PAD's; images: the cell's real pixels
+  set to 0 / the image's mean pixel), the model run and log p(y_t) subtracted -> [B, T, S']."""
+  g, params = nnx.split(model, nnx.Param)
+
+  @jax.jit
+  def log_p(params, src, tgt_in, tgt_out, shift):
+    m = nnx.merge(g, params)
+    logits, _ = m.forward(src[None], tgt_in[None],
+                          source_shift=None if shift is None else shift[None])
+    return jnp.take_along_axis(jax.nn.log_softmax(logits[0]), tgt_out[:, None], -1)[:, 0]
+  lp = lambda s, b, shift=None: np.asarray(log_p(params, s, tgt_in[b], tgt_out[b], shift),
+                                            np.float64)
+  if model.cfg.source == 'tokens':
+    x0 = np.asarray(model.source_embeddings(jnp.asarray(src)))                   # [B, S, E]
+    pad = np.asarray(model.source_embeddings(jnp.zeros((1, 1), jnp.int32)))[0, 0]
+    out = np.zeros((*tgt_out.shape, src.shape[1]))
+    for b in range(len(src)):
+      base = lp(src[b], b, np.zeros_like(x0[b]))
+      for s in np.nonzero(src[b])[0]:
+        ids, shift = src[b].copy(), np.zeros_like(x0[b])
+        if erase == 'unk':
+          ids[s] = symbols.UNK
+        else:
+          shift[s] = (0 if erase == 'zero' else pad) - x0[b, s]
+        out[b, :, s] = base - lp(ids, b, shift)
+    return out
+  gh, gw = encoders.grid_shape(model.cfg, src.shape[1:3])
+  ch, cw = src.shape[1] // gh, src.shape[2] // gw
+  out = np.zeros((*tgt_out.shape, gh * gw))
+  for b in range(len(src)):
+    base = lp(src[b], b)
+    value = 0.0 if erase == 'zero' else src[b][src[b] >= 0].mean()
+    for i in range(gh):
+      for j in range(gw):
+        img = src[b].copy()
+        cell = img[i * ch:(i + 1) * ch, j * cw:(j + 1) * cw]
+        if (cell >= 0).any():
+          cell[cell >= 0] = value
+          out[b, :, i * gw + j] = base - lp(img, b)
+  return out
+
+
+@pytest.mark.parametrize('case, erase', [('rnn', 'zero'), ('rnn', 'pad'), ('rnn', 'unk'),
+                                         ('transformer', 'unk'), ('cnn', 'mean'),
+                                         ('vit', 'zero')])
+def test_erasure_equals_erasing_each_position_by_hand(case, erase):
+  """Li et al. 2016's erasure, log p(y_t | x) - log p(y_t | x with s erased), against one
+  forward pass per erased position; padding (tokens, and image cells without a real pixel)
+  gets exactly 0."""
+  kw, _ = CASES[case]
+  model = model_of(**kw)
+  src = SRC if case in ('rnn', 'transformer') else images((8, 12), (4, 8))
+  a = attribute(model, src, TGT_IN, TGT_OUT, 'erasure', erase=erase)
+  want = erased_by_hand(model, src, TGT_IN, TGT_OUT, erase)
+  assert a.scores.shape == want.shape and np.abs(want).max() > 1e-3
+  np.testing.assert_allclose(a.scores, want, rtol=1e-4, atol=1e-5)
+  assert (a.scores[want == 0] == 0).all()
+
+
 def test_bad_methods_and_options_are_one_line_naming_the_valid_ones():
   with pytest.raises(ValueError, match=r"unknown attribution method 'saliency'; valid "
-                                       r'attribution methods: gradcam, gradient'):
+                                       r'attribution methods: ' + ', '.join(METHODS)):
     attribution.check('saliency', 'tokens')
   with pytest.raises(ValueError, match=r"'gradcam' needs images sources .* this model reads "
-                                       r'tokens: valid methods for it: gradient,'):
+                                       'tokens: valid methods for it: '
+                                       + ', '.join(TOKEN_METHODS)):
     attribution.check('gradcam', 'tokens')
   with pytest.raises(ValueError, match=r"unknown baseline 'mean'; valid: zero, pad"):
     attribution.Options(baseline='mean')
   with pytest.raises(ValueError, match=r'steps must be a positive integer, got 0'):
     attribution.Options(steps=0)
+  with pytest.raises(ValueError, match=r"unknown erase 'grey'; valid: zero, pad, unk "
+                                       r'\(tokens\); zero, mean \(images\)'):
+    attribution.Options(erase='grey')
+  with pytest.raises(ValueError, match=r"erase 'mean' is not for tokens sources; valid for "
+                                       r'tokens: zero, pad, unk'):
+    attribution.check_options(attribution.Options(erase='mean'), 'tokens')
+  with pytest.raises(ValueError, match=r"erase 'unk' is not for images sources; valid for "
+                                       r'images: zero, mean'):
+    attribution.check_options(attribution.Options(erase='unk'), 'images')
   model = model_of(**model_lib.migrate({**IMAGE, 'encoder': 'cnn'}))
   with pytest.raises(ValueError, match=r"baseline 'pad' is for token sources"):
     attribute(model, images((8, 12)), TGT_IN[:1], TGT_OUT[:1], 'integrated_gradients',
@@ -381,37 +454,41 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
   def command(*flags):   # forked from a server that imported the package (helpers.py)
     return helpers.run_module('experiments.attribute', f'--workdir={workdir}', *flags,
                               timeout=600)
-  proc = command('--num=32', '--methods=gradient,gradient_x_input')
+  proc = command('--num=32', '--methods=gradient,gradient_x_input,erasure')
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert not re.search(r'^[IW]\d{4} ', proc.stderr, re.M), proc.stderr   # no Orbax/absl logs
   with open(os.path.join(workdir, 'attributions', 'alignment_test.json')) as f:
     report = json.load(f)
   assert report['sentences'] == 32 and set(report['methods']) == {
-      'attention', 'gradient', 'gradient_x_input'}
+      'attention', 'gradient', 'gradient_x_input', 'erasure'}
   assert report['methods']['attention']['alignment_accuracy'] == pytest.approx(
       summary['results']['test']['alignment_accuracy'])
-  for name in ('gradient', 'gradient_x_input'):
+  for name in ('gradient', 'gradient_x_input', 'erasure'):
     fig = report['methods'][name]
     assert 0 <= fig['alignment_accuracy'] <= 100 and -1 <= fig['kendall_tau'] <= 1
     assert 0 <= fig['jsd'] <= 1 and np.isfinite(fig['aopc'])
-  assert '| gradient |' in proc.stdout and np.isfinite(report['aopc_random'])
+  assert '| gradient |' in proc.stdout and '| erasure |' in proc.stdout
+  assert np.isfinite(report['aopc_random'])
   evaluated = aj.evaluate_run(workdir, attribution='gradient', beam=1, num_heatmaps=0,
                               verbose=False)['attribution']
   for name, fig in report['methods'].items():   # the command and evaluate measure as training
+    if name not in at_end['methods']:             # (erasure: measured by the command only)
+      continue
     for key in ('alignment_accuracy', 'gold_mass', 'aopc'):
       assert fig[key] == pytest.approx(at_end['methods'][name][key], rel=1e-4, abs=1e-4)
-      if name != 'gradient_x_input':
+      if name in evaluated['methods']:
         assert evaluated['methods'][name][key] == pytest.approx(fig[key], rel=1e-4, abs=1e-4)
   assert 'gradient_x_input' not in evaluated['methods']
   lines = tmp_path / 'lines.txt'
   lines.write_text('abc\n\ncba\n')
-  proc = command(f'--input={lines}', '--methods=gradient', '--figures=1',
+  proc = command(f'--input={lines}', '--methods=gradient,erasure', '--erase=unk', '--figures=1',
                  f'--out_dir={tmp_path / "out"}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   with open(tmp_path / 'out' / 'attributions.jsonl') as f:
     records = [json.loads(x) for x in f]
   assert [r['source'] for r in records] == ['abc', '', 'cba']
-  assert np.asarray(records[0]['gradient']).shape == (len(records[0]['tgt_tokens']), 4)
+  for name in ('gradient', 'erasure'):
+    assert np.asarray(records[0][name]).shape == (len(records[0]['tgt_tokens']), 4)
   assert sorted(os.listdir(tmp_path / 'out')) == ['attributions.jsonl', 'line_1.png']
   proc = command('--methods=gradcam')
   assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith(
@@ -475,19 +552,20 @@ def test_pointing_game_against_hand_counts():
 
 
 def test_attribute_images_plays_the_pointing_game_on_digit_strips(tmp_path):
-  """digit_strips' recorded boxes: every pixel method, Grad-CAM and the explicit weights are
-  scored on every output digit; a random ranking lands near the boxes' share of the image."""
+  """digit_strips' recorded boxes: the pixel gradient, Grad-CAM and erasure (both over the
+  grid) and the explicit weights are scored on every output digit; a random ranking lands
+  near the boxes' share of the image."""
   cfg = digit_strips.get_config('smoke')
   cfg.data.update(num_train=16, num_valid=4, num_test=12, data_dir=str(tmp_path / 'tfds'))
   task = aj.data.load_task(cfg.data, seed=0)
   mcfg = train.model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
   g, params = nnx.split(build(mcfg, rngs=nnx.Rngs(0)), nnx.Param)
   grid = encoders.grid_shape(mcfg, task.image_shape)
-  report = alignment.attribute_images(g, params, task, 'test', ['gradient', 'gradcam'], grid,
-                                      num=12, batch_size=8)
+  report = alignment.attribute_images(g, params, task, 'test', ['gradient', 'gradcam', 'erasure'],
+                                      grid, num=12, batch_size=8)
   digits = sum(len(tgt) for _, tgt in task.texts('test'))
   assert report['sentences'] == 12 and report['steps'] == digits
-  assert set(report['methods']) == {'attention', 'gradient', 'gradcam'}
+  assert set(report['methods']) == {'attention', 'gradient', 'gradcam', 'erasure'}
   for fig in report['methods'].values():
     assert fig['steps'] == digits and 0 <= fig['alignment_accuracy'] <= 100
   share = np.mean([(b[2] - b[0]) * (b[3] - b[1]) / np.prod(task.image_shape)
@@ -518,6 +596,7 @@ def test_attribute_refuses_bad_input_in_one_line_before_loading_and_leaves_nothi
   cases = {   # flags -> the start of the error line
       ('--methods=nope', f'--input={one}'): "error: unknown attribution method 'nope'; valid",
       ('--methods=gradcam', f'--input={one}'): "error: attribution method 'gradcam' needs images",
+      ('--erase=mean', f'--input={one}'): "error: erase 'mean' is not for tokens sources; valid",
       (): "error: task 'dates' has no gold alignments: without --input",
       (f'--input={empty}',): f'error: {empty} has no lines: nothing to attribute',
       (f'--input={tmp_path}',): f'error: {tmp_path}: cannot read it as UTF-8 text',

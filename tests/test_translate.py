@@ -276,11 +276,17 @@ def test_saliency_explains_the_output_attend_gives(translator):
   assert (s.scores >= 0).all() and s.scores.max() > 0
   ig = t.saliency(text, method='integrated_gradients', reference='1999-11-03', steps=8)
   assert ig.output == '1999-11-03' and ig.scores.shape == (11, len(src_tokens))
+  er = t.saliency(text, method='erasure', erase='unk')   # no gradient: S + 1 forward passes
+  assert (er.output, er.scores.shape) == (out, weights.shape) and np.abs(er.scores).max() > 0
+  np.testing.assert_allclose(er.log_probs, s.log_probs, atol=1e-5)
   assert t.saliency('  ').scores.shape == (0, 0)
   with pytest.raises(ValueError, match=r"'gradcam' needs images sources .* reads tokens"):
     t.saliency(text, method='gradcam')
   with pytest.raises(TypeError, match=r"unknown option\(s\) \['step'\]; valid: steps"):
     t.saliency(text, step=8)
+  with pytest.raises(ValueError, match=r"erase 'mean' is not for tokens sources; valid for "
+                                       r'tokens: zero, pad, unk'):
+    t.saliency(text, method='erasure', erase='mean')
   with pytest.raises(ValueError, match=r'saliency\(text\) has 5,000 tokens; the limit is 512'):
     t.saliency('1' * 5000)
 

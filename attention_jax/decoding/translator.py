@@ -38,7 +38,7 @@ the weights over the image's grid, [T, H', W'] (images.py):
   out, weights, _, tgt_tokens = t.attend('scan.png')   # weights [T, H', W']
 
 Implicit attention (attribution.py): how much each output token's log-probability depends on
-each source position, by gradients, beside the explicit weights:
+each source position, by gradients or by erasing positions, beside the explicit weights:
 
   s = t.saliency('Nov 3, 1999', method='integrated_gradients')   # Saliency: s.scores [T, S]
   s = t.saliency('scan.png', method='gradcam')                   # [T, H', W'] (pixels: [T, H, W])
@@ -452,9 +452,10 @@ class Translator:
                reference: str | None = None, **options) -> Saliency:
     """Implicit attention: how strongly each output token depends on each source position
     (attribution.METHODS; options: attribution.Options, e.g. steps=64 for
-    integrated_gradients). The output is the model's own (greedy, or beam search) unless a
-    `reference` is given; both are teacher-forced. Source policy as `attend` (an empty text
-    gives empty arrays); image models take an image (file path or array)."""
+    integrated_gradients, erase='unk' for erasure). The output is the model's own (greedy, or
+    beam search) unless a `reference` is given; both are teacher-forced. Source policy as
+    `attend` (an empty text gives empty arrays); image models take an image (file path or
+    array)."""
     attribution.check(method, self.config.source)
     try:
       opts = attribution.Options(**options)
@@ -462,6 +463,7 @@ class Translator:
       valid = [f.name for f in dataclasses.fields(attribution.Options)]
       raise TypeError(f'saliency: unknown option(s) {sorted(set(options) - set(valid))}; '
                       f'valid: {", ".join(valid)}') from None
+    attribution.check_options(opts, self.config.source)
     if reference is not None and not isinstance(reference, str):
       raise TypeError(f'saliency(reference): must be a str, got {type(reference).__name__}')
     if self.config.source == 'tokens':

@@ -1,9 +1,11 @@
 """Implicit attention: how strongly each output token depends on each source position, read
-from the gradients of the teacher-forced model, beside the explicit attention weights.
+from the gradients of the teacher-forced model (or from its forward passes with a position
+erased), beside the explicit attention weights.
 
   fn = make_attributor(graphdef, 'integrated_gradients', Options(steps=32))
   a = fn(params, src, tgt_in, tgt_out)   # src [B, S] ids or images [B, H, W(, C)]; tgt [B, T]
   a.scores     # [B, T, S] tokens; [B, T, H, W] pixel methods on images; [B, T, S'] gradcam
+               # and erasure on images (S' the encoder's grid cells)
   a.weights    # [B, T, S'] the explicit attention of the same pass (S' = the memory)
   a.log_probs  # [B, T] f_t = log p(y_t | y_<t, x), teacher-forced
 
@@ -23,7 +25,15 @@ Methods (METHODS; a new one is a class and one `@register_method` line):
                          min x))²) on real positions (Smilkov et al. 2017)
   gradcam                ReLU(Σ_k α_tk A_sk), α_tk the mean over real cells of ∂f_t/∂A_sk, A [S',
                          K] the image encoder's annotation grid (Selvaraju et al. 2017)
-Signed methods (gradient_x_input, integrated_gradients) are ranked by |score| (`ranking`).
+  erasure                f_t(x) - f_t(x with position s erased): no gradient, 1 + S forward
+                         passes (vmapped); the erased value is `erase` (ERASE): tokens 'zero'
+                         (the zero embedding), 'pad' / 'unk' (the PAD / UNK token's
+                         embedding); images: a grid cell's real pixels set to 'zero' (black)
+                         or 'mean' (the image's mean pixel: grey, as Zeiler & Fergus 2014
+                         occluded). Li et al. 2016 (representation erasure); DeYoung et al.
+                         2020 score faithfulness the same way
+Signed methods (gradient_x_input, integrated_gradients, erasure) are ranked by |score|
+(`ranking`).
 """
 
 from __future__ import annotations
@@ -36,12 +46,18 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention_jax import registry
+from attention_jax import registry, symbols
+from attention_jax.models import encoders
 
 METHODS: dict[str, type['Method']] = {}
 register_method = registry.registrar(METHODS, 'attribution method')
 BASELINES = ('zero', 'pad')
 RULES = ('midpoint', 'gauss_legendre')   # integrated gradients' quadrature over α in [0, 1]
+# erasure's value of an erased position, per source: the zero embedding or the PAD / UNK
+# token's; a grid cell's pixels black or the image's mean pixel (grey)
+ERASE = {'tokens': ('zero', 'pad', 'unk'), 'images': ('zero', 'mean')}
+ERASURES = tuple(dict.fromkeys(v for values in ERASE.values() for v in values))
+ERASE_BATCH = 64   # erased copies run at once (vmapped) per example; more run in turn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,13 +65,15 @@ class Options:
   """steps: integrated gradients' interpolation steps (quadrature nodes) m; rule: its
   quadrature (RULES); baseline: its b, 'zero' (the zero vector / a black image) or 'pad' (the
   PAD token's embedding; tokens only); samples / noise: SmoothGrad's n and σ as a share of the
-  input's range; seed: SmoothGrad's noise."""
+  input's range; seed: SmoothGrad's noise; erase: erasure's value of an erased position
+  (ERASE: 'zero' tokens and images, 'pad' / 'unk' tokens, 'mean' images)."""
   steps: int = 32
   baseline: str = 'zero'
   samples: int = 16
   noise: float = 0.15
   seed: int = 0
   rule: str = 'midpoint'
+  erase: str = 'zero'
 
   def __post_init__(self):
     for name in ('steps', 'samples'):
@@ -68,13 +86,28 @@ class Options:
       raise ValueError(f'unknown integration rule {self.rule!r}; valid: {", ".join(RULES)}')
     if not self.noise >= 0:
       raise ValueError(f'noise must be >= 0, got {self.noise!r}')
+    if self.erase not in ERASURES:
+      raise ValueError(f'unknown erase {self.erase!r}; valid: ' + '; '.join(
+          f'{", ".join(v)} ({source})' for source, v in ERASE.items()))
+
+
+def check_options(opts: Options, source: str) -> Options:
+  """opts, or ValueError where a value does not apply to `source` ('tokens' or 'images')."""
+  if source == 'images' and opts.baseline != 'zero':
+    raise ValueError(f"baseline {opts.baseline!r} is for token sources; images: 'zero' (black)")
+  if opts.erase not in ERASE[source]:
+    raise ValueError(f'erase {opts.erase!r} is not for {source} sources; valid for '
+                     f'{source}: {", ".join(ERASE[source])}')
+  return opts
 
 
 class Probe(NamedTuple):
   """One example, made differentiable. f(x [*P, C]) -> (log p of each output token [T],
   explicit weights [T, S']); x0 the input itself; real [*P] its real positions; baseline [*P, C];
   memory(shift [S', K]) -> the same as f with the annotations shifted; annotations [S', K]
-  and memory_mask [S'] (gradcam)."""
+  and memory_mask [S'] (gradcam); erased [*P, C] the input with every position erased and
+  units [S', *P] bool the real entries of x that each source position covers (erasure; tokens:
+  S' = S, position s is row s; images: grid cell s is its pixels)."""
   f: Callable
   x0: jax.Array
   real: jax.Array
@@ -82,6 +115,8 @@ class Probe(NamedTuple):
   memory: Callable
   annotations: jax.Array
   memory_mask: jax.Array
+  erased: jax.Array
+  units: jax.Array
 
 
 class Attribution(NamedTuple):
@@ -215,15 +250,50 @@ class GradCAM(Method):
     return cam * m[None]
 
 
+@register_method('erasure')
+class Erasure(Method):
+  """f_t(x) - f_t(x with position s erased) [T, S'] (positive: s supported y_t), from 1 + S'
+  forward passes and no gradient; positions with nothing real to erase (padding) get 0."""
+  needs = 'forward passes with a source position erased'
+  over = 'memory'     # tokens: the source positions [S]; images: the encoder's grid cells [S']
+  signed = True
+
+  def __call__(self, p, opts):
+    erased = jnp.where(p.units[..., None], p.erased[None], p.x0[None])          # [S', *P, C]
+    copies = jnp.concatenate([p.x0[None], erased])                              # [1 + S', *P, C]
+    n = copies.shape[0]                                                         # 1 + S'
+    lp = jax.lax.map(lambda x: p.f(x)[0], copies,
+                     batch_size=min(n, ERASE_BATCH))                            # [1 + S', T]
+    real = jnp.any(p.units.reshape(n - 1, -1), axis=-1)                         # [S']
+    return jnp.where(real[None], (lp[:1] - lp[1:]).T, 0.0)                      # [T, S']
+
+
 def _token_log_probs(logits: jax.Array, tgt_out: jax.Array) -> jax.Array:
   """logits [1, T, V], tgt_out [1, T] -> [T]: log p of each given output token."""
   lp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
   return jnp.take_along_axis(lp, tgt_out[..., None], axis=-1)[0, :, 0]
 
 
+def _embedded(model, value: str, x0: jax.Array) -> jax.Array:
+  """'zero', 'pad' or 'unk' -> that vector at every position of x0 [S, E]: [S, E]."""
+  if value == 'zero':
+    return jnp.zeros_like(x0)
+  token = jnp.full((1, 1), symbols.PAD if value == 'pad' else symbols.UNK, jnp.int32)
+  return jnp.broadcast_to(model.source_embeddings(token)[0, 0], x0.shape).astype(x0.dtype)
+
+
+def _cells(cfg, real: jax.Array) -> jax.Array:
+  """real [H, W] -> [S', H, W] bool: the real pixels of each grid cell (s = i * W' + j)."""
+  h, w = real.shape
+  gh, gw = encoders.grid_shape(cfg, (h, w))
+  cell = (np.arange(h) * gh // h)[:, None] * gw + (np.arange(w) * gw // w)[None]   # [H, W]
+  return (np.arange(gh * gw)[:, None, None] == cell[None]) & real[None]
+
+
 def probe(model, src: jax.Array, tgt_in: jax.Array, tgt_out: jax.Array,
-          baseline: str = 'zero') -> Probe:
+          opts: Options = Options()) -> Probe:
   """One example (src [S] ids or an image [H, W(, C)]; tgt_in, tgt_out [T]) -> its Probe."""
+  check_options(opts, model.cfg.source)
   src1, tin, tout = src[None], tgt_in[None], tgt_out[None]
 
   def out(logits, read):
@@ -232,17 +302,18 @@ def probe(model, src: jax.Array, tgt_in: jax.Array, tgt_out: jax.Array,
   if model.cfg.source == 'tokens':
     x0 = model.source_embeddings(src1)[0].astype(jnp.float32)                 # [S, E]
     real = src != 0
-    base = (jnp.zeros_like(x0) if baseline == 'zero'
-            else jnp.broadcast_to(model.source_embeddings(jnp.zeros((1, 1), src.dtype))[0, 0],
-                                  x0.shape).astype(jnp.float32))
+    base = _embedded(model, opts.baseline, x0)
+    erased = _embedded(model, opts.erase, x0)                                   # [S, E]
+    units = jnp.eye(src.shape[0], dtype=bool) & real[None]                     # [S, S]
     f = lambda x: out(*model.forward(src1, tin, source_shift=(x - x0)[None]))
   else:
-    if baseline != 'zero':
-      raise ValueError(f"baseline {baseline!r} is for token sources; images: 'zero' (black)")
     img = (src[..., None] if src.ndim == 2 else src).astype(jnp.float32)       # [H, W, C]
     real = img[..., 0] >= 0
     x0 = jnp.where(real[..., None], img, 0.0)
     base = jnp.zeros_like(x0)
+    mean = jnp.sum(x0, axis=(0, 1)) / jnp.maximum(jnp.sum(real), 1)            # [C]
+    erased = jnp.zeros_like(x0) if opts.erase == 'zero' else jnp.broadcast_to(mean, x0.shape)
+    units = _cells(model.cfg, real)                                             # [S', H, W]
 
     def f(x):   # padding stays padding (-1); a real pixel pushed below 0 (SmoothGrad's
       # noise) is read as 0, not as padding (the model reads pixels < 0 as padding)
@@ -250,7 +321,8 @@ def probe(model, src: jax.Array, tgt_in: jax.Array, tgt_out: jax.Array,
       return out(*model.forward((x if src.ndim == 3 else x[..., 0])[None], tin))
   annotations, mask = model.encode(src1)
   memory = lambda shift: out(*model.forward(src1, tin, memory_shift=shift[None]))
-  return Probe(f, x0, real, base, memory, annotations[0].astype(jnp.float32), mask[0])
+  return Probe(f, x0, real, base, memory, annotations[0].astype(jnp.float32), mask[0], erased,
+               units)
 
 
 def attribute(model, src, tgt_in, tgt_out, method: str, opts: Options = Options()) -> Attribution:
@@ -259,7 +331,7 @@ def attribute(model, src, tgt_in, tgt_out, method: str, opts: Options = Options(
   fn = check(method, model.cfg.source)()
 
   def one(s, ti, to):
-    p = probe(model, s, ti, to, opts.baseline)
+    p = probe(model, s, ti, to, opts)
     lp, w = p.f(p.x0)
     return fn(p, opts), lp, w
   return Attribution(*jax.vmap(one)(src, tgt_in, tgt_out))
@@ -277,8 +349,11 @@ MEMORY_BUDGET = 256 * 2 ** 20   # bytes of Jacobians [T, *P, C] held at once per
 
 def rows_per_chunk(method: str, opts: Options, t: int, positions: int, channels: int) -> int:
   """How many sentences of T outputs over `positions` x `channels` inputs one call attributes
-  within MEMORY_BUDGET (integrated gradients and SmoothGrad hold up to 8 Jacobians each)."""
+  within MEMORY_BUDGET (integrated gradients and SmoothGrad hold up to 8 Jacobians each;
+  erasure 1 + `positions` copies of the input and of a forward pass, [P + T, C] each)."""
   cls = lookup(method)
+  if cls is Erasure:
+    return max(1, MEMORY_BUDGET // (4 * (positions + 1) * (positions + t) * channels))
   held = min(opts.steps if cls is IntegratedGradients else
              opts.samples if cls is SmoothGrad else 1, 8)
   return max(1, MEMORY_BUDGET // (4 * t * positions * channels * (held + 1)))

@@ -10,7 +10,7 @@ On `reverse` (trained on lengths 1-12, tested on 1-24: within and beyond the tra
 lengths): every RNN score, `none` included, with both decoders (Bahdanau, Luong), the
 additive score with coverage, and a two-layer Transformer; every variant under seeds 1-3. At
 the end of each run its first 100 test sentences are attributed by every method (gradient,
-gradient x input, integrated gradients, SmoothGrad) and measured against the gold
+gradient x input, integrated gradients, SmoothGrad, erasure) and measured against the gold
 alignment beside the explicit weights (eval.attribution: attention_jax/implicit/alignment.py); the
 sweep report adds implicit_attention.md (means over seeds with 95% intervals, paired tests
 over seeds, Holm-adjusted). Small models (embeddings and encoder 16, decoder 32; Transformer
@@ -19,7 +19,7 @@ d_model 32) so that 60 runs fit a 2-core CPU.
 With `:digits`, on `digit_strips` (runs/implicit_attention_digits): soft attention, hard
 attention (Xu et al. 2015) and no attention, seeds 1-3, 3,000 steps; the pointing game (is
 the argmax of a map inside the box of the digit being read?) for the explicit weights, the
-pixel gradients, gradient x input, integrated gradients and Grad-CAM (digits_config).
+pixel gradients, gradient x input, integrated gradients, Grad-CAM and erasure (digits_config).
 """
 
 from attention_jax.models import scores
@@ -33,13 +33,14 @@ def digits_config(arg: str | None = None):
   smaller CNN and decoder than experiments/configs/digit_strips.py (16-32-64: 14 steps/s of 32
   here, against 0.56 steps/s of 64 for its 32-64-128 CNN) and undistorted training strips,
   3,000 steps of 32, so that 9 runs fit about half an hour of this 2-core CPU. At the end, the pointing game of the explicit weights, the pixel
-  gradients, gradient x input, integrated gradients and Grad-CAM on the first 64 test strips."""
+  gradients, gradient x input, integrated gradients, Grad-CAM and erasure (each grid cell set
+  to black, the background, in turn) on the first 64 test strips."""
   c = digit_strips.get_config('smoke' if arg == 'digits_smoke' else None)
   c.model.cnn_width, c.model.image_dim = 16, 64
   c.model.emb_dim = c.model.attn_dim = 32
   c.model.dec_hidden = 64
   c.data.batch_size = 32
-  c.eval.attribution = 'gradient,gradient_x_input,integrated_gradients,gradcam'
+  c.eval.attribution = 'gradient,gradient_x_input,integrated_gradients,gradcam,erasure'
   c.eval.attribution_num = 64
   c.eval.attribution_steps = 16
   c.eval.heatmaps = 0
