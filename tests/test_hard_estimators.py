@@ -175,11 +175,23 @@ def test_hard_expected_p_1_is_soft_attention_through_a_bahdanau_decoder():
   np.testing.assert_allclose(out['hard'], out['global'], rtol=1e-4, atol=1e-6)
 
 
+def test_hard_soft_steps_move_the_soft_share_from_all_to_hard_expected_p():
+  """The curriculum: at step 0 every example reads the soft context (the step equals soft
+  attention's), half-way the share is halfway, after it hard_expected_p."""
+  obj = objective.Objective(hard_expected_p=0.25, hard_soft_steps=100)
+  share = [float(obj.expected_share(jnp.int32(s))) for s in (0, 50, 100, 1000)]
+  np.testing.assert_allclose(share, [1.0, 0.625, 0.25, 0.25])
+  hard = estimates(2, 'hard', baseline=-4.0, hard_soft_steps=100)
+  np.testing.assert_allclose(hard, estimates(2, 'global'), rtol=1e-6, atol=1e-7)
+
+
 def test_bad_estimator_settings_are_named():
   with pytest.raises(ValueError, match=r"train.reward 'bogus'; valid: sentence, to_go"):
     objective.Objective(reward='bogus')
   with pytest.raises(ValueError, match=r'hard_expected_p must be in \[0, 1\].*1.5'):
     objective.Objective(hard_expected_p=1.5)
+  with pytest.raises(ValueError, match=r'hard_soft_steps must be an integer >= 0.*-5'):
+    objective.Objective(hard_soft_steps=-5)
   with pytest.raises(ValueError, match=r'reinforce_samples must be a positive integer.*0'):
     objective.Objective(reinforce_samples=0)
   assert dataclasses.replace(objective.Objective(), reward='to_go').variance_reduction == [

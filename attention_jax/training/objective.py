@@ -15,6 +15,9 @@ baseline that does not depend on the sample (tests/test_hard_estimators.py check
 Three variance reducers (Objective's fields):
 - `hard_expected_p`: the share of examples that read the expected (soft) context, with no
   REINFORCE term (Xu et al. 2015 §4.1 use 0.5); drawn per example in steps.train_step;
+  `hard_soft_steps` W > 0 starts from all examples soft and moves the share linearly to
+  hard_expected_p over the first W steps (a curriculum, not in Xu et al.: attention first
+  learns where to look, before samples of it are trained on);
 - `reinforce_samples` K > 1: each example decoded with K samples, each sample's baseline the
   mean reward of the other K - 1 (leave-one-out; Kool et al. 2019), no moving average;
 - `reward='to_go'`: step t's log a_{t,s_t} is weighed by R_{b,t} = log p(y_{b,≥t} | s, x), the
@@ -47,6 +50,7 @@ class Objective:
   baseline_decay: float = 0.9    # hard attention: decay of the moving-average reward baseline
   doubly_stochastic_weight: float = 0.0   # λ_ds (Xu et al. 2015 eq. 14; they use 1.0)
   hard_expected_p: float = 0.0   # hard attention: share of examples on the soft context (Xu: 0.5)
+  hard_soft_steps: int = 0       # hard attention: steps from all soft to hard_expected_p (0: none)
   reinforce_samples: int = 1     # hard attention: K samples per example, leave-one-out baseline
   reward: str = 'sentence'       # hard attention: REWARDS, the reward of each step's sample
 
@@ -54,6 +58,10 @@ class Objective:
     if not (isinstance(self.hard_expected_p, (int, float)) and 0.0 <= self.hard_expected_p <= 1.0):
       raise ValueError(f'train.hard_expected_p must be in [0, 1] (the share of examples that '
                        f'read the soft context; 0: all sample), got {self.hard_expected_p!r}')
+    w = self.hard_soft_steps
+    if not isinstance(w, int) or isinstance(w, bool) or w < 0:
+      raise ValueError(f'train.hard_soft_steps must be an integer >= 0 (steps from all examples '
+                       f'on the soft context to train.hard_expected_p; 0: none), got {w!r}')
     k = self.reinforce_samples
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
       raise ValueError(f'train.reinforce_samples must be a positive integer (samples per '
@@ -65,8 +73,18 @@ class Objective:
   def variance_reduction(self) -> list[str]:
     """The fields set away from their defaults that only a sampling mode reads."""
     d = Objective()
-    return [f'train.{f}={getattr(self, f)!r}' for f in ('hard_expected_p', 'reinforce_samples',
-                                                      'reward') if getattr(self, f) != getattr(d, f)]
+    return [f'train.{f}={getattr(self, f)!r}' for f in ('hard_expected_p', 'hard_soft_steps',
+                                                      'reinforce_samples', 'reward')
+            if getattr(self, f) != getattr(d, f)]
+
+  def expected_share(self, step: jax.Array) -> jax.Array:
+    """The share of examples on the soft context at `step`: 1 at step 0, moving linearly to
+    hard_expected_p at step hard_soft_steps, then hard_expected_p."""
+    p = self.hard_expected_p
+    if not self.hard_soft_steps:
+      return jnp.float32(p)
+    done = jnp.minimum(step.astype(jnp.float32) / self.hard_soft_steps, 1.0)
+    return 1.0 - (1.0 - p) * done
 
   @classmethod
   def of(cls, t) -> 'Objective':

@@ -86,9 +86,10 @@ def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
   rows = batch if k == 1 else jax.tree.map(   # K copies of the batch, copy-major [K*B, ...]
       lambda x: jnp.tile(x, (k,) + (1,) * (x.ndim - 1)), batch)
   sample = sample_key
-  if obj.hard_expected_p > 0 and 'baseline' in state:   # Xu et al. 2015 §4.1: these rows
-    mix_key, sample_key = jax.random.split(sample_key)  # read the expected context
-    expected = jax.random.bernoulli(mix_key, obj.hard_expected_p, rows['src'].shape[:1])
+  if (obj.hard_expected_p > 0 or obj.hard_soft_steps) and 'baseline' in state:
+    mix_key, sample_key = jax.random.split(sample_key)  # Xu et al. 2015 §4.1: these rows read
+    expected = jax.random.bernoulli(                     # the expected context
+        mix_key, obj.expected_share(state['step']), rows['src'].shape[:1])
     sample = attention.Sample(sample_key, expected)
 
   def loss_fn(params):

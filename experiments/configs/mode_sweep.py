@@ -1,7 +1,7 @@
 """Every attention mode (and the sparsemax normaliser, coverage, encoder self-attention) on
 `dates`, with the additive score and the Bahdanau decoder, at the full `dates` budget.
 
-  bash launch.sh sweep experiments/configs/mode_sweep.py          # 11 variants, 2000 steps each
+  bash launch.sh sweep experiments/configs/mode_sweep.py          # 12 variants, 2000 steps each
   bash launch.sh sweep experiments/configs/mode_sweep.py:smoke    # seconds per variant
 
 Variants go to runs/mode_sweep[_smoke]/<variant>; the report (summary.md/.csv, bars.png,
@@ -17,6 +17,8 @@ HARD_ESTIMATORS = [
     ('hard_xu', {'train.hard_expected_p': 0.5}),   # Xu et al. 2015 §4.1: half on the soft context
     ('hard_loo4', {'train.reinforce_samples': 4}),   # Kool et al. 2019: 4 samples, leave-one-out
     ('hard_to_go', {'train.reward': 'to_go'}),       # each step's reward: the tokens it affects
+    ('hard_curriculum', {'train.hard_expected_p': 0.5,   # all soft first, Xu's 0.5 from step 500
+                         'train.hard_soft_steps': 500}),
 ]
 
 # every registered mode and normaliser (a new one joins the sweep with no edit here), hard
