@@ -19,7 +19,7 @@ from attention_jax import data
 from attention_jax.data import image_builders, strips
 from attention_jax.decoding import beam, greedy, loading
 from attention_jax.evaluation import evaluators, plots, saved_run
-from attention_jax.models import encoders, images
+from attention_jax.models import encoders, images, transformer
 from attention_jax.models import model as model_lib
 from attention_jax.models.attention import Attention
 from attention_jax.models.model import ModelConfig, build
@@ -30,14 +30,16 @@ from experiments.configs import common, digit_strips, image_dates
 from helpers import run_module, smoke
 
 IMAGE_ENCODERS = encoders.names('images')
-# every image encoder, and the CNN with its row encoder (model.cnn_row_rnn), its per-pixel
+# every image encoder, the CNN with its row encoder (model.cnn_row_rnn), its per-pixel
 # LayerNorm (model.cnn_norm), its columns (model.cnn_columns) and narrower cells
-# (model.cnn_cell_width)
+# (model.cnn_cell_width), and the ViT with a convolutional stem (model.vit_stem) and learned
+# positions (model.vit_positions)
 VARIANTS = [(name, {}) for name in IMAGE_ENCODERS] + [
     ('cnn', {'cnn_row_rnn': True}), ('cnn', {'cnn_norm': True}),
     ('cnn', {'cnn_columns': True, 'cnn_norm': True}),
     ('cnn', {'cnn_columns': True, 'cnn_row_rnn': True, 'cnn_cell_width': 2,
-             'cnn_positions': 'rnn_input'})]
+             'cnn_positions': 'rnn_input'}),
+    ('vit', {'vit_stem': 1, 'vit_positions': 'learned_2d'}), ('vit', {'vit_stem': 2})]
 VARIANT_IDS = [n + ''.join(f'-{k}' for k in kw) for n, kw in VARIANTS]
 # small sizes of every encoder and decoder: each config keeps those its model reads (small)
 SMALL = dict(src_vocab=1, tgt_vocab=11, image_dim=12, cnn_layers=2, cnn_width=4, patch_size=4,
@@ -180,6 +182,81 @@ def test_cnn_grid_against_numpy(norm, columns, cell_width, positions):
   np.testing.assert_allclose(enc(jnp.asarray(x)).annotations[0], ann, rtol=1e-4, atol=1e-5)
 
 
+# ---- the ViT's convolutional stem and learned positions (model.vit_stem, vit_positions) --------
+@pytest.mark.parametrize('stem', [0, 1, 2, 3])
+def test_a_vit_stem_keeps_the_grid_of_patch_size_cells(stem):
+  """0-3 stride-2 convolutions before 8-pixel patches: the same 2 x 4 grid over 16 x 32 images
+  (cells of 8 pixels, as the heatmaps draw them), the same masks; stem widths doubling up to
+  d_model (16: 4, 8, 16), and patches of 8 / 2^stem stem pixels."""
+  cfg = config('vit', patch_size=8, vit_stem=stem)
+  enc = build(cfg, rngs=nnx.Rngs(0)).encoder
+  src, _ = batch_of((16, 32), (8, 16))
+  out = enc(src)
+  assert encoders.grid_shape(cfg, (16, 32)) == enc.grid(src.shape) == (2, 4) and enc.cell == 8
+  assert out.annotations.shape == (2, 8, 12) and out.summary.shape == (2, 12)
+  np.testing.assert_array_equal(out.mask, [[True] * 8, [True] * 2 + [False] * 6])
+  np.testing.assert_array_equal(out.annotations[~np.asarray(out.mask)], 0.0)
+  widths = [conv.kernel.shape[-1] for conv in enc.stem or ()]
+  assert widths == [16 // 2 ** (stem - 1 - i) for i in range(stem)]
+  assert enc.embed.kernel.shape == ((8 // 2 ** stem) ** 2 * (widths[-1] if stem else 1), 16)
+
+
+def test_a_vit_without_a_stem_is_the_linear_patch_embedding_it_always_was():
+  """vit_stem=0 with sinusoid_2d positions (the defaults): only the parameters saved runs have
+  (embed, layers, norm, proj), and the annotations are the Transformer layers over
+  patches · W + b + the 2-D sinusoids, the patch embedding written out here. (Its figures over
+  five train steps are pinned in tests/test_golden.py.)"""
+  enc = build(config('vit', image_dim=16), rngs=nnx.Rngs(0)).encoder
+  assert sorted(nnx.state(enc, nnx.Param)) == ['embed', 'layers', 'norm']
+  assert enc.stem is None and enc.pos_rows is None and enc.proj is None
+  src, _ = batch_of((8, 16), (8, 16), seed=4)
+  patches = np.asarray(src).reshape(2, 2, 4, 4, 4).transpose(0, 1, 3, 2, 4).reshape(2, 8, 16)
+  h = (jnp.asarray(patches) @ enc.embed.kernel[...] + enc.embed.bias[...][None, None]
+       + images.sinusoids_2d(2, 4, 16)[None])
+  for layer in enc.layers:
+    h = layer(h, jnp.ones((2, 1, 8), bool), transformer.DropoutKeys(None))
+  np.testing.assert_allclose(enc(src).annotations, enc.norm(h), rtol=1e-5, atol=1e-6)
+
+
+def test_learned_2d_positions_are_parameters_that_get_gradient_within_their_bound():
+  """vit_positions='learned_2d': a vector per row and per column (max_positions of each), row
+  i's then column j's at s = i * W' + j; the rows and columns of the grid get gradient, the
+  others none; a grid wider than max_positions is refused by name."""
+  enc = build(config('vit', vit_positions='learned_2d', max_positions=6),
+              rngs=nnx.Rngs(0)).encoder
+  rows, cols = np.asarray(enc.pos_rows[...]), np.asarray(enc.pos_cols[...])
+  assert rows.shape == cols.shape == (6, 8)
+  np.testing.assert_array_equal(enc.positions(2, 4)[1 * 4 + 3], np.concatenate([rows[1], cols[3]]))
+  src, _ = batch_of((8, 16), (4, 8), seed=5)
+  grads = nnx.grad(lambda e: jnp.sum(e(src).annotations ** 2))(enc)
+  g_rows, g_cols = np.asarray(grads['pos_rows'][...]), np.asarray(grads['pos_cols'][...])
+  assert (np.abs(g_rows[:2]).sum(-1) > 0).all() and (np.abs(g_cols[:4]).sum(-1) > 0).all()
+  np.testing.assert_array_equal(g_rows[2:], 0.0)
+  np.testing.assert_array_equal(g_cols[4:], 0.0)
+  with pytest.raises(ValueError, match=r"model.vit_positions='learned_2d' are defined for up to "
+                                       r'model.max_positions=6 rows and columns of patches, got '
+                                       r'a grid of 2 x 7'):
+    enc(jnp.zeros((1, 8, 28)))
+
+
+def test_digit_strips_vit_stem_trains_and_attends_over_the_same_4_x_20_grid(data_dir, tmp_path):
+  """digit_strips.py:vit_stem (a 3-layer stem before 8-pixel patches, learned positions) at its
+  smoke sizes: two train steps, an evaluation, a checkpoint; the loaded model's attention is
+  over the CNN's 4 x 20 grid of 8 x 8 cells."""
+  cfg = digit_strips.get_config('vit_stem,smoke')
+  cfg.data.update(data_dir=data_dir, num_train=32, num_valid=8, num_test=8)
+  cfg.train.update(steps=2, eval_every=2, checkpoint_every=2, log_every=1)
+  workdir = str(tmp_path / 'run')
+  summary = train.train_and_evaluate(cfg, workdir)
+  mcfg = summary['model_config']
+  assert (mcfg['encoder'], mcfg['vit_stem'], mcfg['vit_positions']) == ('vit', 3, 'learned_2d')
+  assert summary['step'] == 2 and np.isfinite(summary['results']['test']['loss'])
+  t = loading.load(workdir)
+  image = data.load_task(dict_cfg(cfg.data, data_dir)).image('test', 0)
+  _, weights, _, tokens = t.attend(image)
+  assert weights.shape == (len(tokens), 4, 20)
+
+
 def test_sizes_that_do_not_divide_into_cells_are_refused():
   model = build(config('cnn'), rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match=r'images of 6 x 8 pixels do not divide into 4 x 4 cells'):
@@ -200,6 +277,14 @@ def test_sizes_that_do_not_divide_into_cells_are_refused():
                                                      r"model.cnn_row_rnn=True"),
     (dict(encoder='cnn', cnn_positions='rope'), r"unknown model.cnn_positions 'rope'; valid: "
                                                 r"annotations, rnn_input, none"),
+    (dict(encoder='vit', patch_size=4, vit_stem=3), r'model.vit_stem=3 halves the image 3 times '
+                                                    r'\(by 2\^3 = 8\) before the patches, and '
+                                                    r'model.patch_size=4 is not a multiple of 8'),
+    (dict(encoder='vit', patch_size=6, vit_stem=2), r'model.patch_size=6 is not a multiple of 4'),
+    (dict(encoder='vit', vit_stem=-1), r'model.vit_stem must be an integer >= 0 .*got -1'),
+    (dict(encoder='vit', vit_positions='learned'), r"unknown model.vit_positions 'learned'; "
+                                                   r"valid: sinusoid_2d, learned_2d"),
+    (dict(encoder='cnn', vit_stem=1), r"model.encoder='cnn' does not read model.vit_stem=1"),
 ])
 def test_undefined_combinations_are_refused_by_name(kw, needle):
   with pytest.raises(ValueError, match=needle):

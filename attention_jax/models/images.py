@@ -30,9 +30,19 @@ size (2^cnn_layers for 'cnn', patch_size for 'vit').
          outputs start as content rather than as positions that are the same in every
          image), or nowhere ('none').
   'vit'  non-overlapping p x p patches (p = model.patch_size), each a linear embedding plus a
-         2-D sinusoidal position (half the numbers for the row, half for the column), then
+         2-D position (half the numbers for the row, half for the column), then
          model.transformer_layers Transformer encoder layers of width model.d_model
-         (Dosovitskiy et al. 2021): H' = H / p.
+         (Dosovitskiy et al. 2021): H' = H / p. With model.vit_stem = s > 0, a convolutional
+         stem reads the pixels first (Xiao et al. 2021, "Early convolutions help transformers
+         see better"): s 3x3 convolutions of stride 2, each layer-normalised over its channels
+         at every pixel and ReLU'd (Xiao et al. use batch norm; a per-pixel norm reads no other
+         pixel, so padding stays invisible), d_model / 2^(s-1-i) channels for layer i (doubling
+         up to d_model, as their 24-48-96-192 before a 192-wide ViT); the patches are then
+         p / 2^s stem pixels across, and their linear embedding is the stem's final projection
+         (a 1x1 convolution when 2^s = p). The grid stays H / p x W / p whatever s is.
+         model.vit_positions: fixed 2-D sinusoids ('sinusoid_2d') or learned ones
+         ('learned_2d': a vector per row and one per column, up to model.max_positions of
+         each, concatenated as the sinusoids are).
 
 A grid cell is real if any pixel it covers is; padded cells are zero and masked (they get no
 attention), and the convolutions see zeros there, so padding aligned to the grid changes no
@@ -94,6 +104,12 @@ def sinusoids_2d(h: int, w: int, dim: int) -> jax.Array:
   """[h * w, dim] float32: row i's sinusoids (dim/2 numbers) then column j's, at s = i*w + j."""
   rows = transformer.sinusoids(h, dim // 2)                                       # [h, D/2]
   cols = transformer.sinusoids(w, dim - dim // 2)                                 # [w, D/2]
+  return rows_then_columns(rows, cols)
+
+
+def rows_then_columns(rows: jax.Array, cols: jax.Array) -> jax.Array:
+  """rows [h, A], cols [w, C] -> [h * w, A + C]: row i's vector then column j's, at s = i*w + j."""
+  h, w = rows.shape[0], cols.shape[0]
   return jnp.concatenate([jnp.repeat(rows, w, axis=0), jnp.tile(cols, (h, 1))], axis=-1)
 
 
@@ -138,6 +154,8 @@ class _ImageEncoder(nnx.Module):
 
 # where the CNN's 2-D sinusoidal positions enter (model.cnn_positions)
 CNN_POSITIONS = ('annotations', 'rnn_input', 'none')
+# the ViT's 2-D positions (model.vit_positions): fixed sinusoids or learned row and column vectors
+VIT_POSITIONS = ('sinusoid_2d', 'learned_2d')
 # an image to decode may be at most MAX_SCALE times the training canvas's height and width
 # (a 32 x 256 canvas: 128 x 1024): far beyond what the model has seen, and a bound on memory
 MAX_SCALE = 4
@@ -248,18 +266,40 @@ class CNNEncoder(_ImageEncoder):
     return Encoded(annotations=ann, mask=mask, summary=mean_over(ann, mask))
 
 
+def stem_widths(layers: int, dim: int) -> tuple[int, ...]:
+  """Channels of the ViT's convolutional stem (model.vit_stem layers, model.d_model = dim):
+  doubling per layer up to dim, e.g. 32, 64, 128 for 3 layers before d_model 128 (Xiao et al.
+  2021: 24, 48, 96, 192 before a ViT of width 192)."""
+  return tuple(max(1, dim // 2 ** (layers - 1 - i)) for i in range(layers))
+
+
 @register_encoder('vit')
 class ViTEncoder(_ImageEncoder):
-  """Patch embeddings + 2-D positions -> Transformer encoder layers (see the module docstring)."""
-  # the model config fields it reads (model.reads): its layers are the Transformer's
-  fields = ('image_channels', 'patch_size', 'd_model', 'heads', 'ff_dim', 'transformer_layers',
-            'self_attention_score', 'norm_first', 'attention_dropout')
+  """[A convolutional stem,] patch embeddings + 2-D positions -> Transformer encoder layers
+  (see the module docstring)."""
+  # the model config fields it reads (model.reads): its layers are the Transformer's;
+  # max_positions: the rows and columns of learned positions (model.vit_positions)
+  fields = ('image_channels', 'patch_size', 'vit_stem', 'vit_positions', 'max_positions',
+            'd_model', 'heads', 'ff_dim', 'transformer_layers', 'self_attention_score',
+            'norm_first', 'attention_dropout')
 
   @classmethod
   def check(cls, cfg) -> None:
     super().check(cfg)
     multihead.check(cfg.self_attention_score, cfg.heads, cfg.d_model,
                     "the 'vit' encoder (model.self_attention_score, model.heads)")
+    stem = cfg.vit_stem
+    if not isinstance(stem, int) or isinstance(stem, bool) or stem < 0:
+      raise ValueError(f'model.vit_stem must be an integer >= 0 (stride-2 convolutions before '
+                       f'the patches; 0: none), got {stem!r}')
+    if cfg.patch_size % 2 ** stem:
+      raise ValueError(f'model.vit_stem={stem} halves the image {stem} times (by 2^{stem} = '
+                       f'{2 ** stem}) before the patches, and model.patch_size={cfg.patch_size} '
+                       f'is not a multiple of {2 ** stem}: make patch_size a multiple of '
+                       f'2^vit_stem, or use fewer stem layers')
+    if cfg.vit_positions not in VIT_POSITIONS:
+      raise ValueError(f'unknown model.vit_positions {cfg.vit_positions!r}; valid: '
+                       f'{", ".join(VIT_POSITIONS)}')
 
   @classmethod
   def cell_size(cls, cfg) -> int:
@@ -271,27 +311,61 @@ class ViTEncoder(_ImageEncoder):
 
   def __init__(self, cfg, *, dim: int, rngs: nnx.Rngs):
     p, d, dtype = cfg.patch_size, cfg.d_model, cfg.compute_dtype
-    self.embed = nnx.Linear(p * p * cfg.image_channels, d, dtype=dtype, param_dtype=jnp.float32,
-                            rngs=rngs)
+    conv = lambda c_in, c_out: nnx.Conv(c_in, c_out, (3, 3), strides=(2, 2), padding='SAME',
+                                        dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    ln = lambda c: nnx.LayerNorm(c, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    c_in, convs, norms = cfg.image_channels, [], []
+    for c_out in stem_widths(cfg.vit_stem, d):  # the stem (Xiao et al. 2021); none: vit_stem=0
+      convs.append(conv(c_in, c_out))
+      norms.append(ln(c_out))
+      c_in = c_out
+    self.stem = nnx.List(convs) if convs else None
+    self.stem_norms = nnx.List(norms) if norms else None
+    self.patch = p // 2 ** cfg.vit_stem          # patches of p pixels: p / 2^s stem pixels across
+    self.embed = nnx.Linear(self.patch * self.patch * c_in, d, dtype=dtype,
+                            param_dtype=jnp.float32, rngs=rngs)
+    if cfg.vit_positions == 'learned_2d':         # initialised as the Transformer's learned
+      learned = lambda n: nnx.Param(0.02 * jax.random.normal(rngs.params(), (cfg.max_positions,
+                                                                            n)))
+      self.pos_rows, self.pos_cols = learned(d // 2), learned(d - d // 2)
+    else:                                         # 'sinusoid_2d': fixed
+      self.pos_rows = self.pos_cols = None
     self.layers = nnx.List([transformer.EncoderLayer(cfg, rngs=rngs)
                             for _ in range(cfg.transformer_layers)])
-    self.norm = nnx.LayerNorm(d, dtype=dtype, param_dtype=jnp.float32,
-                              rngs=rngs) if cfg.norm_first else None
+    self.norm = ln(d) if cfg.norm_first else None
     self.proj = None if dim == d else nnx.Linear(d, dim, dtype=dtype, param_dtype=jnp.float32,
                                                  rngs=rngs)
     self.cell, self.what = p, 'patches of model.patch_size pixels'
     self.dim, self.dropout, self.dtype = d, cfg.dropout, dtype
+    self.max_positions = cfg.max_positions
+
+  def positions(self, gh: int, gw: int) -> jax.Array:
+    """[gh * gw, D] in the compute dtype: row i's vector then column j's, at s = i * gw + j."""
+    if self.pos_rows is None:
+      return sinusoids_2d(gh, gw, self.dim).astype(self.dtype)
+    if max(gh, gw) > self.max_positions:
+      raise ValueError(f"model.vit_positions='learned_2d' are defined for up to "
+                       f'model.max_positions={self.max_positions} rows and columns of patches, '
+                       f'got a grid of {gh} x {gw}; use a smaller image, sinusoid_2d or a '
+                       f'larger max_positions')
+    rows, cols = self.pos_rows[...][:gh], self.pos_cols[...][:gw]              # [gh, D/2], [gw, D/2]
+    return rows_then_columns(rows, cols).astype(self.dtype)
 
   def __call__(self, src: jax.Array, *, dropout_key: jax.Array | None = None) -> Encoded:
     """images [B, H, W(, C)] -> Encoded: annotations [B, H'W', K], mask [B, H'W']."""
     gh, gw = self.grid(src.shape)
-    x, real = pixels(src)
-    b, p, c = x.shape[0], self.cell, x.shape[-1]
+    x, real = pixels(src)                                          # [B, H, W, C], [B, H, W]
+    x = x.astype(self.dtype)
+    for conv, norm in zip(self.stem or (), self.stem_norms or ()):
+      x = jax.nn.relu(norm(conv(x)))                               # [B, H/2, W/2, C'] per layer
+      real = pool_mask(real, 2)
+      x = x * real[..., None].astype(x.dtype)      # padded cells stay zero for the next layer
+    b, p, c = x.shape[0], self.patch, x.shape[-1]
     patches = (x.reshape(b, gh, p, gw, p, c).transpose(0, 1, 3, 2, 4, 5)
-               .reshape(b, gh * gw, p * p * c).astype(self.dtype))              # [B, S, p*p*C]
+               .reshape(b, gh * gw, p * p * c))                                 # [B, S, p*p*C]
     mask = pool_mask(real, p).reshape(b, gh * gw)                              # [B, S]
     keys = transformer.DropoutKeys(dropout_key)
-    h = self.embed(patches) + sinusoids_2d(gh, gw, self.dim).astype(self.dtype)[None]
+    h = self.embed(patches) + self.positions(gh, gw)[None]
     h = dropout(h, self.dropout, keys()) * mask[..., None].astype(self.dtype)
     for layer in self.layers:
       h = layer(h, mask[:, None, :], keys)

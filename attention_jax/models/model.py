@@ -69,7 +69,8 @@ class ModelConfig:
   # vectors: positions past the training lengths stay at their random init, and inputs or
   # output limits past max_positions are refused), none (the encoder sees a bag of tokens)
   positions: str = 'sinusoidal'
-  max_positions: int = 512           # learned positions: the table's size
+  max_positions: int = 512           # learned positions: the table's size ('vit' with
+                                     # learned_2d: rows and columns of patches)
   norm_first: bool = True            # pre-norm (False: post-norm, as Vaswani et al. 2017)
   attention_dropout: float = 0.0
   cross_attention_score: str = 'scaled_dot'
@@ -88,6 +89,11 @@ class ModelConfig:
                                      # input ('rnn_input') or nowhere ('none')
   patch_size: int = 4                # 'vit': p x p pixel patches (its layers: d_model, heads,
                                      # ff_dim, transformer_layers, self_attention_score)
+  vit_stem: int = 0                  # 'vit': stride-2 3x3 convolutions before the patches (a
+                                     # convolutional stem, Xiao et al. 2021; 0: none, linear
+                                     # patch embeddings): patch_size a multiple of 2^vit_stem
+  vit_positions: str = 'sinusoid_2d'  # 'vit': sinusoid_2d (fixed) | learned_2d (a vector per
+                                     # row and per column, up to max_positions of each)
   # Xu et al. 2015 §4.2.1: the context is scaled by a gate beta_t = sigmoid(w · s_{t-1} + b)
   context_gate: bool = False
 

