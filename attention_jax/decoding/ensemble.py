@@ -82,12 +82,10 @@ class Ensemble(nnx.Module, contract.EncoderDecoder):
       raise ValueError('attribution of an ensemble is not supported (its members embed the '
                        'source in spaces of their own): attribute one member')
     n = len(self.members)
-    split = lambda key: [None] * n if key is None else list(jax.random.split(key, n))
-    samples = ([None] * n if sample_key is None else   # a key or an attention.Sample
-               [jax.tree.map(lambda x: x[i], attention.split_sample(sample_key, n))
-                for i in range(n)])
+    split = lambda key: [None] * n if key is None else [   # a key or an attention.Sample
+        jax.tree.map(lambda x: x[i], attention.split_sample(key, n)) for i in range(n)]
     logps, reads = [], []
-    for m, dk, sk in zip(self.members, split(dropout_key), samples):
+    for m, dk, sk in zip(self.members, split(dropout_key), split(sample_key)):
       logits, read = m.forward(src, tgt_in, dropout_key=dk, sample_key=sk)
       logps.append(jax.nn.log_softmax(logits.astype(jnp.float32)))
       reads.append(read)

@@ -108,10 +108,15 @@ def reinforce_surrogate(logp: jax.Array, reward: jax.Array, baseline: jax.Array)
   return jax.lax.stop_gradient(reward - baseline) * logp
 
 
+def to_go(x: jax.Array) -> jax.Array:
+  """x [B, T] -> [B, T]: Σ_{t' >= t} x_{t'}."""
+  return jnp.flip(jnp.cumsum(jnp.flip(x, 1), 1), 1)
+
+
 # the reward of each step's sample: the masked token log-likelihoods ll [B, T] -> [B, T]
 REWARDS: dict[str, Callable[[jax.Array], jax.Array]] = {
     'sentence': lambda ll: jnp.broadcast_to(jnp.sum(ll, 1, keepdims=True), ll.shape),
-    'to_go': lambda ll: jnp.flip(jnp.cumsum(jnp.flip(ll, 1), 1), 1),   # Σ_{t' >= t} ll_{t'}
+    'to_go': to_go,
 }
 
 
@@ -161,7 +166,7 @@ def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: ja
     if obj.reinforce_samples > 1:
       b = leave_one_out(reward, obj.reinforce_samples)                     # [B, T]
     elif per_token:
-      b = baseline * jnp.flip(jnp.cumsum(jnp.flip(mask, 1), 1), 1)         # b_tok x tokens left
+      b = baseline * to_go(mask)                                           # b_tok x tokens left
     else:
       b = baseline
     surrogate = reinforce_surrogate(read.logp * mask, reward, b)

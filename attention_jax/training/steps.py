@@ -82,11 +82,12 @@ def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
     key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
   dropout_key, sample_key = jax.random.split(key)
   psum = (lambda x: jax.lax.psum(x, axis_name)) if axis_name else (lambda x: x)
-  k = obj.reinforce_samples if 'baseline' in state else 1
+  sampling = 'baseline' in state   # a hard mode (state/templates.py)
+  k = obj.reinforce_samples if sampling else 1
   rows = batch if k == 1 else jax.tree.map(   # K copies of the batch, copy-major [K*B, ...]
       lambda x: jnp.tile(x, (k,) + (1,) * (x.ndim - 1)), batch)
   sample = sample_key
-  if (obj.hard_expected_p > 0 or obj.hard_soft_steps) and 'baseline' in state:
+  if sampling and (obj.hard_expected_p > 0 or obj.hard_soft_steps):
     mix_key, sample_key = jax.random.split(sample_key)  # Xu et al. 2015 §4.1: these rows read
     expected = jax.random.bernoulli(                     # the expected context
         mix_key, obj.expected_share(state['step']), rows['src'].shape[:1])
