@@ -43,7 +43,7 @@ def sums(model, src, tgt_in, tgt_out, context: str, seed: int) -> jax.Array:
   ce, _ = objective.token_losses(logits, tgt_out)                            # [B, T]
   real = (tgt_out != 0).astype(jnp.float32)
   w = read.weights                                                          # [B, T, S]
-  entropy = -jnp.sum(jnp.where(w > 0, w * jnp.log(jnp.where(w > 0, w, 1.0)), 0.0), -1)
+  entropy = attention._entropy(w)   # pylint: disable=protected-access  (Hard's own)
   return jnp.stack([jnp.sum(ce * real), jnp.sum(real), jnp.sum(entropy * real),
                     jnp.sum(jnp.max(w, -1) * real)])
 
