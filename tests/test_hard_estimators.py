@@ -175,12 +175,12 @@ def test_hard_expected_p_1_is_soft_attention_through_a_bahdanau_decoder():
   np.testing.assert_allclose(out['hard'], out['global'], rtol=1e-4, atol=1e-6)
 
 
-def test_hard_soft_steps_move_the_soft_share_from_all_to_hard_expected_p():
-  """The curriculum: at step 0 every example reads the soft context (the step equals soft
-  attention's), half-way the share is halfway, after it hard_expected_p."""
+def test_hard_soft_steps_put_every_example_on_the_soft_context_then_hard_expected_p():
+  """The curriculum: for the first hard_soft_steps steps every example reads the soft context
+  (the step equals soft attention's), from then on the share is hard_expected_p."""
   obj = objective.Objective(hard_expected_p=0.25, hard_soft_steps=100)
-  share = [float(obj.expected_share(jnp.int32(s))) for s in (0, 50, 100, 1000)]
-  np.testing.assert_allclose(share, [1.0, 0.625, 0.25, 0.25])
+  share = [float(obj.expected_share(jnp.int32(s))) for s in (0, 50, 99, 100, 1000)]
+  np.testing.assert_allclose(share, [1.0, 1.0, 1.0, 0.25, 0.25])
   hard = estimates(2, 'hard', baseline=-4.0, hard_soft_steps=100)
   np.testing.assert_allclose(hard, estimates(2, 'global'), rtol=1e-6, atol=1e-7)
 

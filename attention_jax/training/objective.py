@@ -15,9 +15,10 @@ baseline that does not depend on the sample (tests/test_hard_estimators.py check
 Three variance reducers (Objective's fields):
 - `hard_expected_p`: the share of examples that read the expected (soft) context, with no
   REINFORCE term (Xu et al. 2015 §4.1 use 0.5); drawn per example in steps.train_step;
-  `hard_soft_steps` W > 0 starts from all examples soft and moves the share linearly to
-  hard_expected_p over the first W steps (a curriculum, not in Xu et al.: attention first
-  learns where to look, before samples of it are trained on);
+  `hard_soft_steps` W > 0 puts every example on the soft context for the first W steps, then
+  hard_expected_p (a curriculum, not in Xu et al.: attention first learns where to look from
+  the soft context's gradient, before samples of it are trained on; a share of samples from
+  the start keeps the decoder from reading the context at all on digit_strips, docs/images.md);
 - `reinforce_samples` K > 1: each example decoded with K samples, each sample's baseline the
   mean reward of the other K - 1 (leave-one-out; Kool et al. 2019), no moving average;
 - `reward='to_go'`: step t's log a_{t,s_t} is weighed by R_{b,t} = log p(y_{b,≥t} | s, x), the
@@ -50,7 +51,7 @@ class Objective:
   baseline_decay: float = 0.9    # hard attention: decay of the moving-average reward baseline
   doubly_stochastic_weight: float = 0.0   # λ_ds (Xu et al. 2015 eq. 14; they use 1.0)
   hard_expected_p: float = 0.0   # hard attention: share of examples on the soft context (Xu: 0.5)
-  hard_soft_steps: int = 0       # hard attention: steps from all soft to hard_expected_p (0: none)
+  hard_soft_steps: int = 0       # hard attention: steps with every example soft first (0: none)
   reinforce_samples: int = 1     # hard attention: K samples per example, leave-one-out baseline
   reward: str = 'sentence'       # hard attention: REWARDS, the reward of each step's sample
 
@@ -60,8 +61,8 @@ class Objective:
                        f'read the soft context; 0: all sample), got {self.hard_expected_p!r}')
     w = self.hard_soft_steps
     if not isinstance(w, int) or isinstance(w, bool) or w < 0:
-      raise ValueError(f'train.hard_soft_steps must be an integer >= 0 (steps from all examples '
-                       f'on the soft context to train.hard_expected_p; 0: none), got {w!r}')
+      raise ValueError(f'train.hard_soft_steps must be an integer >= 0 (steps with every example '
+                       f'on the soft context before train.hard_expected_p; 0: none), got {w!r}')
     k = self.reinforce_samples
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
       raise ValueError(f'train.reinforce_samples must be a positive integer (samples per '
@@ -78,13 +79,10 @@ class Objective:
             if getattr(self, f) != getattr(d, f)]
 
   def expected_share(self, step: jax.Array) -> jax.Array:
-    """The share of examples on the soft context at `step`: 1 at step 0, moving linearly to
-    hard_expected_p at step hard_soft_steps, then hard_expected_p."""
-    p = self.hard_expected_p
-    if not self.hard_soft_steps:
-      return jnp.float32(p)
-    done = jnp.minimum(step.astype(jnp.float32) / self.hard_soft_steps, 1.0)
-    return 1.0 - (1.0 - p) * done
+    """The share of examples on the soft context at `step`: 1 before step hard_soft_steps,
+    then hard_expected_p."""
+    p = jnp.float32(self.hard_expected_p)
+    return jnp.where(step < self.hard_soft_steps, jnp.float32(1.0), p)
 
   @classmethod
   def of(cls, t) -> 'Objective':
