@@ -20,7 +20,7 @@ The hard modes decode with the argmax position (one cell of the grid per output)
 measured: docs/images.md.
 """
 
-from experiments.configs import common, digit_strips, image_fonts
+from experiments.configs import digit_strips, image_fonts
 
 HARD = {'model.attention_mode': 'hard'}
 XU = {**HARD, 'train.hard_expected_p': 0.5}
