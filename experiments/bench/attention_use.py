@@ -6,7 +6,8 @@ largest weight of the attention, on a run's validation split (docs/images.md).
 
 Equal losses for the three contexts and an entropy near log S (uniform over the S positions)
 mean the decoder does not use what it attends to: it reads the source through its initial
-state. RNN decoders (the Transformer has no sampling mode).
+state. RNN decoders (the Transformer has no sampling mode). A mode that does not sample
+(soft attention) reads the same soft context for all three rows.
 """
 
 from __future__ import annotations
