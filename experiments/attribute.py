@@ -54,7 +54,8 @@ flags.DEFINE_integer('k', 3, 'Faithfulness: positions deleted, 1..k.', lower_bou
 flags.DEFINE_integer('steps', 32, 'Integrated gradients: interpolation steps (quadrature nodes).',
                      lower_bound=1)
 flags.DEFINE_enum('rule', 'midpoint', attribution.RULES, 'Integrated gradients: the quadrature '
-                  'over the path (gauss_legendre: fewer steps for the same error on smooth models).')
+                  'over the path (gauss_legendre: fewer steps for the same error on smooth models; '
+                  'adaptive: cells placed where the outputs change, 16 forward passes a step).')
 flags.DEFINE_integer('samples', 16, 'SmoothGrad: noisy samples.', lower_bound=1)
 flags.DEFINE_enum('baseline', 'zero', attribution.BASELINES, 'Integrated gradients: baseline.')
 flags.DEFINE_enum('erase', 'zero', attribution.ERASURES, "Erasure: an erased position's value: "

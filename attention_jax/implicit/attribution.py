@@ -19,8 +19,10 @@ Methods (METHODS; a new one is a class and one `@register_method` line):
   gradient_x_input       Σ_e x_se ∂f_t/∂x_se (Shrikumar et al. 2016; Ding et al. 2019)
   integrated_gradients   Σ_e (x - b)_se ∫₀¹ ∂f_t/∂x_se(b + α(x - b)) dα (Sundararajan et al.
                          2017), the integral by `rule` over `steps` nodes: 'midpoint' (the
-                         paper's Riemann sum) or 'gauss_legendre' (exact for polynomials of
-                         degree 2m - 1 in α); Σ_s ≈ f_t(x) - f_t(b) (completeness)
+                         paper's Riemann sum), 'gauss_legendre' (exact for polynomials of
+                         degree 2m - 1 in α) or 'adaptive' (midpoints of m cells placed where
+                         f changes along the path, from 16m + 1 forward passes);
+                         Σ_s ≈ f_t(x) - f_t(b) (completeness)
   smoothgrad             ‖mean over `samples` of ∂f_t/∂x(x + ε)‖₂, ε ~ N(0, (noise·(max x -
                          min x))²) on real positions (Smilkov et al. 2017)
   gradcam                ReLU(Σ_k α_tk A_sk), α_tk the mean over real cells of ∂f_t/∂A_sk, A [S',
@@ -52,7 +54,9 @@ from attention_jax.models import encoders
 METHODS: dict[str, type['Method']] = {}
 register_method = registry.registrar(METHODS, 'attribution method')
 BASELINES = ('zero', 'pad')
-RULES = ('midpoint', 'gauss_legendre')   # integrated gradients' quadrature over α in [0, 1]
+RULES = ('midpoint', 'gauss_legendre', 'adaptive')   # integrated gradients' quadrature over α
+ADAPTIVE_GRID = 16    # the adaptive rule's forward passes per node
+ADAPTIVE_FLOOR = 0.5  # ... and the share of its cells spread uniformly
 # erasure's value of an erased position, per source: the zero embedding or the PAD / UNK
 # token's; a grid cell's pixels black or the image's mean pixel (grey)
 ERASE = {'tokens': ('zero', 'pad', 'unk'), 'images': ('zero', 'mean')}
@@ -186,7 +190,10 @@ class IntegratedGradients(Method):
 
   def __call__(self, p, opts):
     diff = p.x0 - p.baseline
-    alphas, weights = quadrature(opts.rule, opts.steps)                        # [m], [m]
+    if opts.rule == 'adaptive':
+      alphas, weights = adaptive_quadrature(lambda a: p.f(p.baseline + a * diff)[0], opts.steps)
+    else:
+      alphas, weights = quadrature(opts.rule, opts.steps)                      # [m], [m]
     grads = jax.lax.map(lambda a: _jacobian(p, p.baseline + a * diff), alphas,
                         batch_size=min(opts.steps, 8))                          # [m, T, *P, C]
     mean = jnp.tensordot(weights, grads, axes=1)                                # [T, *P, C]
@@ -206,6 +213,30 @@ def quadrature(rule: str, m: int) -> tuple[jax.Array, jax.Array]:
   else:
     raise ValueError(f'unknown integration rule {rule!r}; valid: {", ".join(RULES)}')
   return jnp.asarray(alphas, jnp.float32), jnp.asarray(weights, jnp.float32)
+
+
+def adaptive_quadrature(f: Callable[[jax.Array], jax.Array], m: int
+                        ) -> tuple[jax.Array, jax.Array]:
+  """Nodes and weights of the midpoint rule on m cells of [0, 1] sized by where f changes.
+
+  f(α) -> [T] is evaluated on a grid of ADAPTIVE_GRID·m + 1 points (forward passes only); the
+  cells' edges are the quantiles of a density that is ADAPTIVE_FLOOR uniform and the rest the
+  total variation Σ_t |Δf_t| per grid interval, so cells are short where the outputs move
+  and long where they are flat (a trained model's log-probabilities swing within a small part
+  of the path from the zero baseline, which equal cells miss). A flat or linear f gives the
+  midpoint rule. Returns alphas [m] (cell midpoints) and weights [m] (cell widths, Σ = 1)."""
+  n = ADAPTIVE_GRID * m
+  grid = jnp.linspace(0.0, 1.0, n + 1)
+  fs = jax.lax.map(f, grid, batch_size=min(n + 1, 64))                         # [n + 1, T]
+  tv = jnp.sum(jnp.abs(jnp.diff(fs.astype(jnp.float32), axis=0)), axis=1)      # [n]
+  moved = tv / jnp.maximum(jnp.sum(tv), 1e-30)
+  uniform = jnp.full((n,), 1.0 / n)
+  density = jnp.where(jnp.sum(tv) > 0, ADAPTIVE_FLOOR * uniform + (1 - ADAPTIVE_FLOOR) * moved,
+                      uniform)
+  cum = jnp.concatenate([jnp.zeros(1), jnp.cumsum(density)])
+  edges = jnp.interp(jnp.linspace(0.0, 1.0, m + 1), cum / cum[-1], grid)       # [m + 1]
+  edges = edges.at[0].set(0.0).at[-1].set(1.0)
+  return (edges[1:] + edges[:-1]) / 2, jnp.diff(edges)
 
 
 @register_method('smoothgrad')

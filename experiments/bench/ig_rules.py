@@ -1,5 +1,6 @@
 """Integrated gradients' quadrature: completeness error against the number of nodes m, for the
-midpoint rule and Gauss-Legendre, on a trained run's test sentences (docs/implicit_attention.md).
+midpoint rule, Gauss-Legendre and the adaptive rule (--rules), on a trained run's test
+sentences (docs/implicit_attention.md).
 
   python -m experiments.bench.ig_rules --run=runs/reverse --num=20 --max_len=24
 
@@ -31,6 +32,7 @@ flags.DEFINE_string('run', None, 'A trained run (token source).', required=True)
 flags.DEFINE_integer('num', 20, 'Test sentences measured.', lower_bound=1)
 flags.DEFINE_integer('max_len', 24, 'Longest source (characters) measured.', lower_bound=1)
 flags.DEFINE_list('steps', ['4', '8', '16', '32', '64'], 'Numbers of nodes m.')
+flags.DEFINE_list('rules', list(attribution.RULES), 'Quadrature rules measured.')
 FLAGS = flags.FLAGS
 
 
@@ -63,7 +65,8 @@ def main(argv):
   print(f'{len(examples)} test sentences of 1-{FLAGS.max_len} characters, {FLAGS.run}')
   print('| rule | m | mean error | max error | s / sentence |')
   print('|---|---|---|---|---|')
-  for rule in attribution.RULES:
+  for rule in FLAGS.rules:
+    attribution.Options(rule=rule)   # an unknown rule: its error, before any work
     for m in (int(s) for s in FLAGS.steps):
       fn = attribution.make_attributor(t.graphdef, 'integrated_gradients',
                                        attribution.Options(steps=m, rule=rule))
