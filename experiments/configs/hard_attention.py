@@ -15,9 +15,9 @@ images, a CNN of 12-24-48 channels, no coverage, 5,000 steps of 64 (image_fonts.
                    and an entropy bonus
   hard_xu          half of the examples on the expected (soft) context (Xu et al. §4.1)
   hard_soft_start  every example on the soft context for the first 1,500 steps, then Xu's half
-  hard_soft_start_to_go  the soft context for the first 1,000 steps, then Xu's half, each
-                   step's sample rewarded by the log-likelihood of the tokens left
-                   (`train.reward=to_go`) instead of the sentence's
+  hard_soft_start_to_go  the same, each step's sample rewarded by the log-likelihood of the
+                   tokens left (`train.reward=to_go`) instead of the sentence's
+  hard_soft_1000_to_go   the same with the soft context for the first 1,000 steps
 
 The hard modes decode with the argmax position (one cell of the grid per output). What each
 measured: docs/images.md.
@@ -31,8 +31,10 @@ VARIANTS = [('soft', {}),
             ('hard', dict(HARD)),
             ('hard_xu', dict(XU)),
             ('hard_soft_start', {**XU, 'train.hard_soft_steps': 1500}),
-            ('hard_soft_start_to_go', {**XU, 'train.hard_soft_steps': 1000,
-                                       'train.reward': 'to_go'})]
+            ('hard_soft_start_to_go', {**XU, 'train.hard_soft_steps': 1500,
+                                       'train.reward': 'to_go'}),
+            ('hard_soft_1000_to_go', {**XU, 'train.hard_soft_steps': 1000,
+                                      'train.reward': 'to_go'})]
 TASKS = ('digits', 'dates')
 BASELINE = 'soft'   # the sweep report compares every variant with it
 
