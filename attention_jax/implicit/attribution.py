@@ -229,13 +229,10 @@ def adaptive_quadrature(f: Callable[[jax.Array], jax.Array], m: int
   grid = jnp.linspace(0.0, 1.0, n + 1)
   fs = jax.lax.map(f, grid, batch_size=min(n + 1, 64))                         # [n + 1, T]
   tv = jnp.sum(jnp.abs(jnp.diff(fs.astype(jnp.float32), axis=0)), axis=1)      # [n]
-  moved = tv / jnp.maximum(jnp.sum(tv), 1e-30)
-  uniform = jnp.full((n,), 1.0 / n)
-  density = jnp.where(jnp.sum(tv) > 0, ADAPTIVE_FLOOR * uniform + (1 - ADAPTIVE_FLOOR) * moved,
-                      uniform)
+  moved = tv / jnp.maximum(jnp.sum(tv), 1e-30)        # all 0 for a flat f: then uniform
+  density = ADAPTIVE_FLOOR / n + (1 - ADAPTIVE_FLOOR) * moved
   cum = jnp.concatenate([jnp.zeros(1), jnp.cumsum(density)])
   edges = jnp.interp(jnp.linspace(0.0, 1.0, m + 1), cum / cum[-1], grid)       # [m + 1]
-  edges = edges.at[0].set(0.0).at[-1].set(1.0)
   return (edges[1:] + edges[:-1]) / 2, jnp.diff(edges)
 
 
