@@ -278,17 +278,25 @@ def equal_resource_ratios(ours: list[dict], peers: list[dict]) -> list[dict[str,
 
 
 # ---- the run ------------------------------------------------------------------------------
+# the peer comparisons at equal resources: one core each (both pinned to CPU 0), and every core
+PEER_SETTINGS = ('one_core', 'all_cores')
+
+
 def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
         settings: Settings = Settings(), peer_venv: str | None = None, peer_steps: int = 40,
-        log: Callable[[str], None] = print,
+        peer_settings: Sequence[str] = PEER_SETTINGS, log: Callable[[str], None] = print,
         save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
   """Benchmarks every (config, score, decoder); -> the JSON-able results. `save` is called
-  with the results so far after each variant (a long run keeps what it measured)."""
+  with the results so far after each variant (a long run keeps what it measured).
+  peer_settings: which of PEER_SETTINGS the peer comparison runs (with peer_venv)."""
   for names, valid, what in ((configs, CONFIGS, 'config'), (scores, SCORES, 'score'),
                              (decoders, ARCHITECTURES, 'decoder')):
     unknown = [n for n in names if n not in valid]
     if unknown or not names:
       raise ValueError(f'unknown or no {what}(s) {unknown}; valid: {", ".join(sorted(valid))}')
+  unknown = [x for x in peer_settings if x not in PEER_SETTINGS]
+  if unknown or not peer_settings:
+    raise ValueError(f'unknown or no peer setting(s) {unknown}; valid: {", ".join(PEER_SETTINGS)}')
   t_start = time.perf_counter()
   out = {'created': datetime.datetime.now().isoformat(timespec='seconds'),
          'machine': machine_info(), 'load_average_start': os.getloadavg(),
@@ -328,6 +336,8 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
     out['equal_resources'] = {}
     with tempfile.TemporaryDirectory(prefix='onmt_bench_') as tmp:
       for setting, cpus, threads in (('one_core', '0', 1), ('all_cores', None, cores)):
+        if setting not in peer_settings:
+          continue
         if setting == 'one_core':
           log('one core: this benchmark again, pinned to CPU 0 ...')
           ours = ours_in_child(configs, scores, decoders, settings, cpus='0')
@@ -366,7 +376,8 @@ def run(configs: Sequence[str], scores: Sequence[str], decoders: Sequence[str],
               f'{x["peer_arch"]}: train {x["train_ratio"]:.2f}x, beam-5 '
               f'{x["beam5_ratio"]:.2f}x')
     # issue 9's targets compare with OpenNMT-py's RNN on 1 thread (ours: every core)
-    out['peer'] = [p for p in out['equal_resources']['one_core']['peer'] if p['arch'] == 'rnn']
+    out['peer'] = [p for p in out['equal_resources'].get('one_core', {}).get('peer', [])
+                   if p['arch'] == 'rnn']
   out['targets'] = targets(out)
   out['load_average_end'] = os.getloadavg()
   out['total_s'] = time.perf_counter() - t_start
@@ -398,6 +409,8 @@ def define_flags():
   flags.DEFINE_string('peer_venv', os.environ.get('ONMT_VENV', ''),
                       'A venv with OpenNMT-py installed (default: $ONMT_VENV).')
   flags.DEFINE_integer('peer_steps', 40, 'OpenNMT-py train steps (--peer).')
+  flags.DEFINE_list('peer_settings', list(PEER_SETTINGS), '--peer: which equal-resource '
+                    f'comparisons run. Valid: {", ".join(PEER_SETTINGS)}.')
   flags.DEFINE_integer('warmup', None, 'Untimed train steps after compiling (default 1).')
   flags.DEFINE_integer('decode_windows', None, 'Timed decoding calls (default 3; quick 1).')
   flags.DEFINE_integer('batch', 0, 'Sentences per batch, ours and the peer\'s (0: each '
@@ -476,7 +489,7 @@ def main(argv):
   out = run(FLAGS.configs or default['configs'], FLAGS.scores or default['scores'],
             FLAGS.decoders or default['decoders'], settings,
             peer_venv=FLAGS.peer_venv if FLAGS.peer else None, peer_steps=FLAGS.peer_steps,
-            save=save)
+            peer_settings=FLAGS.peer_settings, save=save)
   save(out)
   print(format_table(out))
   print(f'results: {FLAGS.out}')

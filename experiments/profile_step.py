@@ -33,6 +33,7 @@ from absl import flags
 from attention_jax.training import train
 from experiments import benchmark
 from experiments import cli
+from experiments.bench import op_categories, peer
 from experiments.bench.measure import median_window
 
 # `%name = shape opcode(operands), ..., metadata={op_name="..."}`; a shape may be a tuple
@@ -104,11 +105,11 @@ def profile(config: str, score: str, decoder: str, steps: int = 5,
   step_s, _ = median_window(run, 3, steps)
   with tempfile.TemporaryDirectory(prefix='profile_step_') as tmp:
     with jax.profiler.trace(tmp, create_perfetto_trace=True):
-      median_window(run, 1, steps)
+      traced_s, _ = median_window(run, 1, steps)
     events = trace_events(tmp)
   return {'what': what, 'config': config, 'score': score, 'decoder': decoder,
           'batch': shape.batch, 'input_feeding': settings.input_feeding,
-          'step_ms': step_s * 1e3,
+          'step_ms': step_s * 1e3, 'traced_ms': traced_s * 1e3,
           'devices': str(jax.devices()), **summarize(events, hlo_index(compiled.as_text()), steps)}
 
 
@@ -128,6 +129,18 @@ def report(p: dict[str, Any], top: int = 30) -> str:
   return '\n'.join(lines)
 
 
+def peer_report(p: dict[str, Any], top: int = 30) -> str:
+  """OpenNMT-py's profile (peer.peer_profile): the top aten operations by self time."""
+  total = sum(o['ms'] for o in p['ops'])
+  lines = [f'OpenNMT-py {p["arch"]} ({p["score"]}) {p["what"]}: {p["wall_ms"]:.1f} ms per '
+           f'call under the profiler, {total:.1f} of it inside operations (self time)',
+           '| ms/call | share | runs/call | operation | kind |', '|---|---|---|---|---|']
+  for o in p['ops'][:top]:
+    lines.append(f'| {o["ms"]:.2f} | {o["ms"] / max(total, 1e-9):.1%} | {o["per_call"]:g} | '
+                 f'{o["name"]} | {op_categories.peer_category(o["name"])} |')
+  return '\n'.join(lines)
+
+
 def define_flags():
   flags.DEFINE_string('config', 'char', f'Benchmark config: {", ".join(benchmark.CONFIGS)}.')
   flags.DEFINE_string('score', 'general', 'Score (the Transformer\'s cross-attention\'s).')
@@ -139,6 +152,11 @@ def define_flags():
   flags.DEFINE_bool('input_feeding', True, 'Luong decoder with input feeding.')
   flags.DEFINE_integer('top', 30, 'Operations listed.')
   flags.DEFINE_string('out', '', 'Also write the profile as JSON here.')
+  flags.DEFINE_string('peer_venv', '', 'Also profile OpenNMT-py (a venv with it, as for '
+                      'bench --peer) on the same sentences with torch.profiler, and print '
+                      'where the time goes by kind of work, ours beside its '
+                      '(experiments/bench/op_categories.py). --what=train or beam5; run it '
+                      'under `taskset -c 0` for one core each (the peer runs on 1 thread).')
 
 
 FLAGS = flags.FLAGS
@@ -152,8 +170,21 @@ def main(argv):
     if name not in valid:
       raise ValueError(f'unknown name {name!r}; valid: {", ".join(sorted(valid))}')
   settings = benchmark.Settings(batch=FLAGS.batch or None, input_feeding=FLAGS.input_feeding)
+  if FLAGS.peer_venv and FLAGS.what == 'greedy':
+    raise ValueError('--peer_venv profiles --what=train or beam5, not greedy')
   p = profile(FLAGS.config, FLAGS.score, FLAGS.decoder, FLAGS.steps, settings, FLAGS.what)
   print(report(p, FLAGS.top))
+  if FLAGS.peer_venv:
+    shape = settings.shape(FLAGS.config)
+    with tempfile.TemporaryDirectory(prefix='peer_profile_') as tmp:
+      # the calling process's CPUs (taskset), as ours ran on them
+      p['peer'] = peer.peer_profile(FLAGS.peer_venv, shape, FLAGS.score,
+                                    benchmark.peer_arch(FLAGS.decoder), FLAGS.what, tmp,
+                                    calls=FLAGS.steps, seed=settings.seed,
+                                    input_feeding=FLAGS.input_feeding, cpus=None)
+    print(peer_report(p['peer'], FLAGS.top))
+    print(op_categories.table(op_categories.ours_by_category(p),
+                              op_categories.peer_by_category(p['peer'])))
   if FLAGS.out:
     with open(FLAGS.out, 'w') as f:
       json.dump(p, f, indent=2)

@@ -329,3 +329,63 @@ def test_a_benchmark_names_the_cpu_its_vector_extensions_and_any_isa_cap(monkeyp
   if os.path.exists('/proc/cpuinfo'):
     with open('/proc/cpuinfo') as f:
       assert m['cpu_isa'] == measure.cpu_isa(f.read())
+
+
+def test_peer_settings_choose_the_equal_resource_comparisons(monkeypatch):
+  """--peer_settings=one_core: only the one-core comparison runs (the targets of issue 87 are
+  one core each); an unknown setting fails before any work, naming the valid ones."""
+  with pytest.raises(ValueError, match='unknown or no peer setting.*one_core, all_cores'):
+    benchmark.run(['tiny'], ['general'], ['luong'], benchmark.QUICK, peer_venv='/fake',
+                  peer_settings=('two_cores',), log=lambda s: None)
+  saved, calls = {}, []
+  monkeypatch.setattr(benchmark, 'ours_in_child', lambda *a, cpus=None, **kw: (
+      calls.append(('ours', cpus)), [dict(r, devices=1) for r in saved['out']['results']])[1])
+  monkeypatch.setattr(benchmark, 'peer_tokens_per_s', lambda venv, shape, score, steps, seed,
+                      workdir, threads=1, cpus=None, input_feeding=True, arch='rnn': (
+      calls.append(('train', threads, cpus)),
+      {'arch': arch, 'attention': 'x', 'tokens_per_s': 100.0, 'checkpoint': 'c'})[1])
+  monkeypatch.setattr(benchmark, 'peer_beam_sentences_per_s', lambda *a, threads=1,
+                      cpus=None, **kw: (calls.append(('beam', threads, cpus)),
+                                        {'sentences_per_s': 10.0})[1])
+  settings = dataclasses.replace(benchmark.QUICK, batch=4)
+  out = benchmark.run(['tiny'], ['general'], ['luong'], settings, peer_venv='/fake',
+                      peer_settings=('one_core',), log=lambda s: None,
+                      save=lambda o: saved.update(out=o))
+  assert list(out['equal_resources']) == ['one_core']
+  assert calls == [('ours', '0'), ('train', 1, '0'), ('beam', 1, '0')]
+  assert [p['tokens_per_s'] for p in out['peer']] == [100.0]
+
+
+def test_op_categories_put_ours_and_the_peers_operations_side_by_side():
+  """Each side's operations map to one kind of work by name; what no operation covers is the
+  time outside them (loop control, dispatch); the table's totals are the calls' times."""
+  from experiments.bench import op_categories as oc
+  ours = {'traced_ms': 10.0, 'ops': [
+      {'opcode': 'dot', 'op_name': 'jit(f)/dot_general', 'ms': 4.0},
+      {'opcode': 'fusion', 'op_name': 'jit(f)/while/body/dot_general', 'ms': 1.0},
+      {'opcode': 'fusion', 'op_name': 'jit(f)/jit(log_softmax)/reduce_max', 'ms': 0.5},
+      {'opcode': 'custom-call', 'op_name': 'jit(f)/top_k', 'ms': 0.5},
+      {'opcode': 'gather', 'op_name': 'jit(f)/gather', 'ms': 1.0},
+      {'opcode': 'fusion', 'op_name': 'jit(f)/take_along_axis', 'ms': 0.25},
+      {'opcode': 'dynamic-update-slice', 'op_name': 'jit(f)/scatter', 'ms': 0.25},
+      {'opcode': 'fusion', 'op_name': 'jit(f)/tanh', 'ms': 0.5},
+      {'opcode': 'copy', 'op_name': '', 'ms': 0.5}]}
+  a = oc.ours_by_category(ours)
+  assert a['matrix products'] == 5.0 and a['softmax, log-softmax'] == 0.5
+  assert a['top-k, sort'] == 0.5 and a['gathers (reordering, lookups)'] == 1.25
+  assert a['cache and history writes'] == 0.25 and a['elementwise'] == 0.5
+  assert a['copies, concatenation, layout'] == 0.5 and a[oc.OUTSIDE] == pytest.approx(1.5)
+  assert sum(a.values()) == pytest.approx(10.0)
+  peer = {'wall_ms': 20.0, 'ops': [
+      {'name': 'aten::addmm', 'ms': 6.0}, {'name': 'aten::_log_softmax', 'ms': 1.0},
+      {'name': 'aten::topk', 'ms': 1.0}, {'name': 'aten::index_select', 'ms': 2.0},
+      {'name': 'aten::mul_', 'ms': 1.0}, {'name': 'aten::tanh', 'ms': 0.5},
+      {'name': 'aten::cat', 'ms': 1.5}, {'name': 'Optimizer.step#Adam.step', 'ms': 1.0}]}
+  b = oc.peer_by_category(peer)
+  assert b['matrix products'] == 6.0 and b['elementwise'] == 1.5 and b['other'] == 1.0
+  assert b['gathers (reordering, lookups)'] == 2.0 and b[oc.OUTSIDE] == pytest.approx(6.0)
+  text = oc.table(a, b)
+  assert '| matrix products | 5.0 | 50% | 6.0 | 30% | 0.83 |' in text
+  assert '| **all** | **10.0** | | **20.0** | | **0.50** |' in text
+  # huge outside times never go negative: the operations' sum can exceed a call's wall time
+  assert oc.peer_by_category({'wall_ms': 1.0, 'ops': peer['ops']})[oc.OUTSIDE] == 0.0

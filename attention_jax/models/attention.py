@@ -33,6 +33,7 @@ from flax import nnx
 
 from attention_jax import registry
 from attention_jax.models import scores as scores_lib
+from attention_jax.models import layers
 
 NEG = -1e30
 
@@ -185,9 +186,9 @@ class LocalPredictive(Mode):
   def __init__(self, *, query_dim, window, dtype, rngs, **kw):
     super().__init__(query_dim=query_dim, window=window, dtype=dtype, rngs=rngs, **kw)
     self.window = window
-    self.w_p = nnx.Linear(query_dim, query_dim, use_bias=False, dtype=dtype,
+    self.w_p = layers.Linear(query_dim, query_dim, use_bias=False, dtype=dtype,
                           param_dtype=jnp.float32, rngs=rngs)
-    self.v_p = nnx.Linear(query_dim, 1, use_bias=False, dtype=dtype,
+    self.v_p = layers.Linear(query_dim, 1, use_bias=False, dtype=dtype,
                           param_dtype=jnp.float32, rngs=rngs)
 
   def position(self, query, mem):
@@ -303,7 +304,7 @@ class Attention(nnx.Module):
       self.score.enable_coverage(attn_dim, rngs=rngs)
     # Xu et al. 2015 §4.2.1: c_t <- beta_t c_t, beta_t = sigmoid(w · q_t + b), a scalar per
     # step that lets the decoder weigh the image (context) against its language model
-    self.gate = nnx.Linear(query_dim, 1, dtype=dtype, param_dtype=jnp.float32,
+    self.gate = layers.Linear(query_dim, 1, dtype=dtype, param_dtype=jnp.float32,
                            rngs=rngs) if gate and self.score.attends else None
 
   @property

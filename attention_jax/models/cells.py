@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax import registry
+from attention_jax.models import layers
 
 CELLS: dict[str, type['Cell']] = {}
 
@@ -39,9 +40,9 @@ class Cell(nnx.Module):
     self.hidden = hidden
     self.dtype = dtype
     g = self.gates * hidden
-    self.w_x = nnx.Linear(in_dim, g, use_bias=True, dtype=dtype, param_dtype=jnp.float32,
+    self.w_x = layers.Linear(in_dim, g, use_bias=True, dtype=dtype, param_dtype=jnp.float32,
                           rngs=rngs)
-    self.w_h = nnx.Linear(hidden, g, use_bias=False, dtype=dtype, param_dtype=jnp.float32,
+    self.w_h = layers.Linear(hidden, g, use_bias=False, dtype=dtype, param_dtype=jnp.float32,
                           kernel_init=nnx.initializers.orthogonal(), rngs=rngs)
 
   def project(self, x: jax.Array) -> jax.Array:
@@ -167,7 +168,7 @@ def _masked(update, extras, carry, xp_t, hp_t, m_t):
 
 
 def _matmul(h, kernel, dtype):
-  """h W_h as nnx.Linear(dtype=dtype) computes it."""
+  """h W_h as layers.Linear(dtype=dtype) computes it."""
   return jnp.dot(h.astype(dtype), kernel.astype(dtype))
 
 

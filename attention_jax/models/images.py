@@ -64,7 +64,7 @@ from flax import nnx
 
 from attention_jax.models import cells, multihead, transformer
 from attention_jax.models.encoders import Encoded, register_encoder
-from attention_jax.models.layers import dropout
+from attention_jax.models.layers import Linear, dropout
 
 
 def pixels(src: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -222,7 +222,7 @@ class CNNEncoder(_ImageEncoder):
       c_in = c_out
     self.convs = nnx.List(convs)
     self.norms = nnx.List(norms) if norm else None
-    self.proj = nnx.Linear(c_in, dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    self.proj = Linear(c_in, dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
     # the row encoder (Deng et al. 2017): a bidirectional RNN along each row of the grid
     self.rows = None if row_cell is None else nnx.List([
         cells.make_cell(row_cell, dim, dim // 2, dtype=dtype, rngs=rngs) for _ in range(2)])
@@ -322,7 +322,7 @@ class ViTEncoder(_ImageEncoder):
     self.stem = nnx.List(convs) if convs else None
     self.stem_norms = nnx.List(norms) if norms else None
     self.patch = p // 2 ** cfg.vit_stem          # patches of p pixels: p / 2^s stem pixels across
-    self.embed = nnx.Linear(self.patch * self.patch * c_in, d, dtype=dtype,
+    self.embed = Linear(self.patch * self.patch * c_in, d, dtype=dtype,
                             param_dtype=jnp.float32, rngs=rngs)
     if cfg.vit_positions == 'learned_2d':         # initialised as the Transformer's learned
       learned = lambda n: nnx.Param(0.02 * jax.random.normal(rngs.params(), (cfg.max_positions,
@@ -333,7 +333,7 @@ class ViTEncoder(_ImageEncoder):
     self.layers = nnx.List([transformer.EncoderLayer(cfg, rngs=rngs)
                             for _ in range(cfg.transformer_layers)])
     self.norm = ln(d) if cfg.norm_first else None
-    self.proj = None if dim == d else nnx.Linear(d, dim, dtype=dtype, param_dtype=jnp.float32,
+    self.proj = None if dim == d else Linear(d, dim, dtype=dtype, param_dtype=jnp.float32,
                                                  rngs=rngs)
     self.cell, self.what = p, 'patches of model.patch_size pixels'
     self.dim, self.dropout, self.dtype = d, cfg.dropout, dtype

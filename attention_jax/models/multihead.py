@@ -38,6 +38,7 @@ from flax import nnx
 
 from attention_jax import registry
 from attention_jax.models import scores as scores_lib
+from attention_jax.models import layers
 from attention_jax.models.attention import NORMALISERS
 from attention_jax.models.layers import dropout
 
@@ -86,7 +87,7 @@ class MultiHeadAttention(nnx.Module):
     self.heads, self.d = heads, dim // heads
     self.attention_dropout = attention_dropout
     self.normalise = registry.lookup(NORMALISERS, 'normaliser', normaliser)
-    lin = lambda i, o: nnx.Linear(i, o, use_bias=False, dtype=dtype, param_dtype=jnp.float32,
+    lin = lambda i, o: layers.Linear(i, o, use_bias=False, dtype=dtype, param_dtype=jnp.float32,
                                   rngs=rngs)
     self.q = lin(dim, dim)
     self.kv = lin(memory_dim, 2 * dim)

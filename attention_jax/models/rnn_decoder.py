@@ -33,6 +33,7 @@ from flax import nnx
 from attention_jax import registry
 from attention_jax.models import cells
 from attention_jax.models import attention
+from attention_jax.models import layers
 from attention_jax.models.attention import Attention, Memory, Read, Tap
 from attention_jax.models.encoders import Encoded
 from attention_jax.models.layers import dropout
@@ -44,7 +45,7 @@ register = registry.registrar(DECODERS, 'decoder')
 
 
 def _linear(i, o, *, bias, dtype, rngs):
-  return nnx.Linear(i, o, use_bias=bias, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+  return layers.Linear(i, o, use_bias=bias, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 
 
 class Decoder(nnx.Module):

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax import registry
+from attention_jax.models import layers
 
 SCORES: dict[str, type['Score']] = {}
 
@@ -101,7 +102,7 @@ class Bilinear(Score):
 
 
 def _linear(i, o, *, bias, dtype, rngs):
-  return nnx.Linear(i, o, use_bias=bias, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+  return layers.Linear(i, o, use_bias=bias, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 
 
 class _SameSize(Bilinear):

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax.models import attention, contract, encoders, multihead
+from attention_jax.models import attention, contract, encoders, layers, multihead
 from attention_jax.models.layers import dropout
 
 POSITIONS = ('sinusoidal', 'learned', 'none')
@@ -83,8 +83,8 @@ class DropoutKeys:
 class FeedForward(nnx.Module):
 
   def __init__(self, dim: int, hidden: int, *, dtype: Any, rngs: nnx.Rngs):
-    self.w1 = nnx.Linear(dim, hidden, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
-    self.w2 = nnx.Linear(hidden, dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    self.w1 = layers.Linear(dim, hidden, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+    self.w2 = layers.Linear(hidden, dim, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
 
   def __call__(self, x):
     return self.w2(jax.nn.relu(self.w1(x)))
@@ -201,7 +201,7 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
     ln = lambda: nnx.LayerNorm(d, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
     self.enc_norm = ln() if cfg.norm_first and tokens else None
     self.dec_norm = ln() if cfg.norm_first else None
-    self.out = None if cfg.tie_output else nnx.Linear(d, cfg.tgt_vocab, dtype=dtype,
+    self.out = None if cfg.tie_output else layers.Linear(d, cfg.tgt_vocab, dtype=dtype,
                                                       param_dtype=jnp.float32, rngs=rngs)
 
   # ---- pieces ----------------------------------------------------------------------------
@@ -234,8 +234,9 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
 
   def _logits(self, y: jax.Array) -> jax.Array:
     """y [B, T, D] (after the final norm) -> logits [B, T, V] float32."""
-    if self.out is None:
-      return self._embed_tgt().attend(y).astype(jnp.float32)
+    if self.out is None:   # as one 2-D product, as layers.Linear computes it
+      logits = self._embed_tgt().attend(y.reshape(-1, y.shape[-1]))              # [B*T, V]
+      return logits.reshape(*y.shape[:-1], logits.shape[-1]).astype(jnp.float32)
     return self.out(y).astype(jnp.float32)
 
   def source_mask(self, src: jax.Array) -> jax.Array:

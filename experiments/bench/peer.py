@@ -51,16 +51,11 @@ def _model_options(shape: Shape, score: str, arch: str, input_feeding: bool) -> 
           'dropout': [0.1], 'optim': 'adam', 'learning_rate': 0.002}
 
 
-def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int,
-                      workdir: str, threads: int = 1, cpus: str | None = None,
-                      input_feeding: bool = True, arch: str = 'rnn') -> dict[str, Any]:
-  """Trains OpenNMT-py on the same synthetic sentences and returns its target tokens/s
-  (as it logs them, data loading included): the median of its report windows after the
-  first. arch 'rnn': brnn LSTM encoder, rnn LSTM decoder with input feeding unless
-  input_feeding=False (i.e. Luong), global attention `ONMT_ATTENTION[score]`; arch
-  'transformer': 3+3 layers of shape.d_model, 4 heads, FF shape.ff_dim (score scaled_dot).
-  `threads`: OMP/MKL threads of PyTorch (on this 2-core machine, with other work running,
-  2 OpenMP threads made it 10-20x slower than 1)."""
+def train_config(venv: str, shape: Shape, score: str, steps: int, seed: int, workdir: str,
+                 input_feeding: bool = True, arch: str = 'rnn') -> str:
+  """Writes onmt_train's corpus, vocabularies and config (JSON, which is YAML) for our
+  benchmark model of this shape into workdir; -> the config's path. Its last step's checkpoint
+  is `workdir/model_step_{steps}.pt`."""
   binary = os.path.join(venv, 'bin', 'onmt_train')
   if not os.path.exists(binary):
     raise FileNotFoundError(f'{binary} not found: install OpenNMT-py into {venv} (see the '
@@ -97,6 +92,21 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
   path = os.path.join(workdir, 'config.yaml')
   with open(path, 'w') as f:
     json.dump(cfg, f)   # JSON is YAML
+  return path
+
+
+def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int,
+                      workdir: str, threads: int = 1, cpus: str | None = None,
+                      input_feeding: bool = True, arch: str = 'rnn') -> dict[str, Any]:
+  """Trains OpenNMT-py on the same synthetic sentences and returns its target tokens/s
+  (as it logs them, data loading included): the median of its report windows after the
+  first. arch 'rnn': brnn LSTM encoder, rnn LSTM decoder with input feeding unless
+  input_feeding=False (i.e. Luong), global attention `ONMT_ATTENTION[score]`; arch
+  'transformer': 3+3 layers of shape.d_model, 4 heads, FF shape.ff_dim (score scaled_dot).
+  `threads`: OMP/MKL threads of PyTorch (on this 2-core machine, with other work running,
+  2 OpenMP threads made it 10-20x slower than 1)."""
+  binary = os.path.join(venv, 'bin', 'onmt_train')
+  path = train_config(venv, shape, score, steps, seed, workdir, input_feeding, arch)
   t0 = time.perf_counter()
   env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)}
   proc = subprocess.run(pinned([binary, '-config', path], cpus), capture_output=True,
@@ -153,3 +163,47 @@ def peer_beam_sentences_per_s(venv: str, checkpoint: str, src: list[list[int]], 
   return {'beam_size': beam_size, 'sentences_per_s': repeats * len(src) / (total_s - first_s),
           'first_batch_s': first_s, 'sentences': len(out_lens),
           'mean_output_len': statistics.mean(out_lens)}
+
+
+def peer_profile(venv: str, shape: Shape, score: str, arch: str, what: str, workdir: str,
+                 calls: int = 5, seed: int = 0, input_feeding: bool = True,
+                 cpus: str | None = '0') -> dict[str, Any]:
+  """OpenNMT-py's time per PyTorch operation (experiments/bench/peer_profile.py, run by the
+  peer venv's Python on 1 thread, pinned to `cpus`): 'train', its train step on the
+  benchmark's sentences (`calls` steps profiled after 3 untimed ones); 'beam5', beam-5
+  translation of one batch of the benchmark's sources to the padded length (as
+  peer_beam_sentences_per_s), after training 3 steps for a checkpoint. -> {'wall_ms': per
+  call under the profiler, 'ops': [{'name', 'ms', 'per_call'}], ...}."""
+  script = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'peer_profile.py')
+  python = os.path.join(venv, 'bin', 'python')
+  env = {**os.environ, 'OMP_NUM_THREADS': '1', 'MKL_NUM_THREADS': '1',
+         'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD': '1'}
+  steps = 3 + (calls if what == 'train' else 0)
+  config = train_config(venv, shape, score, steps, seed, workdir, input_feeding, arch)
+  out = os.path.join(workdir, f'profile_{what}.json')
+  if what == 'train':
+    argv = ['train', out, str(calls), '-config', config]
+  elif what == 'beam5':
+    proc = subprocess.run(pinned([os.path.join(venv, 'bin', 'onmt_train'), '-config', config],
+                                 cpus), capture_output=True, text=True, cwd=workdir, env=env,
+                          check=False)
+    if proc.returncode:
+      raise RuntimeError(f'onmt_train failed (exit {proc.returncode}); last lines:\n'
+                         + '\n'.join((proc.stdout + proc.stderr).splitlines()[-20:]))
+    src = os.path.join(workdir, 'profile.src')
+    with open(src, 'w') as f:
+      f.write(_peer_text(sentences(shape, seed)[0]))
+    argv = ['translate', out, str(calls), '-model',
+            os.path.join(workdir, f'model_step_{steps}.pt'), '-src', src, '-output',
+            os.path.join(workdir, 'profile.pred'), '-beam_size', '5', '-batch_size',
+            str(shape.batch), '-min_length', str(shape.padded), '-max_length',
+            str(shape.padded), '-gpu', '-1']
+  else:
+    raise ValueError(f"unknown peer profile {what!r}; valid: train, beam5")
+  proc = subprocess.run(pinned([python, script] + argv, cpus), capture_output=True, text=True,
+                        cwd=workdir, env=env, check=False)
+  if proc.returncode or not os.path.exists(out):
+    raise RuntimeError(f'{script} {what} failed (exit {proc.returncode}); last lines:\n'
+                       + '\n'.join((proc.stdout + proc.stderr).splitlines()[-20:]))
+  with open(out) as f:
+    return {'what': what, 'arch': arch, 'score': score, **json.load(f)}
