@@ -168,6 +168,10 @@ def test_adaptive_cells_follow_the_change_of_f_and_integrate_a_steep_path_better
   lin_a, lin_w = attribution.adaptive_quadrature(lambda a: jnp.stack([3 * a, -a]), 8)
   np.testing.assert_allclose(lin_a, (np.arange(8) + 0.5) / 8, atol=1e-5)
   np.testing.assert_allclose(lin_w, np.full(8, 1 / 8), atol=1e-6)
+  # quadrature(rule, m, f) serves it like the other rules; without f it says what it needs
+  np.testing.assert_allclose(attribution.quadrature('adaptive', 16, f)[0], alphas, atol=1e-6)
+  with pytest.raises(ValueError, match="'adaptive' places its nodes.*pass f"):
+    attribution.quadrature('adaptive', 16)
 
 
 class ToyRead(NamedTuple):

@@ -190,21 +190,26 @@ class IntegratedGradients(Method):
 
   def __call__(self, p, opts):
     diff = p.x0 - p.baseline
-    if opts.rule == 'adaptive':
-      alphas, weights = adaptive_quadrature(lambda a: p.f(p.baseline + a * diff)[0], opts.steps)
-    else:
-      alphas, weights = quadrature(opts.rule, opts.steps)                      # [m], [m]
+    alphas, weights = quadrature(opts.rule, opts.steps,                        # [m], [m]
+                                 f=lambda a: p.f(p.baseline + a * diff)[0])
     grads = jax.lax.map(lambda a: _jacobian(p, p.baseline + a * diff), alphas,
                         batch_size=min(opts.steps, 8))                          # [m, T, *P, C]
     mean = jnp.tensordot(weights, grads, axes=1)                                # [T, *P, C]
     return jnp.sum(mean * diff[None], axis=-1)
 
 
-def quadrature(rule: str, m: int) -> tuple[jax.Array, jax.Array]:
+def quadrature(rule: str, m: int, f: Callable[[jax.Array], jax.Array] | None = None
+               ) -> tuple[jax.Array, jax.Array]:
   """The m nodes α_i in (0, 1) and weights w_i (Σ w_i = 1) of `rule`: ∫₀¹ g ≈ Σ_i w_i g(α_i).
   'midpoint': α_i = (i + 1/2) / m, w_i = 1/m, error O(1/m²) for a smooth g; 'gauss_legendre':
   the Legendre roots mapped from [-1, 1], exact up to degree 2m - 1 (error falls faster than
-  any power of 1/m for an analytic g)."""
+  any power of 1/m for an analytic g); 'adaptive': cells sized by where f(α) -> [T] changes
+  (adaptive_quadrature; the other rules never call f)."""
+  if rule == 'adaptive':
+    if f is None:
+      raise ValueError("the rule 'adaptive' places its nodes by the outputs along the path: "
+                       'pass f(alpha) -> [T]')
+    return adaptive_quadrature(f, m)
   if rule == 'midpoint':
     alphas, weights = (np.arange(m) + 0.5) / m, np.full(m, 1.0 / m)
   elif rule == 'gauss_legendre':
