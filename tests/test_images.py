@@ -250,6 +250,7 @@ def test_digit_strips_vit_stem_trains_and_attends_over_the_same_4_x_20_grid(data
   summary = train.train_and_evaluate(cfg, workdir)
   mcfg = summary['model_config']
   assert (mcfg['encoder'], mcfg['vit_stem'], mcfg['vit_positions']) == ('vit', 3, 'learned_2d')
+  assert cfg.train.lr == 1e-3 and digit_strips.get_config('vit').train.lr == 3e-3
   assert summary['step'] == 2 and np.isfinite(summary['results']['test']['loss'])
   t = loading.load(workdir)
   image = data.load_task(dict_cfg(cfg.data, data_dir)).image('test', 0)
