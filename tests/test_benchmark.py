@@ -389,3 +389,28 @@ def test_op_categories_put_ours_and_the_peers_operations_side_by_side():
   assert '| **all** | **10.0** | | **20.0** | | **0.50** |' in text
   # huge outside times never go negative: the operations' sum can exceed a call's wall time
   assert oc.peer_by_category({'wall_ms': 1.0, 'ops': peer['ops']})[oc.OUTSIDE] == 0.0
+
+
+def test_peer_training_reads_onmt_trains_log_and_says_why_it_failed(tmp_path):
+  """peer_tokens_per_s runs `<venv>/bin/onmt_train -config <its JSON>` on the given threads and
+  takes the median of the report windows after the first; a failing or silent onmt_train
+  raises with the log's last lines (a fake onmt_train here: the real one is the bench's)."""
+  from experiments.bench import peer, workload   # pylint: disable=g-import-not-at-top
+  venv = tmp_path / 'venv'
+  (venv / 'bin').mkdir(parents=True)
+  fake = venv / 'bin' / 'onmt_train'
+  fake.write_text('#!/bin/sh\n'
+                  'test "$1" = -config && test -f "$2" || exit 3\n'
+                  'echo "threads $OMP_NUM_THREADS"\n'
+                  'for r in 900 3000 3400 3200; do echo "Step 1; acc: 1; 100/ $r tok/s;"; done\n')
+  fake.chmod(0o755)
+  shape = workload.CONFIGS['tiny']
+  out = peer.peer_tokens_per_s(str(venv), shape, 'general', 4, 0, str(tmp_path), threads=1)
+  assert out['report_windows'] == [900.0, 3000.0, 3400.0, 3200.0]
+  assert out['tokens_per_s'] == 3200.0 and out['attention'] == 'general'
+  fake.write_text('#!/bin/sh\necho "threads $OMP_NUM_THREADS"\necho "out of memory" >&2\nexit 7\n')
+  with pytest.raises(RuntimeError, match=r'(?s)onmt_train failed \(exit 7\).*out of memory'):
+    peer.peer_tokens_per_s(str(venv), shape, 'general', 4, 0, str(tmp_path))
+  fake.write_text('#!/bin/sh\necho "threads $OMP_NUM_THREADS"\n')
+  with pytest.raises(RuntimeError, match=r'(?s)logged no tok/s.*threads 1'):
+    peer.peer_tokens_per_s(str(venv), shape, 'general', 4, 0, str(tmp_path))

@@ -95,6 +95,21 @@ def train_config(venv: str, shape: Shape, score: str, steps: int, seed: int, wor
   return path
 
 
+def _run_onmt_train(venv: str, config: str, workdir: str, threads: int,
+                    cpus: str | None) -> str:
+  """Runs `onmt_train -config config` on `threads` OpenMP/MKL threads, pinned to `cpus` ->
+  its log (stdout and stderr); raises with the log's last lines if it fails."""
+  env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)}
+  proc = subprocess.run(pinned([os.path.join(venv, 'bin', 'onmt_train'), '-config', config],
+                               cpus), capture_output=True, text=True, cwd=workdir, env=env,
+                        check=False)
+  log = proc.stdout + proc.stderr
+  if proc.returncode:
+    raise RuntimeError(f'onmt_train failed (exit {proc.returncode}); last lines:\n'
+                       + '\n'.join(log.splitlines()[-20:]))
+  return log
+
+
 def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int,
                       workdir: str, threads: int = 1, cpus: str | None = None,
                       input_feeding: bool = True, arch: str = 'rnn') -> dict[str, Any]:
@@ -105,17 +120,13 @@ def peer_tokens_per_s(venv: str, shape: Shape, score: str, steps: int, seed: int
   'transformer': 3+3 layers of shape.d_model, 4 heads, FF shape.ff_dim (score scaled_dot).
   `threads`: OMP/MKL threads of PyTorch (on this 2-core machine, with other work running,
   2 OpenMP threads made it 10-20x slower than 1)."""
-  binary = os.path.join(venv, 'bin', 'onmt_train')
   path = train_config(venv, shape, score, steps, seed, workdir, input_feeding, arch)
   t0 = time.perf_counter()
-  env = {**os.environ, 'OMP_NUM_THREADS': str(threads), 'MKL_NUM_THREADS': str(threads)}
-  proc = subprocess.run(pinned([binary, '-config', path], cpus), capture_output=True,
-                        text=True, cwd=workdir, env=env, check=False)
+  log = _run_onmt_train(venv, path, workdir, threads, cpus)
   wall = time.perf_counter() - t0
-  log = proc.stdout + proc.stderr
   rates = [float(m.group(2)) for m in re.finditer(r'(\d+)/\s*(\d+) tok/s', log)]
-  if proc.returncode or not rates:
-    raise RuntimeError(f'onmt_train failed (exit {proc.returncode}); last lines:\n'
+  if not rates:
+    raise RuntimeError('onmt_train logged no tok/s; last lines:\n'
                        + '\n'.join(log.splitlines()[-20:]))
   kept = rates[1:] or rates
   return {'arch': arch,
@@ -184,12 +195,7 @@ def peer_profile(venv: str, shape: Shape, score: str, arch: str, what: str, work
   if what == 'train':
     argv = ['train', out, str(calls), '-config', config]
   elif what == 'beam5':
-    proc = subprocess.run(pinned([os.path.join(venv, 'bin', 'onmt_train'), '-config', config],
-                                 cpus), capture_output=True, text=True, cwd=workdir, env=env,
-                          check=False)
-    if proc.returncode:
-      raise RuntimeError(f'onmt_train failed (exit {proc.returncode}); last lines:\n'
-                         + '\n'.join((proc.stdout + proc.stderr).splitlines()[-20:]))
+    _run_onmt_train(venv, config, workdir, 1, cpus)
     src = os.path.join(workdir, 'profile.src')
     with open(src, 'w') as f:
       f.write(_peer_text(sentences(shape, seed)[0]))

@@ -46,9 +46,8 @@ def profile_train(out: str, calls: int, argv: list[str]) -> None:
       state['wall'] += time.perf_counter() - t0
     return result
 
-  steps = int(argv[argv.index('-train_steps') + 1]) if '-train_steps' in argv else None
-  with open(argv[argv.index('-config') + 1]) as f:
-    steps = steps or json.load(f)['train_steps']
+  with open(argv[argv.index('-config') + 1]) as f:     # peer.train_config's JSON
+    steps = json.load(f)['train_steps']
   state['first'] = steps - calls + 1
   trainer.Trainer._gradient_accumulation = timed
   sys.argv = ['onmt_train'] + argv
