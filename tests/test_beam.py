@@ -377,8 +377,9 @@ def test_scored_greedy_is_beam_one_with_nbest_in_tokens_scores_and_weights(arch)
     else:
       graphdef, params = tiny(arch, seed)
     model = nnx.merge(graphdef, params)
-    want = beam.beam_search(model, jnp.asarray(SRC), beam_size=1, max_len=L, alpha=alpha,
-                            nbest=1, limit=limit)
+    want = jax.jit(lambda p, s, a=alpha, g=graphdef: beam.beam_search(
+        nnx.merge(g, p), s, beam_size=1, max_len=L, alpha=a, nbest=1, limit=limit))(
+            params, jnp.asarray(SRC))
     got = jax.jit(lambda p, s, a=alpha, g=graphdef: greedy.greedy_scored(
         nnx.merge(g, p), s, L, limit, a))(params, jnp.asarray(SRC))
     (wt, ws, ww), (gt, gs, gw) = map(np.asarray, want), map(np.asarray, got)

@@ -168,7 +168,8 @@ def test_hard_expected_p_1_is_soft_attention_through_a_bahdanau_decoder():
     if m == 'hard':
       state['baseline'] = jnp.float32(-3.0)
     obj = objective.Objective(hard_expected_p=1.0 if m == 'hard' else 0.0)
-    new, metrics = steps.train_step(graphdef, tx, obj, 7, state, BATCH)
+    step = jax.jit(lambda st, b, g=graphdef, o=obj: steps.train_step(g, tx, o, 7, st, b))
+    new, _ = step(state, BATCH)     # (jitted: eagerly, each of its operations compiles alone)
     out[m] = flat(jax.tree.map(lambda o, n: o - n, jax.tree.leaves(params),
                                jax.tree.leaves(new['params'])))
   assert np.abs(out['global']).max() > 1e-4

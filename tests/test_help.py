@@ -6,6 +6,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from helpers import ROOT
 
 LAUNCH = os.path.join(ROOT, 'launch.sh')
@@ -37,6 +39,7 @@ def test_launch_help_lists_every_command():
   assert proc.returncode == 2 and "unknown command 'bogus'" in err and 'bash launch.sh train' in err
 
 
+@pytest.mark.extended   # every command started at once (about 15 interpreters, 25 s): after the suite, in CI
 def test_every_command_s_help_prints_its_usage_and_exits_0():
   procs = {name: launch(name, '--help') for name in commands()}   # all at once
   for name, proc in procs.items():

@@ -110,15 +110,17 @@ def test_padding_gets_no_attention_and_changes_no_output(name, kw, decoder):
   src, originals = batch_of((8, 16), (4, 8), seed=1)
   alone = jnp.asarray(originals[1])[None]
   tgt = jnp.asarray([[1, 4, 5, 6, 3], [1, 7, 8, 3, 0]])
-  logits, w = model(src, tgt)
-  logits1, w1 = model(alone, tgt[1:])
+  call = nnx.jit(lambda m, s, t: m(s, t))   # (eagerly, each operation compiles alone)
+  decode = nnx.jit(lambda m, s: greedy.greedy(m, s, 6))
+  logits, w = call(model, src, tgt)
+  logits1, w1 = call(model, alone, tgt[1:])
   mask = np.asarray(model.source_mask(src))
   np.testing.assert_array_equal(np.asarray(w[1])[:, ~mask[1]], 0.0)
   np.testing.assert_allclose(np.asarray(w[1])[:, mask[1]], w1[0], rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(logits[1, :4], logits1[0, :4], rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(np.asarray(w).sum(-1)[:, :4], 1.0, rtol=1e-5)   # weights sum to 1
-  toks, ws = greedy.greedy(model, src, 6)
-  toks1, _ = greedy.greedy(model, alone, 6)
+  toks, ws = decode(model, src)
+  toks1, _ = decode(model, alone)
   np.testing.assert_array_equal(toks[1], toks1[0])
   cfg = config(name, decoder, **kw)
   assert ws.shape == (2, 6, int(np.prod(encoders.lookup(name).grid_shape(cfg, (8, 16)))))
@@ -228,7 +230,7 @@ def test_learned_2d_positions_are_parameters_that_get_gradient_within_their_boun
   assert rows.shape == cols.shape == (6, 8)
   np.testing.assert_array_equal(enc.positions(2, 4)[1 * 4 + 3], np.concatenate([rows[1], cols[3]]))
   src, _ = batch_of((8, 16), (4, 8), seed=5)
-  grads = nnx.grad(lambda e: jnp.sum(e(src).annotations ** 2))(enc)
+  grads = nnx.jit(nnx.grad(lambda e: jnp.sum(e(src).annotations ** 2)))(enc)
   g_rows, g_cols = np.asarray(grads['pos_rows'][...]), np.asarray(grads['pos_cols'][...])
   assert (np.abs(g_rows[:2]).sum(-1) > 0).all() and (np.abs(g_cols[:4]).sum(-1) > 0).all()
   np.testing.assert_array_equal(g_rows[2:], 0.0)
@@ -239,6 +241,7 @@ def test_learned_2d_positions_are_parameters_that_get_gradient_within_their_boun
     enc(jnp.zeros((1, 8, 28)))
 
 
+@pytest.mark.extended   # a second image run (15 s); the default suite's: image_dates smoke, the ViT golden steps
 def test_digit_strips_vit_stem_trains_and_attends_over_the_same_4_x_20_grid(data_dir, tmp_path):
   """digit_strips.py:vit_stem (a 3-layer stem before 8-pixel patches, learned positions) at its
   smoke sizes: two train steps, an evaluation, a checkpoint; the loaded model's attention is

@@ -97,6 +97,7 @@ print('OK')
 '''
 
 
+@pytest.mark.extended   # 8 devices in a fresh process (30 s); the default suite's mesh test: 4 devices, through the loop
 def test_a_population_split_over_8_devices_trains_each_member_as_its_seed_alone():
   """8 simulated devices (a subprocess: the device count is fixed when JAX starts): a
   population of 4 on a 4 x 2 members x data mesh and one of 3 on 1 x 8, each member's

@@ -90,6 +90,12 @@ def model(seed=0, **kw):
   return aj.build(aj.ModelConfig(**cfg), rngs=nnx.Rngs(seed))
 
 
+# a model's calls, compiled (run eagerly, each of a pass's ~100 operations compiles alone)
+_call = nnx.jit(lambda m, s, t: m(s, t))
+_forward = nnx.jit(lambda m, s, t: m.forward(s, t))
+_start = nnx.jit(lambda m, s, n: m.start(s, n), static_argnums=2)
+_step = nnx.jit(lambda m, c, y, mem: m.step(c, y, mem))
+
 SRC = jnp.array([[4, 5, 6, 7, 2], [3, 4, 2, 0, 0]], jnp.int32)
 TGT = jnp.array([[1, 4, 5, 6, 3], [1, 3, 3, 0, 0]], jnp.int32)
 VARIANTS = [{}, {'positions': 'learned'}, {'positions': 'none'}, {'norm_first': False},
@@ -101,10 +107,10 @@ VARIANTS = [{}, {'positions': 'learned'}, {'positions': 'none'}, {'norm_first': 
 @pytest.mark.parametrize('kw', VARIANTS, ids=lambda kw: '-'.join(f'{k}={v}' for k, v in kw.items()) or 'default')
 def test_causal_mask_hides_the_future(kw):
   m = model(**kw)
-  logits, w = m(SRC, TGT)
+  logits, w = _call(m, SRC, TGT)
   np.testing.assert_allclose(np.asarray(w[0].sum(-1)), 1.0, atol=1e-5)
   future = TGT.at[0, 3:].set(jnp.array([8, 7]))
-  logits2, _ = m(SRC, future)
+  logits2, _ = _call(m, SRC, future)
   np.testing.assert_allclose(np.asarray(logits[0, :3]), np.asarray(logits2[0, :3]), atol=1e-5)
   assert not np.allclose(np.asarray(logits[0, 3:]), np.asarray(logits2[0, 3:]))
 
@@ -112,8 +118,8 @@ def test_causal_mask_hides_the_future(kw):
 @pytest.mark.parametrize('kw', VARIANTS[:2] + VARIANTS[4:5], ids=['default', 'learned', 'mixed'])
 def test_padding_gets_zero_weight_and_changes_nothing(kw):
   m = model(**kw)
-  logits, read = m.forward(SRC, TGT)
-  logits2, read2 = m.forward(jnp.pad(SRC, ((0, 0), (0, 4))), jnp.pad(TGT, ((0, 0), (0, 2))))
+  logits, read = _forward(m, SRC, TGT)
+  logits2, read2 = _forward(m, jnp.pad(SRC, ((0, 0), (0, 4))), jnp.pad(TGT, ((0, 0), (0, 2))))
   np.testing.assert_allclose(np.asarray(logits2[:, :5]), np.asarray(logits), atol=1e-5)
   lw = np.asarray(read2.layers)                                             # [B, N, H, T, S]
   assert lw.shape == (2, 2, 2, 7, 9)
@@ -127,21 +133,21 @@ def test_kv_cache_decoding_equals_the_teacher_forced_pass(kw):
   the prefix it produced (to 1e-5), so the tokens are the same too."""
   m = model(seed=1, **kw)
   L = 7
-  carry, mem = m.start(SRC, L)
+  carry, mem = _start(m, SRC, L)
   y, steps_logp, steps_w = jnp.full((2,), 1, jnp.int32), [], []
   prefix = [y]
   for _ in range(L):
-    carry, logp, w = m.step(carry, y, mem)
+    carry, logp, w = _step(m, carry, y, mem)
     y = jnp.argmax(decode_lib.emittable(logp), -1).astype(jnp.int32)
     steps_logp.append(logp)
     steps_w.append(w)
     prefix.append(y)
   tgt_in = jnp.stack(prefix[:-1], 1)                                             # [B, L]
-  logits, w_full = m(SRC, tgt_in)
+  logits, w_full = _call(m, SRC, tgt_in)
   np.testing.assert_allclose(np.stack(steps_logp, 1), np.asarray(jax.nn.log_softmax(logits)),
                              atol=1e-5)
   np.testing.assert_allclose(np.stack(steps_w, 1), np.asarray(w_full), atol=1e-5)
-  tokens, _ = decode_lib.greedy(m, SRC, L)
+  tokens, _ = jax.jit(lambda s: decode_lib.greedy(m, s, L))(SRC)
   np.testing.assert_array_equal(np.asarray(tokens[:, 0]), np.asarray(prefix[1]))
 
 
@@ -153,7 +159,8 @@ def test_beam_of_one_is_greedy_and_beam_finds_no_worse():
   b_tok, _, b_w = jax.jit(lambda s: beam_lib.beam_search(m, s, beam_size=1, max_len=8))(SRC)
   np.testing.assert_array_equal(np.asarray(g_tok), np.asarray(b_tok))
   np.testing.assert_allclose(np.asarray(g_w), np.asarray(b_w), atol=1e-6)
-  tok, scores, w = beam_lib.beam_search(m, SRC, beam_size=4, max_len=8, alpha=0.0, nbest=2)
+  tok, scores, _ = jax.jit(lambda s: beam_lib.beam_search(m, s, beam_size=4, max_len=8, alpha=0.0,
+                                                          nbest=2))(SRC)
   assert tok.shape == (2, 2, 8) and (np.diff(np.asarray(scores), axis=1) <= 1e-6).all()
   # beam 4 finds no worse than greedy, each output scored by one teacher-forced pass
   best = np.asarray(tok[:, 0])
@@ -165,7 +172,7 @@ def forced_log_prob(m, tokens: np.ndarray) -> np.ndarray:
   """tokens [B, L] (an output: up to its EOS, padding after) -> [B] its log-probability
   under one teacher-forced pass over SRC (EOS counted; nothing after it)."""
   tgt_in = np.concatenate([np.full((len(tokens), 1), BOS), tokens[:, :-1]], 1)
-  logp = np.asarray(jax.nn.log_softmax(m(SRC, jnp.asarray(tgt_in, jnp.int32))[0]))
+  logp = np.asarray(jax.nn.log_softmax(_call(m, SRC, jnp.asarray(tgt_in, jnp.int32))[0]))
   picked = np.take_along_axis(logp, tokens[..., None], -1)[..., 0]                  # [B, L]
   ended = np.cumsum(tokens == EOS, 1) - (tokens == EOS) > 0      # after the first EOS
   return np.where(ended | (tokens == PAD), 0.0, picked).sum(1)
