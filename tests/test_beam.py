@@ -376,7 +376,6 @@ def test_scored_greedy_is_beam_one_with_nbest_in_tokens_scores_and_weights(arch)
       graphdef, params = nnx.split(m)
     else:
       graphdef, params = tiny(arch, seed)
-    model = nnx.merge(graphdef, params)
     want = jax.jit(lambda p, s, a=alpha, g=graphdef: beam.beam_search(
         nnx.merge(g, p), s, beam_size=1, max_len=L, alpha=a, nbest=1, limit=limit))(
             params, jnp.asarray(SRC))
