@@ -46,15 +46,17 @@ setup() {
   fi
   # Re-install when pyproject.toml changed since the last install.
   if [[ ! -f "$stamp" || pyproject.toml -nt "$stamp" ]]; then
-    # with uv (parallel downloads: a fresh venv in ~15 s here against ~100 s with pip); with
+    # with uv (parallel downloads: a fresh venv in ~45 s here against ~100 s with pip); with
     # pip, said, where no uv wheel installs (the same packages: uv reads pyproject.toml too)
     if [[ ! -x "$VENV/bin/uv" ]] && ! "$VENV/bin/pip" install -q --disable-pip-version-check \
         uv >/dev/null 2>&1; then
       echo "[launch] uv could not be installed here: installing with pip (slower)" >&2
     fi
-    echo "[launch] installing attention_jax[test] into $VENV (under a minute the first time)" >&2
+    echo "[launch] installing attention_jax[test] into $VENV (about a minute the first time)" >&2
     if [[ -x "$VENV/bin/uv" ]]; then
-      "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -e ".[test]"
+      # (compiled to bytecode now, as pip does: else every first import compiles it, in each of
+      # the processes a first test run starts at once)
+      "$VENV/bin/uv" pip install -q --compile-bytecode --python "$VENV/bin/python" -e ".[test]"
     else
       # (this machine's pip config lists local index dirs that may be absent: drop that noise)
       "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[test]" 2>&1 \
