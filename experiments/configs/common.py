@@ -123,7 +123,8 @@ def apply_arg(c: ml_collections.ConfigDict, arg: str | None,
               ) -> ml_collections.ConfigDict:
   """The config-file argument (`file.py:ARG`): '' or comma-separated words, 'smoke' and the
   names of the file's `variants` ({name: model fields}: another encoder or arch with its
-  sizes, applied with `switch`), e.g. image_dates.py:vit,smoke."""
+  sizes, applied with `switch`; a key with a dot, e.g. 'train.lr', sets that field of another
+  section), e.g. image_dates.py:vit,smoke."""
   words = [w for w in (arg or '').split(',') if w]
   variants = variants or {}
   for word in words:
@@ -133,5 +134,7 @@ def apply_arg(c: ml_collections.ConfigDict, arg: str | None,
                        + (" (or none, or several joined by ',')" if variants else ' (or none)'))
   for word in words:
     if word in variants:
-      c.update_from_flattened_dict(switch(c, **variants[word]))
+      fields = variants[word]
+      c.update_from_flattened_dict(switch(c, **{k: v for k, v in fields.items() if '.' not in k}))
+      c.update_from_flattened_dict({k: v for k, v in fields.items() if '.' in k})
   return shrink(c) if 'smoke' in words else c
