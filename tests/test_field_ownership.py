@@ -169,10 +169,12 @@ def test_a_config_variant_switches_the_encoder_and_resets_what_it_does_not_read(
   assert cfg.model.cnn_width == ModelConfig.defaults()['cnn_width']
   with pytest.raises(ValueError, match="unknown config argument 'vitt'; valid: 'smoke', 'vit'"):
     image_dates.get_config('vitt')
-  # a variant's dotted key sets another section's field: digit_strips.py:vit_stem's lr
+  # a variant's dotted keys set another section's fields: digit_strips.py:vit_stem's lr and
+  # steps (smoke, applied after the variants, still shrinks the steps)
   from experiments.configs import digit_strips
-  assert [digit_strips.get_config(a).train.lr for a in ('vit_stem,smoke', 'vit', None)] == [
-      1e-3, 3e-3, 3e-3]
+  assert [(digit_strips.get_config(a).train.lr, digit_strips.get_config(a).train.steps)
+          for a in ('vit_stem', 'vit_stem,smoke', 'vit', None)] == [
+              (1e-3, 7500), (1e-3, 8), (3e-3, 5000), (3e-3, 5000)]
 
 
 # ---- data fields -------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def get_config(arg: str | None = None):
 # digit_strips.py:vit: the encoder 'vit' in place of the CNN, 8 x 8 patches (a 4 x 20 grid);
 # :vit_stem: the same grid read through a convolutional stem (three stride-2 3x3 convolutions of
 # 32, 64 and 128 channels, Xiao et al. 2021) and learned 2-D positions, at lr 1e-3 (at the CNN's
-# 3e-3 the ViT stays on the plateau; docs/images.md)
+# 3e-3 the ViT stays on the plateau) for 7,500 steps (at 5,000 it was still learning; docs/images.md)
 VARIANTS = {'vit': {'encoder': 'vit', 'patch_size': 8},
             'vit_stem': {'encoder': 'vit', 'patch_size': 8, 'vit_stem': 3,
-                         'vit_positions': 'learned_2d', 'train.lr': 1e-3}}
+                         'vit_positions': 'learned_2d', 'train.lr': 1e-3, 'train.steps': 7500}}
