@@ -172,9 +172,9 @@ def test_a_config_variant_switches_the_encoder_and_resets_what_it_does_not_read(
   # a variant's dotted keys set another section's fields: digit_strips.py:vit_stem's lr and
   # steps (smoke, applied after the variants, still shrinks the steps)
   from experiments.configs import digit_strips
-  assert [(digit_strips.get_config(a).train.lr, digit_strips.get_config(a).train.steps)
-          for a in ('vit_stem', 'vit_stem,smoke', 'vit', None)] == [
-              (1e-3, 7500), (1e-3, 8), (3e-3, 5000), (3e-3, 5000)]
+  trains = [digit_strips.get_config(a).train for a in ('vit_stem', 'vit_stem,smoke', 'vit', None)]
+  assert [(t.lr, t.steps) for t in trains] == [
+      (1e-3, 7500), (1e-3, 8), (3e-3, 5000), (3e-3, 5000)]
 
 
 # ---- data fields -------------------------------------------------------------------------
