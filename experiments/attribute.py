@@ -55,7 +55,11 @@ flags.DEFINE_integer('steps', 32, 'Integrated gradients: interpolation steps (qu
                      lower_bound=1)
 flags.DEFINE_enum('rule', 'midpoint', attribution.RULES, 'Integrated gradients: the quadrature '
                   'over the path (gauss_legendre: fewer steps for the same error on smooth models; '
-                  'adaptive: cells placed where the outputs change, 16 forward passes a step).')
+                  'adaptive: cells placed where the outputs change, 16 forward passes a step; '
+                  'refine: cells bisected where completeness fails until --tol holds, at most '
+                  '--steps nodes (>= 9); on a trained model e.g. --rule=refine --steps=257).')
+flags.DEFINE_float('tol', 0.01, "Integrated gradients, --rule=refine: the completeness error it "
+                   "refines to, a share of the largest change of an output's log-probability.")
 flags.DEFINE_integer('samples', 16, 'SmoothGrad: noisy samples.', lower_bound=1)
 flags.DEFINE_enum('baseline', 'zero', attribution.BASELINES, 'Integrated gradients: baseline.')
 flags.DEFINE_enum('erase', 'zero', attribution.ERASURES, "Erasure: an erased position's value: "
@@ -176,7 +180,7 @@ def main(argv):
   cli.use_compilation_cache(CACHE)
   mcfg, run_cfg = loading.saved_config(FLAGS.workdir)
   opts = {'steps': FLAGS.steps, 'samples': FLAGS.samples, 'baseline': FLAGS.baseline,
-          'rule': FLAGS.rule, 'erase': FLAGS.erase}
+          'rule': FLAGS.rule, 'erase': FLAGS.erase, 'tol': FLAGS.tol}
   methods, lines, refs = checked_inputs(mcfg.source, run_cfg.get('data', {}).get('name', ''),
                                         opts)
   out_dir = FLAGS.out_dir or workdir_lib.Run(FLAGS.workdir).attributions_dir

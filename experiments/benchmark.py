@@ -420,6 +420,15 @@ def define_flags():
   flags.DEFINE_list('attribution', None, 'Instead of the train and decode rows: the speed of '
                     'these attribution methods (e.g. gradient,integrated_gradients; "all") on '
                     'reverse-sized sentences (experiments/bench/attribution.py).')
+  flags.DEFINE_integer('attribution_steps', attribution.Options.steps, '--attribution: '
+                       "integrated gradients' steps (the refine rule: the most it may use).",
+                       lower_bound=1)
+  flags.DEFINE_enum('attribution_rule', attribution.Options.rule, attribution.RULES,
+                    "--attribution: integrated gradients' quadrature rule.")
+  flags.DEFINE_float('attribution_tol', attribution.Options.tol, '--attribution: the refine '
+                     "rule's completeness error, a share of the largest output change.")
+  flags.DEFINE_string('attribution_run', None, '--attribution: a trained reverse run whose '
+                      'parameters are timed (default: untrained ones).')
   flags.DEFINE_bool('end_to_end', False, 'Instead of the train and decode rows: fresh '
                     'processes translating a file, start to exit, cold and warm compilation '
                     'cache, with --peer against onmt_translate (experiments/bench/end_to_end.py).')
@@ -481,7 +490,9 @@ def main(argv):
                else FLAGS.attribution)
     for m in methods:
       attribution.check(m, 'tokens')
-    rows = bench_attribution.rows(methods)
+    opts = attribution.Options(steps=FLAGS.attribution_steps, rule=FLAGS.attribution_rule,
+                               tol=FLAGS.attribution_tol)
+    rows = bench_attribution.rows(methods, options=opts, run=FLAGS.attribution_run)
     save({'machine': machine_info(), 'attribution': rows})
     print(bench_attribution.format_rows(rows))
     print(f'results: {FLAGS.out}')

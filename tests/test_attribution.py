@@ -107,12 +107,14 @@ def test_gradients_equal_central_finite_differences(case):
 @pytest.mark.parametrize('case, rule, steps', [
     *((case, 'midpoint', 64) for case in ('rnn', 'transformer', 'cnn')),
     ('rnn', 'gauss_legendre', 8), ('cnn', 'gauss_legendre', 8),
-    ('transformer', 'gauss_legendre', 64), ('rnn', 'adaptive', 16)])
+    ('transformer', 'gauss_legendre', 64), ('rnn', 'adaptive', 16), ('rnn', 'refine', 65),
+    ('transformer', 'refine', 65)])
 def test_integrated_gradients_add_up_to_the_change_of_the_output(case, rule, steps):
   """Sundararajan et al. 2017's completeness: Σ_s IG_ts = f_t(x) - f_t(baseline), to 1% of
   the largest change. Gauss-Legendre reaches it with 8 nodes where the path is smooth (the
   RNN's tanh and sigmoid; this CNN); the Transformer's ReLU feed-forward puts kinks on the
-  path, where no rule converges fast (at 8 nodes: midpoint 2.9%, Gauss-Legendre 1.7%)."""
+  path, where no fixed rule converges fast (at 8 nodes: midpoint 2.9%, Gauss-Legendre 1.7%)
+  and the refine rule bisects the cells around them until its tolerance (1%) holds."""
   kw, src = CASES[case]
   model = model_of(**kw)
   a = attribute(model, src[None], TGT_IN[:1], TGT_OUT[:1], 'integrated_gradients', steps=steps,
@@ -128,12 +130,14 @@ def test_integrated_gradients_add_up_to_the_change_of_the_output(case, rule, ste
 def test_both_integration_rules_agree_at_many_nodes_and_gauss_legendre_is_exact_to_degree_2m_1():
   kw, src = CASES['rnn']
   model = model_of(**kw)
+  tight = {'refine': dict(steps=257, tol=1e-4)}   # refine: its nodes by its tolerance
   ig = {rule: attribute(model, src[None], TGT_IN[:1], TGT_OUT[:1], 'integrated_gradients',
-                        steps=64, rule=rule).scores[0] for rule in attribution.RULES}
+                        **{'steps': 64, **tight.get(rule, {})}, rule=rule).scores[0]
+        for rule in attribution.RULES}
   scale = np.abs(ig['midpoint']).max()
   assert scale > 1e-3
-  np.testing.assert_allclose(ig['gauss_legendre'], ig['midpoint'], atol=1e-3 * scale)
-  np.testing.assert_allclose(ig['adaptive'], ig['midpoint'], atol=1e-3 * scale)
+  for rule in attribution.RULES:
+    np.testing.assert_allclose(ig[rule], ig['midpoint'], atol=1e-3 * scale, err_msg=rule)
   for m in (1, 3, 8):                 # ∫₀¹ α^k dα = 1 / (k + 1), against NumPy
     alphas, weights = (np.asarray(x, np.float64) for x in attribution.quadrature(
         'gauss_legendre', m))
@@ -144,8 +148,12 @@ def test_both_integration_rules_agree_at_many_nodes_and_gauss_legendre_is_exact_
     if m > 1:                          # the midpoint rule is not: α^3 with m nodes
       assert abs((mid[1] * mid[0] ** 3).sum() - 1 / 4) > 1e-4
   with pytest.raises(ValueError, match="unknown integration rule 'simpson'; valid: midpoint, "
-                                       'gauss_legendre, adaptive'):
+                                       'gauss_legendre, adaptive, refine'):
     attribution.Options(rule='simpson')
+  with pytest.raises(ValueError, match="'refine' starts from 9 nodes: steps must be >= 9, got 8"):
+    attribution.Options(rule='refine', steps=8)
+  with pytest.raises(ValueError, match='tol must be a number > 0, got 0'):
+    attribution.Options(rule='refine', tol=0)
 
 
 def test_adaptive_cells_follow_the_change_of_f_and_integrate_a_steep_path_better():
@@ -172,6 +180,62 @@ def test_adaptive_cells_follow_the_change_of_f_and_integrate_a_steep_path_better
   np.testing.assert_allclose(attribution.quadrature('adaptive', 16, f)[0], alphas, atol=1e-6)
   with pytest.raises(ValueError, match="'adaptive' places its nodes.*pass f"):
     attribution.quadrature('adaptive', 16)
+
+
+def _scalar_path(f):
+  """f(α) -> [T] as the refine rule's node function: (f [k, T], df/dα [k, T, 1])."""
+  df = jax.jacfwd(f)
+  return lambda alphas: (jax.vmap(f)(alphas), jax.vmap(df)(alphas)[..., None])
+
+
+def test_refine_bisects_where_completeness_fails_until_its_tolerance_holds():
+  """The refine rule (adaptive Simpson) on f(α) = (tanh(100 (α - 0.6)), sin(3α)), against
+  the exact ∫₀¹ f' = f(1) - f(0) (NumPy, float64): within its tolerance, with most of its
+  nodes near the swing at 0.6; the bound it returns is at most tol and at least the true
+  error; a tighter tolerance takes more nodes and lands closer. A cubic f is exact from its
+  first 9 nodes (Simpson's degree); too few nodes for the tolerance: it stops at the
+  budget and its bound says so (> tol)."""
+  f = lambda a: jnp.stack([jnp.tanh(100.0 * (a - 0.6)), jnp.sin(3.0 * a)])       # [T = 2]
+  want = np.array([np.tanh(40.0) + np.tanh(60.0), np.sin(3.0)])
+  used, errors = [], []
+  for tol in (1e-2, 1e-4):
+    total, bound, n, _ = (np.asarray(x, np.float64) for x in attribution.refine(
+        _scalar_path(f), 257, tol))
+    error = np.abs(total[:, 0] - want).max() / np.abs(want).max()
+    assert error <= bound + 1e-6 and bound <= tol, (tol, error, bound)
+    assert 9 < n <= 257 and (n - 9) % (2 * attribution.REFINE_SPLIT) == 0
+    used.append(n)
+    errors.append(error)
+  assert used[1] > used[0] and errors[1] < errors[0]
+  cubic = lambda a: jnp.stack([a ** 3 - a, 2 * a ** 2])
+  total, bound, n, _ = attribution.refine(_scalar_path(cubic), 257, 1e-5)
+  assert int(n) == 9 and float(bound) < 1e-5
+  np.testing.assert_allclose(np.asarray(total)[:, 0], [0.0, 2.0], atol=1e-5)
+  total, bound, n, _ = attribution.refine(_scalar_path(f), 17, 1e-4)  # one round, then no nodes
+  assert int(n) == 17 and float(bound) > 1e-4
+  with pytest.raises(ValueError, match="'refine' starts from 9 nodes"):
+    attribution.refine(_scalar_path(f), 7, 1e-2)
+
+
+def test_refine_puts_its_nodes_where_the_path_swings_and_splits_it_by_position():
+  """Two positions move along a path whose output swings at α = 0.6, f = tanh(100 (α - 0.6)),
+  position 1 carrying 3/4 of each step's change (c_s = w_s f'): the refine rule's attribution
+  is w_s (f(1) - f(0)) for each position (NumPy), and more than half of its nodes lie in the
+  10% of the path around the swing.
+  """
+  w = np.array([0.75, 0.25])
+  f = lambda a: jnp.tanh(100.0 * (a - 0.6))[None]                               # [T = 1]
+
+  def node(alphas):
+    d = jax.vmap(jax.jacfwd(f))(alphas)                                          # [k, 1]
+    return jax.vmap(f)(alphas), d[..., None] * jnp.asarray(w, jnp.float32)[None, None]  # [k, 1, 2]
+  r = attribution.refine(node, 129, 1e-3)
+  n = int(r.nodes)
+  np.testing.assert_allclose(np.asarray(r.integral, np.float64)[0],
+                             w * (np.tanh(40.0) + np.tanh(60.0)), rtol=1e-3)
+  assert float(r.bound) <= 1e-3 and n < 129
+  alphas = np.asarray(r.alphas)[:n]
+  assert len(set(alphas.tolist())) == n and (np.abs(alphas - 0.6) < 0.05).sum() > n / 2
 
 
 class ToyRead(NamedTuple):

@@ -246,7 +246,12 @@ def test_attribution_rows_cover_every_sentence_in_chunks_within_the_memory_budge
   row = {'method': 'gradient', 'sentences': 1000, 'seconds': 50.0, 'sentences_per_s': 20.0,
          'compile_and_first_pass_s': 9.0, 'target_s': 60.0, 'met': True}
   table = bench_attribution.format_rows([row])
-  assert '| gradient | 1000 | 50.0 | 20.0 | 9.0 | < 60 s: met |' in table
+  assert '| gradient | 1000 | 50.0 | 20.0 | 9.0 | - | < 60 s: met |' in table
+  row = {**row, 'method': 'integrated_gradients', 'sentences': 200, 'target_s': 180.0,
+         'met': False, 'rule': 'refine', 'steps': 257, 'tol': 0.01,
+         'completeness_mean': 0.0029, 'completeness_max': 0.0173}
+  assert ('| integrated_gradients (refine, 257 steps, tol 0.01) | 200 | 50.0 | 20.0 | 9.0 | '
+          '0.29% / 1.73% | < 180 s at <= 1%: MISSED |') in bench_attribution.format_rows([row])
 
 
 @pytest.mark.extended   # fresh processes timed (20 s): after the suite, in CI

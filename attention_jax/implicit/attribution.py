@@ -21,7 +21,9 @@ Methods (METHODS; a new one is a class and one `@register_method` line):
                          2017), the integral by `rule` over `steps` nodes: 'midpoint' (the
                          paper's Riemann sum), 'gauss_legendre' (exact for polynomials of
                          degree 2m - 1 in α) or 'adaptive' (midpoints of m cells placed where
-                         f changes along the path, from 16m + 1 forward passes);
+                         f changes along the path, from 16m + 1 forward passes) or
+                         'refine' (adaptive Simpson: bisects the cells whose completeness
+                         error is largest until it is at most `tol`, within `steps` nodes);
                          Σ_s ≈ f_t(x) - f_t(b) (completeness)
   smoothgrad             ‖mean over `samples` of ∂f_t/∂x(x + ε)‖₂, ε ~ N(0, (noise·(max x -
                          min x))²) on real positions (Smilkov et al. 2017)
@@ -54,9 +56,12 @@ from attention_jax.models import encoders
 METHODS: dict[str, type['Method']] = {}
 register_method = registry.registrar(METHODS, 'attribution method')
 BASELINES = ('zero', 'pad')
-RULES = ('midpoint', 'gauss_legendre', 'adaptive')   # integrated gradients' quadrature over α
+RULES = ('midpoint', 'gauss_legendre', 'adaptive', 'refine')   # IG's quadrature over α
 ADAPTIVE_GRID = 16    # the adaptive rule's forward passes per node
 ADAPTIVE_FLOOR = 0.5  # ... and the share of its cells spread uniformly
+REFINE_START = 4      # the refine rule's first, equal cells (9 nodes) ...
+REFINE_SPLIT = 4      # ... and the cells it bisects per round (8 new nodes, one batch)
+REFINE_FLOOR = 1e-4   # the least output change (nats) its tolerance is relative to
 # erasure's value of an erased position, per source: the zero embedding or the PAD / UNK
 # token's; a grid cell's pixels black or the image's mean pixel (grey)
 ERASE = {'tokens': ('zero', 'pad', 'unk'), 'images': ('zero', 'mean')}
@@ -66,8 +71,9 @@ ERASE_BATCH = 64   # erased copies run at once (vmapped) per example; more run i
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """steps: integrated gradients' interpolation steps (quadrature nodes) m; rule: its
-  quadrature (RULES); baseline: its b, 'zero' (the zero vector / a black image) or 'pad' (the
+  """steps: integrated gradients' interpolation steps (quadrature nodes) m ('refine': the most
+  it may use); rule: its quadrature (RULES); tol: the refine rule's completeness error, a
+  share of the largest output change; baseline: its b, 'zero' (the zero vector / a black image) or 'pad' (the
   PAD token's embedding; tokens only); samples / noise: SmoothGrad's n and σ as a share of the
   input's range; seed: SmoothGrad's noise; erase: erasure's value of an erased position
   (ERASE: 'zero' tokens and images, 'pad' / 'unk' tokens, 'mean' images)."""
@@ -78,6 +84,7 @@ class Options:
   seed: int = 0
   rule: str = 'midpoint'
   erase: str = 'zero'
+  tol: float = 0.01
 
   def __post_init__(self):
     for name in ('steps', 'samples'):
@@ -90,6 +97,12 @@ class Options:
       raise ValueError(f'unknown integration rule {self.rule!r}; valid: {", ".join(RULES)}')
     if not self.noise >= 0:
       raise ValueError(f'noise must be >= 0, got {self.noise!r}')
+    if not 0 < self.tol < float('inf'):
+      raise ValueError(f'tol must be a number > 0, got {self.tol!r}')
+    first = 2 * REFINE_START + 1
+    if self.rule == 'refine' and self.steps < first:
+      raise ValueError(f"the rule 'refine' starts from {first} nodes: steps must be >= {first}, "
+                       f'got {self.steps}')
     if self.erase not in ERASURES:
       raise ValueError(f'unknown erase {self.erase!r}; valid: ' + '; '.join(
           f'{", ".join(v)} ({source})' for source, v in ERASE.items()))
@@ -190,6 +203,8 @@ class IntegratedGradients(Method):
 
   def __call__(self, p, opts):
     diff = p.x0 - p.baseline
+    if opts.rule == 'refine':
+      return refine(lambda a: _path_terms(p, diff, a), opts.steps, opts.tol).integral
     alphas, weights = quadrature(opts.rule, opts.steps,                        # [m], [m]
                                  f=lambda a: p.f(p.baseline + a * diff)[0])
     grads = jax.lax.map(lambda a: _jacobian(p, p.baseline + a * diff), alphas,
@@ -239,6 +254,86 @@ def adaptive_quadrature(f: Callable[[jax.Array], jax.Array], m: int
   cum = jnp.concatenate([jnp.zeros(1), jnp.cumsum(density)])
   edges = jnp.interp(jnp.linspace(0.0, 1.0, m + 1), cum / cum[-1], grid)       # [m + 1]
   return (edges[1:] + edges[:-1]) / 2, jnp.diff(edges)
+
+
+def _path_terms(p: Probe, diff: jax.Array, alphas: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """alphas [k] -> f_t at b + α diff [k, T] and the terms Σ_e diff_se ∂f_t/∂x_se there
+  [k, T, *P] (their sum over positions is df_t/dα): one forward and T VJPs per α, vmapped."""
+  def one(a):
+    f, pullback = jax.vjp(lambda v: p.f(v)[0], p.baseline + a * diff)
+    j = jax.vmap(pullback)(jnp.eye(f.shape[0], dtype=f.dtype))[0]             # [T, *P, C]
+    return f, jnp.sum(j * diff[None], axis=-1)
+  return jax.vmap(one)(alphas)
+
+
+class Refined(NamedTuple):
+  integral: jax.Array   # [T, *P]
+  bound: jax.Array      # []: max_t Σ_cells |error| / the largest output change
+  nodes: jax.Array      # []: nodes used, n <= m
+  alphas: jax.Array     # [m]: where they are (the first n; the rest 0)
+
+
+def refine(node: Callable[[jax.Array], tuple[jax.Array, jax.Array]], m: int, tol: float
+           ) -> Refined:
+  """∫₀¹ c(α) dα by adaptive Simpson, refined where completeness fails.
+
+  node(α [k]) -> (f [k, T], c [k, T, *P]), where Σ_P c(α) = df/dα (integrated gradients'
+  per-position terms along the path). A cell [a, b] estimates ∫ c by Simpson's rule, (b -
+  a)/6 (c(a) + 4 c(mid) + c(b)), and knows the exact integral of Σ_P c over it: f(b) - f(a);
+  its error e [T] is the difference. From REFINE_START equal cells, the REFINE_SPLIT cells of
+  largest max_t |e_t| are bisected per round (2 new nodes each, every old node kept) until
+  max_t Σ_cells |e_t| -- a bound on the completeness error that no cancellation between cells
+  can flatter -- is at most tol · max(max_t |f_t(1) - f_t(0)|, REFINE_FLOOR), or the next
+  round would pass m nodes. A trained model's path swings within a small part of [0, 1]
+  (docs/implicit_attention.md); the cells shrink there and stay wide elsewhere."""
+  first = 2 * REFINE_START + 1
+  if m < first:
+    raise ValueError(f"the rule 'refine' starts from {first} nodes: steps must be >= {first}, "
+                     f'got {m}')
+  cells = (m - 1) // 2
+  f0, c0 = node(jnp.linspace(0.0, 1.0, first))                                # [9, T], [9, T, *P]
+  alphas = jnp.zeros(m).at[:first].set(jnp.linspace(0.0, 1.0, first))        # [M]
+  fs = jnp.zeros((m, *f0.shape[1:]), f0.dtype).at[:first].set(f0)            # [M, T]
+  cs = jnp.zeros((m, *c0.shape[1:]), c0.dtype).at[:first].set(c0)            # [M, T, *P]
+  start = jnp.arange(REFINE_START)
+  lo, mid, hi = (jnp.zeros(cells, jnp.int32).at[:REFINE_START].set(2 * start + k)
+                 for k in range(3))                                             # [K] node ids
+  change = jnp.maximum(jnp.max(jnp.abs(f0[-1] - f0[0])), REFINE_FLOOR)
+
+  def errors(state):
+    """[K, T]: each live cell's Simpson estimate of ∫ df/dα minus f(b) - f(a); 0 elsewhere."""
+    alphas, fs, cs, lo, mid, hi, n, live = state
+    g = jnp.sum(cs.reshape(*cs.shape[:2], -1), axis=-1)                        # [M, T] df/dα
+    h = (alphas[hi] - alphas[lo])[:, None]
+    e = h / 6 * (g[lo] + 4 * g[mid] + g[hi]) - (fs[hi] - fs[lo])               # [K, T]
+    return jnp.where((jnp.arange(cells) < live)[:, None], e, 0.0)
+
+  def bound(state):
+    return jnp.max(jnp.sum(jnp.abs(errors(state)), axis=0)) / change
+
+  def go_on(state):
+    return (bound(state) > tol) & (state[6] + 2 * REFINE_SPLIT <= m)
+
+  def split(state):
+    alphas, fs, cs, lo, mid, hi, n, live = state
+    score = jnp.where(jnp.arange(cells) < live, jnp.max(jnp.abs(errors(state)), axis=1), -1.0)
+    pick = jax.lax.top_k(score, REFINE_SPLIT)[1]                               # [S] cells
+    a, b, c = lo[pick], mid[pick], hi[pick]
+    new = jnp.stack([(alphas[a] + alphas[b]) / 2, (alphas[b] + alphas[c]) / 2], 1).reshape(-1)
+    f, cn = node(new)                                                          # [2S, T], [2S, T, *P]
+    ids = n + jnp.arange(2 * REFINE_SPLIT).reshape(REFINE_SPLIT, 2)            # [S, 2]
+    put = lambda x, v, i: jax.lax.dynamic_update_slice_in_dim(x, v.astype(x.dtype), i, 0)
+    alphas, fs, cs = put(alphas, new, n), put(fs, f, n), put(cs, cn, n)
+    lo, mid, hi = (lo.at[pick].set(a), mid.at[pick].set(ids[:, 0]), hi.at[pick].set(b))
+    lo, mid, hi = put(lo, b, live), put(mid, ids[:, 1], live), put(hi, c, live)  # right halves
+    return alphas, fs, cs, lo, mid, hi, n + 2 * REFINE_SPLIT, live + REFINE_SPLIT
+
+  state = jax.lax.while_loop(go_on, split, (alphas, fs, cs, lo, mid, hi, jnp.int32(first),
+                                            jnp.int32(REFINE_START)))
+  alphas, fs, cs, lo, mid, hi, n, live = state
+  h = jnp.where(jnp.arange(cells) < live, alphas[hi] - alphas[lo], 0.0) / 6    # [K]
+  w = jnp.zeros(m).at[lo].add(h).at[mid].add(4 * h).at[hi].add(h)              # [M] node weights
+  return Refined(jnp.tensordot(w.astype(cs.dtype), cs, axes=1), bound(state), n, alphas)
 
 
 @register_method('smoothgrad')
@@ -387,6 +482,9 @@ def rows_per_chunk(method: str, opts: Options, t: int, positions: int, channels:
   cls = lookup(method)
   if cls is Erasure:
     return max(1, MEMORY_BUDGET // (4 * (positions + 1) * (positions + t) * channels))
+  if cls is IntegratedGradients and opts.rule == 'refine':   # a round's 2S Jacobians and
+    per_row = 4 * t * positions * (channels * (2 * REFINE_SPLIT + 1) + opts.steps)  # every term
+    return max(1, MEMORY_BUDGET // per_row)
   held = min(opts.steps if cls is IntegratedGradients else
              opts.samples if cls is SmoothGrad else 1, 8)
   return max(1, MEMORY_BUDGET // (4 * t * positions * channels * (held + 1)))
