@@ -190,11 +190,11 @@ def _scalar_path(f):
 
 def test_refine_bisects_where_completeness_fails_until_its_tolerance_holds():
   """The refine rule (adaptive Simpson) on f(α) = (tanh(100 (α - 0.6)), sin(3α)), against
-  the exact ∫₀¹ f' = f(1) - f(0) (NumPy, float64): within its tolerance, with most of its
-  nodes near the swing at 0.6; the bound it returns is at most tol and at least the true
-  error; a tighter tolerance takes more nodes and lands closer. A cubic f is exact from its
+  the exact ∫₀¹ f' = f(1) - f(0) (NumPy, float64): within its tolerance; the bound it
+  returns is at most tol and at least the true error; a tighter tolerance takes more nodes and lands closer. A cubic f is exact from its
   first 9 nodes (Simpson's degree); too few nodes for the tolerance: it stops at the
-  budget and its bound says so (> tol)."""
+  budget and its bound says so (> tol). An output marked as padding sets neither the scale
+  nor the nodes."""
   f = lambda a: jnp.stack([jnp.tanh(100.0 * (a - 0.6)), jnp.sin(3.0 * a)])       # [T = 2]
   want = np.array([np.tanh(40.0) + np.tanh(60.0), np.sin(3.0)])
   used, errors = [], []
@@ -207,6 +207,10 @@ def test_refine_bisects_where_completeness_fails_until_its_tolerance_holds():
     used.append(n)
     errors.append(error)
   assert used[1] > used[0] and errors[1] < errors[0]
+  # an output marked as padding neither sets the scale nor asks for nodes: the swing's left out
+  calm = attribution.refine(_scalar_path(f), 257, 1e-2, jnp.array([False, True]))
+  assert int(calm.nodes) < used[0] and float(calm.bound) <= 1e-2
+  assert abs(float(calm.integral[1, 0]) - np.sin(3.0)) <= 1e-2 * abs(np.sin(3.0))
   cubic = lambda a: jnp.stack([a ** 3 - a, 2 * a ** 2])
   total, bound, n, _ = attribution.refine(_scalar_path(cubic), 257, 1e-5)
   assert int(n) == 9 and float(bound) < 1e-5

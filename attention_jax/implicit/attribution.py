@@ -73,10 +73,10 @@ ERASE_BATCH = 64   # erased copies run at once (vmapped) per example; more run i
 class Options:
   """steps: integrated gradients' interpolation steps (quadrature nodes) m ('refine': the most
   it may use); rule: its quadrature (RULES); tol: the refine rule's completeness error, a
-  share of the largest output change; baseline: its b, 'zero' (the zero vector / a black image) or 'pad' (the
-  PAD token's embedding; tokens only); samples / noise: SmoothGrad's n and σ as a share of the
-  input's range; seed: SmoothGrad's noise; erase: erasure's value of an erased position
-  (ERASE: 'zero' tokens and images, 'pad' / 'unk' tokens, 'mean' images)."""
+  share of the largest output change; baseline: its b, 'zero' (the zero vector / a black
+  image) or 'pad' (the PAD token's embedding; tokens only); samples / noise: SmoothGrad's n
+  and σ as a share of the input's range; seed: SmoothGrad's noise; erase: erasure's value of
+  an erased position (ERASE: 'zero' tokens and images, 'pad' / 'unk' tokens, 'mean' images)."""
   steps: int = 32
   baseline: str = 'zero'
   samples: int = 16
@@ -124,7 +124,8 @@ class Probe(NamedTuple):
   memory(shift [S', K]) -> the same as f with the annotations shifted; annotations [S', K]
   and memory_mask [S'] (gradcam); erased [*P, C] the input with every position erased and
   units [S', *P] bool the real entries of x that each source position covers (erasure; tokens:
-  S' = S, position s is row s; images: grid cell s is its pixels)."""
+  S' = S, position s is row s; images: grid cell s is its pixels); outputs [T] bool the real
+  output positions (not padding)."""
   f: Callable
   x0: jax.Array
   real: jax.Array
@@ -134,6 +135,7 @@ class Probe(NamedTuple):
   memory_mask: jax.Array
   erased: jax.Array
   units: jax.Array
+  outputs: jax.Array
 
 
 class Attribution(NamedTuple):
@@ -204,7 +206,8 @@ class IntegratedGradients(Method):
   def __call__(self, p, opts):
     diff = p.x0 - p.baseline
     if opts.rule == 'refine':
-      return refine(lambda a: _path_terms(p, diff, a), opts.steps, opts.tol).integral
+      return refine(lambda a: _path_terms(p, diff, a), opts.steps, opts.tol,
+                    p.outputs).integral
     alphas, weights = quadrature(opts.rule, opts.steps,                        # [m], [m]
                                  f=lambda a: p.f(p.baseline + a * diff)[0])
     grads = jax.lax.map(lambda a: _jacobian(p, p.baseline + a * diff), alphas,
@@ -273,8 +276,8 @@ class Refined(NamedTuple):
   alphas: jax.Array     # [m]: where they are (the first n; the rest 0)
 
 
-def refine(node: Callable[[jax.Array], tuple[jax.Array, jax.Array]], m: int, tol: float
-           ) -> Refined:
+def refine(node: Callable[[jax.Array], tuple[jax.Array, jax.Array]], m: int, tol: float,
+           outputs: jax.Array | None = None) -> Refined:
   """∫₀¹ c(α) dα by adaptive Simpson, refined where completeness fails.
 
   node(α [k]) -> (f [k, T], c [k, T, *P]), where Σ_P c(α) = df/dα (integrated gradients'
@@ -284,8 +287,9 @@ def refine(node: Callable[[jax.Array], tuple[jax.Array, jax.Array]], m: int, tol
   largest max_t |e_t| are bisected per round (2 new nodes each, every old node kept) until
   max_t Σ_cells |e_t| -- a bound on the completeness error that no cancellation between cells
   can flatter -- is at most tol · max(max_t |f_t(1) - f_t(0)|, REFINE_FLOOR), or the next
-  round would pass m nodes. A trained model's path swings within a small part of [0, 1]
-  (docs/implicit_attention.md); the cells shrink there and stay wide elsewhere."""
+  round would pass m nodes; t runs over `outputs` [T] (bool; default all), so padding neither
+  sets the scale nor asks for nodes. A trained model's path swings within a small part of [0,
+  1] (docs/implicit_attention.md); the cells shrink there and stay wide elsewhere."""
   first = 2 * REFINE_START + 1
   if m < first:
     raise ValueError(f"the rule 'refine' starts from {first} nodes: steps must be >= {first}, "
@@ -298,15 +302,17 @@ def refine(node: Callable[[jax.Array], tuple[jax.Array, jax.Array]], m: int, tol
   start = jnp.arange(REFINE_START)
   lo, mid, hi = (jnp.zeros(cells, jnp.int32).at[:REFINE_START].set(2 * start + k)
                  for k in range(3))                                             # [K] node ids
-  change = jnp.maximum(jnp.max(jnp.abs(f0[-1] - f0[0])), REFINE_FLOOR)
+  real = jnp.ones(f0.shape[1], bool) if outputs is None else outputs           # [T]
+  change = jnp.maximum(jnp.max(jnp.where(real, jnp.abs(f0[-1] - f0[0]), 0.0)), REFINE_FLOOR)
 
   def errors(state):
-    """[K, T]: each live cell's Simpson estimate of ∫ df/dα minus f(b) - f(a); 0 elsewhere."""
+    """[K, T]: each live cell's Simpson estimate of ∫ df/dα minus f(b) - f(a); 0 for other
+    cells and padded outputs."""
     alphas, fs, cs, lo, mid, hi, n, live = state
     g = jnp.sum(cs.reshape(*cs.shape[:2], -1), axis=-1)                        # [M, T] df/dα
     h = (alphas[hi] - alphas[lo])[:, None]
     e = h / 6 * (g[lo] + 4 * g[mid] + g[hi]) - (fs[hi] - fs[lo])               # [K, T]
-    return jnp.where((jnp.arange(cells) < live)[:, None], e, 0.0)
+    return jnp.where((jnp.arange(cells) < live)[:, None] & real[None], e, 0.0)
 
   def bound(state):
     return jnp.max(jnp.sum(jnp.abs(errors(state)), axis=0)) / change
@@ -320,7 +326,7 @@ def refine(node: Callable[[jax.Array], tuple[jax.Array, jax.Array]], m: int, tol
     pick = jax.lax.top_k(score, REFINE_SPLIT)[1]                               # [S] cells
     a, b, c = lo[pick], mid[pick], hi[pick]
     new = jnp.stack([(alphas[a] + alphas[b]) / 2, (alphas[b] + alphas[c]) / 2], 1).reshape(-1)
-    f, cn = node(new)                                                          # [2S, T], [2S, T, *P]
+    f, cn = node(new)                                                  # [2S, T], [2S, T, *P]
     ids = n + jnp.arange(2 * REFINE_SPLIT).reshape(REFINE_SPLIT, 2)            # [S, 2]
     put = lambda x, v, i: jax.lax.dynamic_update_slice_in_dim(x, v.astype(x.dtype), i, 0)
     alphas, fs, cs = put(alphas, new, n), put(fs, f, n), put(cs, cn, n)
@@ -450,7 +456,7 @@ def probe(model, src: jax.Array, tgt_in: jax.Array, tgt_out: jax.Array,
   annotations, mask = model.encode(src1)
   memory = lambda shift: out(*model.forward(src1, tin, memory_shift=shift[None]))
   return Probe(f, x0, real, base, memory, annotations[0].astype(jnp.float32), mask[0], erased,
-               units)
+               units, tgt_out != 0)
 
 
 def attribute(model, src, tgt_in, tgt_out, method: str, opts: Options = Options()) -> Attribution:
