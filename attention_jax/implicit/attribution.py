@@ -99,10 +99,8 @@ class Options:
       raise ValueError(f'noise must be >= 0, got {self.noise!r}')
     if not 0 < self.tol < float('inf'):
       raise ValueError(f'tol must be a number > 0, got {self.tol!r}')
-    first = 2 * REFINE_START + 1
-    if self.rule == 'refine' and self.steps < first:
-      raise ValueError(f"the rule 'refine' starts from {first} nodes: steps must be >= {first}, "
-                       f'got {self.steps}')
+    if self.rule == 'refine':
+      _check_refine_nodes(self.steps)
     if self.erase not in ERASURES:
       raise ValueError(f'unknown erase {self.erase!r}; valid: ' + '; '.join(
           f'{", ".join(v)} ({source})' for source, v in ERASE.items()))
@@ -269,6 +267,15 @@ def _path_terms(p: Probe, diff: jax.Array, alphas: jax.Array) -> tuple[jax.Array
   return jax.vmap(one)(alphas)
 
 
+def _check_refine_nodes(m: int) -> int:
+  """The refine rule's first nodes (2 REFINE_START + 1), or ValueError if m is fewer."""
+  first = 2 * REFINE_START + 1
+  if m < first:
+    raise ValueError(f"the rule 'refine' starts from {first} nodes: steps must be >= {first}, "
+                     f'got {m}')
+  return first
+
+
 class Refined(NamedTuple):
   integral: jax.Array   # [T, *P]
   bound: jax.Array      # []: max_t Σ_cells |error| / the largest output change
@@ -290,10 +297,7 @@ def refine(node: Callable[[jax.Array], tuple[jax.Array, jax.Array]], m: int, tol
   round would pass m nodes; t runs over `outputs` [T] (bool; default all), so padding neither
   sets the scale nor asks for nodes. A trained model's path swings within a small part of [0,
   1] (docs/implicit_attention.md); the cells shrink there and stay wide elsewhere."""
-  first = 2 * REFINE_START + 1
-  if m < first:
-    raise ValueError(f"the rule 'refine' starts from {first} nodes: steps must be >= {first}, "
-                     f'got {m}')
+  first = _check_refine_nodes(m)
   cells = (m - 1) // 2
   f0, c0 = node(jnp.linspace(0.0, 1.0, first))                                # [9, T], [9, T, *P]
   alphas = jnp.zeros(m).at[:first].set(jnp.linspace(0.0, 1.0, first))        # [M]
