@@ -5,6 +5,7 @@ holding a process at a point, a run straight through to compare interrupted ones
 the package once (run_module, run_modules)."""
 
 import atexit
+import itertools
 import json
 import os
 import select
@@ -16,6 +17,7 @@ import time
 import warnings
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,6 +33,22 @@ def smoke(module, data_dir, **overrides):
     *section, field = key.split('.')
     (c[section[0]] if section else c)[field] = value
   return c
+
+
+def covering(big, *small, ids=None) -> list:
+  """pytest params of the product big x small[0] x ...: the default suite runs a walk that
+  pairs each value of `big` with the combinations of the `small` axes in turn (every value
+  of every axis, and every combination of the small axes, in at least one case); the rest of
+  the product is marked `extended` (CI runs it after the suite: .ci/run). A value that is a
+  tuple fills several arguments. ids: one string per value of `big` (else pytest's own)."""
+  combos = list(itertools.product(*small))
+  walk = {(i % len(big), i % len(combos)) for i in range(max(len(big), len(combos)))}
+  spread = lambda v: v if isinstance(v, tuple) else (v,)
+  return [pytest.param(*spread(b), *(x for v in combo for x in spread(v)),
+                       marks=() if (i, j) in walk else pytest.mark.extended,
+                       id=None if ids is None else '-'.join(
+                           [ids[i], *(str(x) for v in combo for x in spread(v))]))
+          for i, b in enumerate(big) for j, combo in enumerate(combos)]
 
 
 def without_dac_override():

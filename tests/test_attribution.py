@@ -528,6 +528,7 @@ def test_deletion_replaces_the_ranked_positions_by_the_zero_embedding():
   assert np.abs(lp[:, 1] - lp[:, 0]).max() > 0
 
 
+@pytest.mark.extended   # a training and three commands (half a minute): after the suite, in CI
 def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
   """`attribute` on a (smoke) reverse run: the explicit weights' alignment accuracy is the one
   training's evaluation reported; per method the figures and a faithfulness against random;
@@ -646,6 +647,7 @@ def test_pointing_game_against_hand_counts():
       'steps'] == 0
 
 
+@pytest.mark.extended   # digit_strips prepared, three methods over 12 images (12 s): in CI
 def test_attribute_images_plays_the_pointing_game_on_digit_strips(tmp_path):
   """digit_strips' recorded boxes: the pixel gradient, Grad-CAM and erasure (both over the
   grid) and the explicit weights are scored on every output digit; a random ranking lands

@@ -27,7 +27,7 @@ from attention_jax.training import objective, train
 from attention_jax.training import steps as steps_lib
 from experiments import data_info
 from experiments.configs import common, digit_strips, image_dates
-from helpers import run_module, smoke
+from helpers import covering, run_module, smoke
 
 IMAGE_ENCODERS = encoders.names('images')
 # every image encoder, the CNN with its row encoder (model.cnn_row_rnn), its per-pixel
@@ -101,8 +101,9 @@ def test_grid_shapes_and_masks_of_padded_images(name, kw):
   np.testing.assert_allclose(out.summary[1], real.mean(0), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('name,kw', VARIANTS, ids=VARIANT_IDS)
-@pytest.mark.parametrize('decoder', ['bahdanau', 'luong', 'transformer'])
+# each variant with one decoder in turn (the whole product in the extended tier: half a minute)
+@pytest.mark.parametrize('name,kw,decoder', covering(VARIANTS, ['bahdanau', 'luong', 'transformer'],
+                                                     ids=VARIANT_IDS))
 def test_padding_gets_no_attention_and_changes_no_output(name, kw, decoder):
   """An image decoded alone and padded in a batch with a larger one: the same annotations,
   logits, attention and greedy output; its padded cells get zero weight."""
@@ -241,7 +242,7 @@ def test_learned_2d_positions_are_parameters_that_get_gradient_within_their_boun
     enc(jnp.zeros((1, 8, 28)))
 
 
-@pytest.mark.extended   # a second image run (15 s); the default suite's: image_dates smoke, the ViT golden steps
+@pytest.mark.extended   # an image run (15 s): in CI; the default suite's: the golden steps (CNN, ViT)
 def test_digit_strips_vit_stem_trains_and_attends_over_the_same_4_x_20_grid(data_dir, tmp_path):
   """digit_strips.py:vit_stem (a 3-layer stem before 8-pixel patches, learned positions) at its
   smoke sizes: two train steps, an evaluation, a checkpoint; the loaded model's attention is
@@ -445,6 +446,7 @@ def dict_cfg(cfg, data_dir):
   return c
 
 
+@pytest.mark.extended   # (half a minute) the default suite's image runs: the golden steps (CNN, ViT)
 def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(data_dir, tmp_path):
   cfg = smoke(image_dates, data_dir, **{'eval.heatmaps': 2})
   workdir = str(tmp_path / 'run')

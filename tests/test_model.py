@@ -1,8 +1,6 @@
 """The Seq2Seq model: every score x decoder x cell builds, trains (finite gradients), is
 padding-invariant, agrees with its own step-by-step decoding, and can memorise data."""
 
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +9,7 @@ import pytest
 from flax import nnx
 
 import attention_jax as aj
+from helpers import covering
 
 SCORES = sorted(aj.SCORES)
 DECODERS = sorted(aj.DECODERS)
@@ -104,7 +103,8 @@ def test_deferred_memory_gradient_equals_plain_autodiff(score, mode, coverage, d
   assert any(float(jnp.abs(x).sum()) > 0 for x in jax.tree.leaves(deferred))
 
 
-@pytest.mark.parametrize("score,decoder", list(itertools.product(SCORES, DECODERS)))
+# every score, with each decoder in turn (every pair in the extended tier)
+@pytest.mark.parametrize('score,decoder', covering(SCORES, DECODERS))
 def test_extra_padding_does_not_change_a_sentence(score, decoder):
   model = build(config(score, decoder, 'lstm', enc_layers=2))
   logits, w = forward(model, SRC, TGT_IN)
@@ -118,9 +118,10 @@ def test_extra_padding_does_not_change_a_sentence(score, decoder):
   assert np.isfinite(np.asarray(logits2)).all()
 
 
-@pytest.mark.parametrize('decoder,feed', [('bahdanau', True), ('luong', True), ('luong', False)])
-@pytest.mark.parametrize('score', ['additive', 'general', 'none'])
-def test_teacher_forcing_equals_step_by_step(decoder, feed, score):
+# each decoding path with one score in turn (every pair in the extended tier)
+@pytest.mark.parametrize('score,decoder,feed', covering(
+    ['additive', 'general', 'none'], [('bahdanau', True), ('luong', True), ('luong', False)]))
+def test_teacher_forcing_equals_step_by_step(score, decoder, feed):
   """The scan (or batched Luong attention) and the decoding step compute the same thing."""
   model = build(config(score, decoder, 'gru', input_feeding=feed, dec_layers=2))
   logits, w = forward(model, SRC, TGT_IN)
