@@ -1,8 +1,9 @@
 """Every file of experiments/configs trains: its `smoke` config (files found, not listed: a
 new one is trained with no edit here) runs 2 train steps, an evaluation and a checkpoint on
 its own data, the real TFDS translation set under tfds.testing.mock_data and the text-file
-task on a small corpus written here. A config file whose model or data no longer builds
-fails here, not in a user's first run. About 4 minutes on 2 cores, so marked `configs`:
+task on a small corpus written here; every test sentence falls in a length band, and only
+a task with gold alignments reports alignment accuracy. A config file whose model or data no
+longer builds fails here, not in a user's first run. About 4 minutes on 2 cores, so marked `configs`:
 deselected from `bash launch.sh test`; CI runs it after the suite (.ci/run)."""
 
 import contextlib
@@ -44,3 +45,13 @@ def test_every_config_files_smoke_variant_trains_two_steps(path, tmp_path):
   assert summary['step'] == 2, path
   for split, figures in summary['results'].items():
     assert np.isfinite(figures['loss']), (path, split, figures)
+  test, name = summary['results']['test'], os.path.basename(path)
+  # the length bands hold every test sentence; the steps attending the gold are scored where
+  # the task knows its alignment (reverse), and only there
+  assert sum(r['sentences'] for r in test['by_length']) == test['sentences'], path
+  if name == 'reverse.py':
+    assert 0.0 <= test['alignment_accuracy'] <= 100.0
+  elif name == 'addition.py':
+    assert 'alignment_accuracy' not in test
+  elif name == 'textfiles.py':
+    assert test['sentences'] == 8          # the corpus' test file (helpers.corpus)

@@ -161,6 +161,7 @@ def reverse_run(tmp_path_factory, data_dir):
   return workdir
 
 
+@pytest.mark.extended   # every map of 5 sentences recomputed (15 s): after the suite, in CI
 def test_sentence_details_equal_the_translator_s_own_maps(reverse_run):
   run = explorer_data.resolve([reverse_run], 'test')[0]
   t = loading.load(reverse_run)

@@ -97,7 +97,7 @@ print('OK')
 '''
 
 
-@pytest.mark.extended   # 8 devices in a fresh process (30 s); the default suite's mesh test: 4 devices, through the loop
+@pytest.mark.extended   # 8 devices in a fresh process (30 s): after the suite, in CI
 def test_a_population_split_over_8_devices_trains_each_member_as_its_seed_alone():
   """8 simulated devices (a subprocess: the device count is fixed when JAX starts): a
   population of 4 on a 4 x 2 members x data mesh and one of 3 on 1 x 8, each member's
@@ -352,6 +352,7 @@ def test_a_population_stopped_by_a_signal_resumes_to_the_uninterrupted_one_bit_f
     assert workdir_lib.Run(member).results()['results'] == workdir_lib.Run(ref).results()['results']
 
 
+@pytest.mark.extended   # 4 devices through the loop (15 s): after the suite, in CI
 def test_a_population_on_a_mesh_trains_through_the_loop_as_on_one_device(pop_sweep, data_dir,
                                                                         tmp_path):
   """The members x data mesh through the whole training loop (experiments.main on 4 CPU

@@ -20,9 +20,8 @@ from attention_jax.evaluation import records
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import templates
 from attention_jax.training import train
-from experiments.configs import addition, dates, reverse, textfiles
+from experiments.configs import dates
 
-import helpers
 from helpers import run_modules, smoke
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -121,25 +120,6 @@ def test_load_refuses_missing_and_foreign_workdirs(tmp_path, dates_run):
                      r"ValueError: \S*config.json: data.max_src_len must be a positive integer, "
                      r"got '\d+'"):
     aj.load(str(edited))
-
-
-@pytest.mark.parametrize('module', [reverse, addition])
-def test_other_configs_smoke(module, data_dir, tmp_path):
-  summary = train.train_and_evaluate(smoke(module, data_dir), str(tmp_path))
-  test = summary['results']['test']
-  assert np.isfinite(test['loss'])
-  assert sum(r['sentences'] for r in test['by_length']) == test['sentences']
-  if module is reverse:   # gold alignment known: the share of steps attending the gold
-    assert 0.0 <= test['alignment_accuracy'] <= 100.0
-  else:
-    assert 'alignment_accuracy' not in test
-
-
-def test_textfiles_smoke(data_dir, tmp_path):
-  corpus = helpers.corpus(tmp_path / 'corpus')
-  c = smoke(textfiles, data_dir, **{'data.textfiles_dir': corpus, 'data.tokenizer': 'word'})
-  summary = train.train_and_evaluate(c, str(tmp_path / 'run'))
-  assert summary['results']['test']['sentences'] == 8
 
 
 @pytest.mark.parametrize('arch', [   # (the same checkpoint code; test_transformer trains one)
