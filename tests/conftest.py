@@ -43,23 +43,30 @@ def _xla_knows(flags: str) -> bool:
                         check=False).returncode == 0
 
 
-if (os.environ.get('ATTENTION_JAX_TEST_XLA_OPT') != '1'
-    and '--xla_backend_optimization_level' not in os.environ.get('XLA_FLAGS', '')):
-  _flags = (os.environ.get('XLA_FLAGS', '') + ' ' + TEST_XLA_FLAGS).strip()
-  if _xla_knows(_flags):
-    os.environ['XLA_FLAGS'] = _flags
-  else:   # said, not silent: the tests then compile at full optimisation (slower)
-    print(f'conftest: this jaxlib does not accept {TEST_XLA_FLAGS!r}; testing without them',
-          file=sys.stderr)
 # XLA:CPU aborts the process when a collective's threads do not all arrive within 40 s
 # (--xla_cpu_collective_call_terminate_timeout_seconds): the 8 simulated devices of the
 # parallel tests on a loaded 2-core machine can take longer, so a test would race the clock
 COLLECTIVE_FLAGS = ('--xla_cpu_collective_call_terminate_timeout_seconds=3600 '
                     '--xla_cpu_collective_call_warn_stuck_timeout_seconds=600')
+_wanted = []      # (flags, what is said where this XLA does not take them, or None)
+if (os.environ.get('ATTENTION_JAX_TEST_XLA_OPT') != '1'
+    and '--xla_backend_optimization_level' not in os.environ.get('XLA_FLAGS', '')):
+  # said, not silent: the tests then compile at full optimisation (slower)
+  _wanted.append((TEST_XLA_FLAGS, f'conftest: this jaxlib does not accept {TEST_XLA_FLAGS!r}; '
+                                  'testing without them'))
 if COLLECTIVE_FLAGS.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
-  _flags = (os.environ.get('XLA_FLAGS', '') + ' ' + COLLECTIVE_FLAGS).strip()
-  if _xla_knows(_flags):
-    os.environ['XLA_FLAGS'] = _flags
+  _wanted.append((COLLECTIVE_FLAGS, None))
+# one probe for all of them (the usual case: a second less at the session's start), else one each
+_all = ' '.join([os.environ.get('XLA_FLAGS', ''), *(f for f, _ in _wanted)]).strip()
+if _wanted and _xla_knows(_all):
+  os.environ['XLA_FLAGS'] = _all
+else:
+  for _add, _said in _wanted:
+    _flags = (os.environ.get('XLA_FLAGS', '') + ' ' + _add).strip()
+    if _xla_knows(_flags):
+      os.environ['XLA_FLAGS'] = _flags
+    elif _said:
+      print(_said, file=sys.stderr)
 # the tests compare with NumPy in float32 (1e-5): on a GPU JAX's default matmul
 # precision is lower (TF32 on NVIDIA GPUs); on the CPU this changes nothing
 os.environ.setdefault('JAX_DEFAULT_MATMUL_PRECISION', 'highest')

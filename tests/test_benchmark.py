@@ -210,6 +210,7 @@ def test_profile_names_where_the_step_time_goes():
   assert 'ms per call' in text and text.count('\n| ') == 5 + 1
 
 
+@pytest.mark.extended   # a second profile (6 s): after the suite, in CI
 def test_profile_of_beam_search_runs_its_loop_once_per_output_position():
   from experiments import profile_step
   p = profile_step.profile('tiny', 'scaled_dot', 'transformer', steps=1, what='beam5')
@@ -336,6 +337,7 @@ def test_a_benchmark_names_the_cpu_its_vector_extensions_and_any_isa_cap(monkeyp
       assert m['cpu_isa'] == measure.cpu_isa(f.read())
 
 
+@pytest.mark.extended   # a benchmark run of our side (8 s): after the suite, in CI
 def test_peer_settings_choose_the_equal_resource_comparisons(monkeypatch):
   """--peer_settings=one_core: only the one-core comparison runs (the targets of issue 87 are
   one core each); an unknown setting fails before any work, naming the valid ones."""

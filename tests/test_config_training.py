@@ -55,3 +55,8 @@ def test_every_config_files_smoke_variant_trains_two_steps(path, tmp_path):
     assert 'alignment_accuracy' not in test
   elif name == 'textfiles.py':
     assert test['sentences'] == 8          # the corpus' test file (helpers.corpus)
+  elif name == 'cmudict.py':               # G2P: word and phoneme error rates, per band too
+    assert test['sentences'] == 32
+    assert 0 <= test['wer'] <= 100 and 0 <= test['per'] < np.inf   # PER passes 100 on junk
+    assert {r['bucket'] for r in test['by_length']} <= {'1-3', '4-7', '8-11', '12-15', '16-19'}
+    assert all('wer' in r and 'per' in r for r in test['by_length'])

@@ -192,6 +192,7 @@ def wait_started(workdir, proc, patience: float = 1800):
     time.sleep(0.05)
 
 
+@pytest.mark.extended   # a Ray cluster started (7 s): after the suite, in CI
 def test_a_trial_no_node_can_run_and_storage_a_node_cannot_see_are_refused(tmp_path,
                                                                          monkeypatch):
   monkeypatch.setenv('RAY_worker_niceness', '0')   # as the sweep's own local cluster does

@@ -146,6 +146,7 @@ def test_resume_is_bit_identical(arch, data_dir, tmp_path):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.extended   # four trainings (9 s): after the suite, in CI
 def test_ema_of_params_resumes_evaluates_and_loads(data_dir, tmp_path, capsys):
   """train.ema_decay=d: after each step ema = d * ema + (1 - d) * params; switched on when
   resuming a run saved without one, it starts from the saved parameters; aj.load translates

@@ -399,8 +399,8 @@ def test_the_cache_grows_in_doubling_segments_that_end_at_max_len():
     m.cache_lengths(100, 0, 6)
 
 
-@pytest.mark.parametrize('kw', [{}, pytest.param(VARIANTS[4], marks=pytest.mark.extended)],
-                         ids=['scaled_dot', 'general-self_additive-cross'])   # (9 s: in CI)
+@pytest.mark.extended   # 9 s each: in CI; the suite's: test_translate's kv_cache_segments
+@pytest.mark.parametrize('kw', [{}, VARIANTS[4]], ids=['scaled_dot', 'general-self_additive-cross'])
 def test_decoding_in_segments_returns_what_one_loop_does(kw, monkeypatch):
   """Greedy and beam search over a KV cache grown segment by segment (decode.segments; 40
   positions with segments of at least 8: 3 segments, or beam search's 4 with kv_segments
