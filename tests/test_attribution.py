@@ -127,6 +127,7 @@ def test_integrated_gradients_add_up_to_the_change_of_the_output(case, rule, ste
   np.testing.assert_allclose(total, change, atol=0.01 * np.abs(change).max())
 
 
+@pytest.mark.extended   # 8 s: after the suite, in CI; the suite's: each rule's completeness
 def test_both_integration_rules_agree_at_many_nodes_and_gauss_legendre_is_exact_to_degree_2m_1():
   kw, src = CASES['rnn']
   model = model_of(**kw)
@@ -591,6 +592,7 @@ def test_attribute_command_measures_against_gold_and_draws_lines(tmp_path):
       "error: attribution method 'gradcam' needs images sources")
 
 
+@pytest.mark.extended   # every layer's and head's map of 16 sentences (6 s): in CI
 def test_attribute_split_reports_a_transformers_layers_and_heads_and_chance(tmp_path):
   """A Transformer's report holds every layer's and head's map, its last layer's mean is the
   explicit map, and the random ranking's accuracy is near chance (1 / source length)."""

@@ -219,6 +219,7 @@ FLAGS = {'model.arch': 'transformer', 'model.d_model': 16, 'model.ff_dim': 32,
          'model.heads': 2, 'model.transformer_layers': 1}
 
 
+@pytest.mark.extended   # a saved run decoded and resumed (8 s): after the suite, in CI
 def test_a_transformer_saved_with_every_field_loads_resumes_and_compares(data_dir, tmp_path,
                                                                          capsys):
   """tests/data/run_transformer_7991a84: a transformer saved by the code before each model

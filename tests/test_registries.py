@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import attention_jax as aj
 from attention_jax import data
 from attention_jax.evaluation import metrics
@@ -17,6 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLUGINS = {'throwaway_score': 'negdot', 'throwaway_metric': 'longer', 'throwaway_task': 'swapcase'}
 
 
+@pytest.mark.extended   # a pytest of its own over 4 modules (8 s): after the suite, in CI
 def test_a_score_a_metric_and_a_task_registered_at_test_time_are_picked_up():
   env = {**os.environ, 'PYTHONPATH': os.pathsep.join([os.path.join(ROOT, 'tests'), ROOT])}
   plugins = [arg for name in PLUGINS for arg in ('-p', name)]
