@@ -36,6 +36,7 @@ def throwaway():
   del evaluators.EVALUATORS['throwaway']
 
 
+@pytest.mark.extended   # a training and an evaluation (6 s): after the suite, in CI
 def test_a_registered_evaluator_shows_up_in_results_and_in_evaluate(throwaway, data_dir, tmp_path):
   cfg = helpers.smoke(dates, data_dir)
   with cfg.unlocked():

@@ -155,27 +155,32 @@ def test_every_variant_is_checked_before_the_sweep_starts_and_nothing_is_left(ov
   assert not (tmp_path / 'new').exists()
 
 
-def test_refused_sweep_commands_leave_no_folder_and_print_only_their_error(tmp_path):
+# the Ray case starts a Ray cluster (5 s): after the suite, in CI
+@pytest.mark.parametrize('case', [pytest.param('ray', marks=pytest.mark.extended),
+                                  'runs_per_device'])
+def test_refused_sweep_commands_leave_no_folder_and_print_only_their_error(tmp_path, case):
   """--runs_per_device on a machine without accelerators, and a Ray sweep whose runs ask for
-  GPUs no node has (or Ray not installed): one `error:` line (no Ray notice before it), exit 2, and no --root (nor
-  its parent) left behind."""
+  GPUs no node has (or Ray not installed): one `error:` line (no Ray notice before it), exit 2,
+  and no --root (nor its parent) left behind."""
+  import importlib.util
   from attention_jax.sweeps import local_executor
   root = tmp_path / 'new' / 'runs'
   sweep = 'experiments/configs/score_sweep.py:smoke'
-  argvs = [[f'--sweep={sweep}', f'--root={root}', '--executor=ray', '--trial_gpus=1000']]
-  import importlib.util
-  starts = ['error: no node of the Ray cluster offers what one run asks for (CPU=1, GPU=1000)'
-            if importlib.util.find_spec('ray') else   # (a machine without the extra)
-            'error: --executor=ray needs the ray package']
-  if not local_executor.accelerators():
-    argvs.append([f'--sweep={sweep}', f'--root={root}', '--runs_per_device=2'])
-    starts.append('error: --runs_per_device=2 shares accelerators, and this machine has none')
-  for argv, start in zip(argvs, starts):
-    proc = helpers.run_module('experiments.sweep', *argv, timeout=600)
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
-    assert proc.stderr.startswith(start), proc.stderr
-    assert not (tmp_path / 'new').exists()
+  if case == 'ray':
+    argv = [f'--sweep={sweep}', f'--root={root}', '--executor=ray', '--trial_gpus=1000']
+    start = ('error: no node of the Ray cluster offers what one run asks for (CPU=1, GPU=1000)'
+             if importlib.util.find_spec('ray') else   # (a machine without the extra)
+             'error: --executor=ray needs the ray package')
+  else:
+    if local_executor.accelerators():
+      pytest.skip('this machine has accelerators: --runs_per_device shares them, not refused')
+    argv = [f'--sweep={sweep}', f'--root={root}', '--runs_per_device=2']
+    start = 'error: --runs_per_device=2 shares accelerators, and this machine has none'
+  proc = helpers.run_module('experiments.sweep', *argv, timeout=600)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines() == [proc.stderr.strip()], proc.stderr
+  assert proc.stderr.startswith(start), proc.stderr
+  assert not (tmp_path / 'new').exists()
 
 
 def test_disk_full_during_a_save_names_the_step_and_the_last_good_one(tmp_path, monkeypatch,

@@ -108,6 +108,7 @@ def test_shard_map_and_single_device_agree_for_a_transformer_and_an_image_model(
   agree_on_8_devices('transformer', 'cnn')
 
 
+@pytest.mark.extended   # three interpreters started (5 s): after the suite, in CI
 def test_cpu_devices_split_the_cpu_unless_the_user_did():
   """devices.cpu_devices(n) before JAX starts: n CPU devices (0: one per core the process may
   use); JAX_NUM_CPU_DEVICES set by the user wins (-> None); a bad n is named."""

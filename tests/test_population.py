@@ -400,7 +400,8 @@ def test_members_saved_at_different_steps_resume_from_the_step_they_all_hold(pop
                _params(str(sweep_dir / 'additive' / f'seed_{k}'), 8))
 
 
-@pytest.mark.parametrize('skip', [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize('skip', [pytest.param(False, marks=pytest.mark.extended),   # 6 s: CI
+                                  pytest.param(True, marks=pytest.mark.slow)])
 def test_a_member_with_a_non_finite_step_does_not_stop_the_others(pop_sweep, data_dir, tmp_path,
                                                                   monkeypatch, skip):
   """A NaN in member 2's parameters for step 6 (removed after it): its step is non-finite and
