@@ -130,6 +130,7 @@ def test_each_estimator_is_unbiased(name):
   assert (np.abs(mean - exact) < 4 * err + 1e-4).all(), (name, mean, exact, err)
 
 
+@pytest.mark.extended   # 4,000 samples an estimator (4 s): after the suite, in CI
 def test_the_variance_reducers_reduce_the_variance():
   """Summed per-parameter variance of one estimate: a baseline, rewards to go and leave-one-
   out each lower it against the plain sentence reward (K samples also average K draws)."""

@@ -341,6 +341,7 @@ def test_translate_decodes_without_weights_and_outputs_what_decode_does(translat
   assert translator.translate(texts) == [h.outputs[0] for h in translator.decode(texts)]
 
 
+@pytest.mark.extended   # 6 s: in CI; the suite's: test_parallel's decoder compiled ahead
 def test_compiling_ahead_changes_no_output_and_compiles_each_shape_once(translator):
   """Translator.compile_ahead (ahead.py: a file's shapes compiled in a background thread):
   the same tokens, scores and weights as compiling each shape on first call; one program per
