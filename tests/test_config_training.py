@@ -1,10 +1,11 @@
 """Every file of experiments/configs trains: its `smoke` config (files found, not listed: a
 new one is trained with no edit here) runs 2 train steps, an evaluation and a checkpoint on
 its own data, the real TFDS translation set under tfds.testing.mock_data and the text-file
-task on a small corpus written here; every test sentence falls in a length band, and only
-a task with gold alignments reports alignment accuracy. A config file whose model or data no
-longer builds fails here, not in a user's first run. About 4 minutes on 2 cores, so marked `configs`:
-deselected from `bash launch.sh test`; CI runs it after the suite (.ci/run)."""
+task on a small corpus written here; every test sentence falls in a length band, only a
+task with gold alignments reports alignment accuracy, and G2P reports WER and PER. A config
+file whose model or data no longer builds fails here, not in a user's first run. About 4
+minutes on 2 cores, so marked `configs`: deselected from `bash launch.sh test`; CI runs it
+after the suite (.ci/run)."""
 
 import contextlib
 import glob

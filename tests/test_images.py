@@ -242,7 +242,8 @@ def test_learned_2d_positions_are_parameters_that_get_gradient_within_their_boun
     enc(jnp.zeros((1, 8, 28)))
 
 
-@pytest.mark.extended   # an image run (15 s): in CI; the default suite's: the golden steps (CNN, ViT)
+# an image run (15 s): in CI; the suite's image models: padding, grids, gradients and a train step
+@pytest.mark.extended
 def test_digit_strips_vit_stem_trains_and_attends_over_the_same_4_x_20_grid(data_dir, tmp_path):
   """digit_strips.py:vit_stem (a 3-layer stem before 8-pixel patches, learned positions) at its
   smoke sizes: two train steps, an evaluation, a checkpoint; the loaded model's attention is
@@ -446,7 +447,8 @@ def dict_cfg(cfg, data_dir):
   return c
 
 
-@pytest.mark.extended   # (half a minute) the default suite's image runs: the golden steps (CNN, ViT)
+# half a minute: in CI; the suite's image models: padding, grids, gradients and a train step
+@pytest.mark.extended
 def test_image_dates_smoke_trains_evaluates_and_draws_heatmaps_over_the_image(data_dir, tmp_path):
   cfg = smoke(image_dates, data_dir, **{'eval.heatmaps': 2})
   workdir = str(tmp_path / 'run')
