@@ -20,6 +20,9 @@
 #   bash launch.sh attribute --workdir=runs/X [--methods=gradient,integrated_gradients] [--input=F]
 #                                       implicit attention (gradients) beside the explicit weights:
 #                                       figures, and against gold alignments (experiments/attribute.py)
+#   bash launch.sh align --workdir=runs/X --src=F --tgt=G --out=LINKS [--map=attention|gradient|...]
+#                                       [--gold=H] word alignments of a parallel text as Pharaoh
+#                                       links, scored against gold links (experiments/align.py)
 #   bash launch.sh explore RUN [RUN ...] [--split=test] [--out=DIR] [--methods=gradient] [--beam=5]
 #                                       an offline page (index.html) of a run, or of runs / a sweep
 #                                       compared sentence by sentence: heatmaps, filters (docs/explorer.md)
@@ -155,6 +158,10 @@ case "$cmd" in
   attribute)
     setup
     exec python -m experiments.attribute "$@"
+    ;;
+  align)
+    setup
+    exec python -m experiments.align "$@"
     ;;
   explore)
     setup

@@ -5,6 +5,8 @@ holding a process at a point, a run straight through to compare interrupted ones
 the package once (run_module, run_modules)."""
 
 import atexit
+import csv
+import io
 import itertools
 import json
 import os
@@ -15,6 +17,7 @@ import sys
 import tempfile
 import time
 import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -379,3 +382,63 @@ def run_module(module: str, *args, stdin: bytes | None = None, text: bool = True
                timeout: float = 300) -> subprocess.CompletedProcess:
   """`python -m module *args` (run_modules) -> its CompletedProcess."""
   return run_modules(module, [args], stdin=stdin, text=text, timeout=timeout)[0]
+
+
+def bible_wheel(path, verses: int = 64, seed: int = 0) -> str:
+  """A small wheel in the real layout of bible-alignments 0.4.2 (attention_jax/data/bible.py):
+  `verses` Greek verses of made-up words, each with its English (a fixed word-for-word lexicon,
+  two words swapped in every verse, so alignments are not the diagonal) and manual alignment
+  records. Verse 1 of every chapter ends its English with punctuation (exclude=y,
+  skip_space_after on the word before it); its last English word has no link; the second verse
+  has no record at all (no gold); one record links a Greek word to the next verse's English
+  (left out). Returns the wheel's path."""
+  rng = np.random.RandomState(seed)
+  greek = ['logos', 'theos', 'kai', 'ho', 'en', 'arche', 'pneuma', 'kosmos', 'agape', 'zoe']
+  english = ['word', 'god', 'and', 'the', 'in', 'beginning', 'spirit', 'world', 'love', 'life']
+  src_rows, tgt_rows, records = [], [], []
+  for v in range(verses):
+    verse = f'43{1 + v // 20:03d}{1 + v % 20:03d}'
+    n = int(rng.randint(3, 9))
+    words = rng.randint(len(greek), size=n)
+    order = list(range(n))
+    order[0], order[1] = order[1], order[0]
+    for w in range(n):
+      src_rows.append([f'n{verse}{w + 1:03d}', greek[words[w]]])
+    ids = []
+    for k, w in enumerate(order):
+      tid = f'{verse}{k + 1:03d}'
+      ids.append((tid, w))
+      tgt_rows.append([tid, verse, english[words[w]], '', '', '', ''])
+    punct = v % 20 == 0
+    if punct:   # 'word.' : skip_space_after on the word, exclude=y on the full stop
+      tgt_rows[-1][3] = 'y'
+      tgt_rows.append([f'{verse}{n + 1:03d}', verse, '.', '', 'y', '', ''])
+    if v % 20 == 1:
+      continue   # no record: a verse without gold
+    for tid, w in ids[:-1] if punct else ids:
+      records.append({'source': [f'n{verse}{w + 1:03d}'], 'target': [tid],
+                      'meta': {'id': f'{verse}.{w:03d}', 'process': 'manual',
+                               'status': 'created'}})
+    if v == 2:   # a link into the next verse: left out
+      records[-1]['target'].append('43001004001')
+
+  def tsv(header, rows):
+    out = io.StringIO()
+    w = csv.writer(out, delimiter='\t', quoting=csv.QUOTE_NONE, lineterminator='\n')
+    w.writerow(header)
+    w.writerows(rows)
+    return out.getvalue()
+
+  src_header = ['id', 'altId', 'text', 'strongs', 'gloss', 'gloss2', 'lemma', 'pos', 'morph']
+  path = os.fspath(path)
+  with zipfile.ZipFile(path, 'w') as z:
+    z.writestr('data/sources/SBLGNT.tsv', tsv(src_header, [
+        [i, f'{t}-1', t, 'G0001', t, t, t, 'noun', 'N-NSM'] for i, t in src_rows]))
+    z.writestr('data/eng/targets/BSB/nt_BSB.tsv', tsv(
+        ['id', 'source_verse', 'text', 'skip_space_after', 'exclude', 'id_range_end',
+         'source_verse_range_end'], tgt_rows))
+    z.writestr('data/eng/alignments/BSB/SBLGNT-BSB-manual.json', json.dumps(
+        {'documents': [], 'meta': {}, 'roles': ['source', 'target'], 'type': 'translation',
+         'records': records}))
+    z.writestr('bible_alignments/__init__.py', '')
+  return path

@@ -42,7 +42,9 @@ DEFAULTS: dict[str, Any] = {
     'digit_distortion_p': 1.0,  # ... the probability that a training digit is distorted
     'tokenizer': 'char',      # char | word | sentencepiece
     'tgt_tokenizer': '',      # the target's, if another ('' = data.tokenizer); cmudict: word
-    'vocab_size': 8000,       # sentencepiece vocabulary size
+    'vocab_size': 8000,       # sentencepiece vocabulary size (the source's, and the target's
+                              # unless tgt_vocab_size is set)
+    'tgt_vocab_size': 0,      # the target's sentencepiece vocabulary size (0: vocab_size)
     'max_src_len': 128,       # training examples longer than this (in tokens) are dropped
     'max_tgt_len': 128,
     'num_buckets': 4,         # padded length buckets (a handful of jit shapes)
@@ -51,7 +53,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # read by every task: its name, tokenizers and batching
-COMMON = ('name', 'data_dir', 'tokenizer', 'tgt_tokenizer', 'vocab_size', 'max_src_len',
+COMMON = ('name', 'data_dir', 'tokenizer', 'tgt_tokenizer', 'vocab_size', 'tgt_vocab_size',
+          'max_src_len',
           'max_tgt_len', 'num_buckets', 'bucket_multiple', 'batch_size')
 _GENERATED = ('seed', 'num_train', 'num_valid', 'num_test')   # the offline builders' sizes
 _SYMBOLS = _GENERATED + ('min_len', 'max_len', 'test_max_len', 'num_symbols')
@@ -68,6 +71,7 @@ TASK_FIELDS: dict[str, tuple[str, ...] | None] = {
             'image_height', 'image_width', 'image_fonts', 'image_augment_p')),
     'digit_strips': _IMAGES + ('digit_distortion', 'digit_distortion_p'),
     'textfiles': ('textfiles_dir',),
+    'greek_english': (),
     'tfds': ('tfds_name', 'src_lang', 'tgt_lang'),
 }
 

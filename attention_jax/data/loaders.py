@@ -12,7 +12,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from attention_jax.data import builders, cmudict, image_builders, textfiles, tfds_translation
+from attention_jax.data import bible, builders, cmudict, image_builders, textfiles, tfds_translation
 from attention_jax.data import fields as data_fields
 
 SPLITS = ('train', 'validation', 'test')
@@ -63,6 +63,7 @@ def _tfds(d) -> Loaded:
 LOADERS: dict[str, Callable[[Any], Loaded]] = {
     **{name: _builder(functools.partial(builders.prepare, name)) for name in builders.BUILDERS},
     'cmudict': _builder(cmudict.prepare),
+    'greek_english': _builder(bible.prepare),
     **{name: _builder(functools.partial(image_builders.prepare_image_task, name))
        for name in image_builders.IMAGE_BUILDERS},
     'textfiles': lambda d: Loaded(textfiles.read_corpus(d.textfiles_dir), {}, d.textfiles_dir),
@@ -89,6 +90,19 @@ def register_task(name: str, loader: Callable[[Any], Loaded],
   LOADERS[name] = loader
   data_fields.TASK_FIELDS[name] = None if fields is None else tuple(fields)
   return loader
+
+
+# data.name -> fetch(cfg.data): what a loader needs from outside, had before a run touches its
+# workdir (a failure is one line and leaves nothing behind)
+FETCH: dict[str, Callable[[Any], Any]] = {
+    'greek_english': lambda d: bible.fetch_wheel(d.data_dir),
+}
+
+
+def fetch(d) -> None:
+  """Fetches what task d.name needs from outside (once; nothing for most tasks)."""
+  if d.name in FETCH:
+    FETCH[d.name](d)
 
 
 def load(d) -> Loaded:

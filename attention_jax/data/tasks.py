@@ -3,6 +3,7 @@
   task = load_task(cfg.data)                     # deterministic from the config
   task.texts('validation')[0]                    # ('22. November 2026', '2026-11-22')
   it = task.train_iterator(64, seed=0)           # batches forever; it.get_state() / set_state()
+  it = task.train_iterator(64, guide_share=1.0)  # ... with 'guide' [B, T, S] (word-level gold)
   for batch in task.eval_batches('test', 64): ...
   save_tokenizers(task, workdir)                 # what a checkpoint needs to decode
 
@@ -14,15 +15,29 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
 
+import hashlib
+
 import numpy as np
 from absl import logging
 
-from attention_jax.data import batching, builders, cmudict, fields, loaders, strips
+from attention_jax.data import batching, builders, cmudict, fields, loaders, pharaoh, strips
 from attention_jax.data import tokenizers as tok_lib
 from attention_jax.data.batching import decode_limit  # re-exported
 
 SPLITS = loaders.SPLITS
 FIELD_DEFAULTS = fields.DEFAULTS   # every data field's default (data/fields.py)
+WORD_GOLD_TASKS = ('greek_english',)   # the built-in tasks whose examples carry gold word links
+
+
+def guided_share(index: np.ndarray, share: float) -> np.ndarray:
+  """Training example indices [N] -> bool [N]: whether each is among the `share` of pairs
+  whose gold guides attention. u = the first 8 bytes of SHA-256(str(index)) / 2^64, in
+  [0, 1), and u < share: fixed per example, whatever the batch order, seed or resumption."""
+  if not 0.0 <= share <= 1.0:
+    raise ValueError(f'the guided share must be in [0, 1], got {share!r}')
+  u = [int.from_bytes(hashlib.sha256(str(int(i)).encode()).digest()[:8], 'big') / 2.0**64
+       for i in np.asarray(index).ravel()]
+  return np.asarray(u, np.float64).reshape(np.shape(index)) < share
 
 
 def _encode(tok, texts: Sequence[str]) -> batching.Ragged:
@@ -58,6 +73,7 @@ class Task:
     self._extras = extras or {}
     self._images = images
     self.source = 'tokens' if images is None else 'images'
+    self._train_gold: list[pharaoh.Alignment | None] | None = None   # word_gold('train')
 
     self._limits = dict(max_src_len=max_src_len, max_tgt_len=max_tgt_len,
                         num_buckets=num_buckets, multiple=bucket_multiple)
@@ -86,6 +102,7 @@ class Task:
   def _tokenize(self) -> None:
     """(Re)encodes with the current tokenizers: drops too-long examples, sets the buckets."""
     self._encoded: dict[str, batching.TokenizedSplit] = {}
+    self._guides: dict[int, tuple[np.ndarray, ...] | None] = {}   # guide_entries, by index
     train = self.encoded('train')
     max_src_len, max_tgt_len = self._limits['max_src_len'], self._limits['max_tgt_len']
     keep = (train.src_len <= max_src_len) & (train.tgt_len <= max_tgt_len)
@@ -153,6 +170,66 @@ class Task:
     refs = self.features(split).get('refs')
     return None if refs is None else [r.split(cmudict.REF_SEP) for r in refs]
 
+  @property
+  def has_word_gold(self) -> bool:
+    """Whether the examples carry word-level gold links (the `links` feature, Pharaoh)."""
+    return all('links' in self._extras.get(split, {}) for split in SPLITS)
+
+  def word_gold(self, split: str) -> list[pharaoh.Alignment | None] | None:
+    """Each example's gold links over whitespace words (source word, target word), None for
+    an example without gold (`gold` feature '0'); None for a task without word-level gold."""
+    f = self.features(split)
+    if 'links' not in f:
+      return None
+    has = f.get('gold')
+    return [pharaoh.parse(line, where=f'{self.name} {split}[{k}]')
+            if has is None or has[k] == '1' else None for k, line in enumerate(f['links'])]
+
+  def token_words(self, split: str, index: int) -> tuple[np.ndarray, np.ndarray]:
+    """Example `index` of `split` -> (the word of each source token [S'], of each target
+    token [T']), -1 for a token of spaces alone (tokenizers.token_words)."""
+    src, tgt = self.texts(split)[index]
+    return tok_lib.token_words(self.src_tok, src), tok_lib.token_words(self.tgt_tok, tgt)
+
+  def guide_entries(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Training example `index` -> its guide's nonzero entries (target token t [K], source
+    token s [K], value [K] float32), None without gold (cached): target token t of word j
+    has 1/k on each of the k source tokens of the words that gold links (sure) to j."""
+    if index not in self._guides:
+      if self._train_gold is None:
+        self._train_gold = self.word_gold('train')
+      gold = self._train_gold[index]
+      entries = None
+      if gold is not None:
+        sw, tw = self.token_words('train', index)                           # [S'], [T']
+        enc = self.encoded('train')
+        if (len(sw), len(tw)) != (len(enc.src[index]), len(enc.tgt[index])):
+          raise ValueError(f'{self.name} train[{index}]: the tokenizers give {len(sw)}/{len(tw)} '
+                           f'token spans for {len(enc.src[index])}/{len(enc.tgt[index])} tokens')
+        links = np.asarray(sorted(gold.sure), np.int64).reshape(-1, 2)      # [L, 2] (i, j)
+        src_of = sw[None, :] == links[:, :1]                                # [L, S']
+        tgt_of = tw[None, :] == links[:, 1:]                                # [L, T']
+        linked = (tgt_of.T.astype(np.int64) @ src_of.astype(np.int64)) > 0  # [T', S']
+        share = linked / np.maximum(linked.sum(1, keepdims=True), 1)
+        t, s = np.nonzero(linked)
+        entries = (t.astype(np.int32), s.astype(np.int32), share[t, s].astype(np.float32))
+      self._guides[index] = entries
+    return self._guides[index]
+
+  def guide(self, batch: dict[str, np.ndarray], share: float = 1.0) -> np.ndarray:
+    """A training batch -> float32 [B, T, S] the gold attention of its tgt_out positions
+    (guide_entries; objective.guided_alignment): zero rows for target tokens without a link,
+    EOS, padding, filler rows, and pairs without gold or outside `share` (guided_share)."""
+    src, tgt = batch['src'], batch['tgt_out']
+    out = np.zeros((tgt.shape[0], tgt.shape[1], src.shape[1]), np.float32)
+    rows = np.flatnonzero(batch['weight'] > 0)
+    for r in rows[guided_share(batch['index'][rows], share)]:
+      entries = self.guide_entries(int(batch['index'][r]))
+      if entries is not None:
+        t, s, value = entries
+        out[r, t, s] = value
+    return out
+
   def encoded(self, split: str) -> batching.TokenizedSplit:
     """The split's token ids (cached), without BOS/EOS."""
     self._check_split(split)
@@ -162,12 +239,26 @@ class Task:
                                               _encode(self.tgt_tok, [t for _, t in pairs]))
     return self._encoded[split]
 
-  def train_iterator(self, batch_size: int, seed: int = 0,
-                     num_devices: int = 1) -> batching.TrainIterator:
-    """Training batches of [batch_size, S|T] forever, reshuffled from (seed, epoch)."""
+  def train_iterator(self, batch_size: int, seed: int = 0, num_devices: int = 1,
+                     guide_share: float | None = None) -> batching.TrainIterator:
+    """Training batches of [batch_size, S|T] forever, reshuffled from (seed, epoch); with
+    guide_share, each also has 'guide' [B, T, S] float32 (`guide`: gold attention on that
+    share of the pairs; needs word-level gold, has_word_gold)."""
     batching.check_batch_size(batch_size, num_devices)
+    source = self._source_fn('train')
+    if guide_share is not None:
+      if not self.has_word_gold:
+        raise ValueError(f'guided alignment (train.guided_alignment_weight > 0) needs word-level '
+                         f'gold alignments; data.name={self.name!r} has none (tasks with them: '
+                         f'{", ".join(WORD_GOLD_TASKS)})')
+      guided_share(np.zeros(0, np.int64), guide_share)   # its range, before any batch
+      images = source
+
+      def source(batch: dict) -> dict:
+        guide = self.guide(batch, guide_share)   # from the token batch, before any images
+        return {**(batch if images is None else images(batch)), 'guide': guide}
     return batching.TrainIterator(self.encoded('train'), self.kept, self.buckets, batch_size,
-                                  seed, source=self._source_fn('train'))
+                                  seed, source=source)
 
   @property
   def max_tgt_len(self) -> int:
@@ -292,7 +383,7 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
   """Prepares (offline) and opens the data set of `data_cfg` (cfg.data) as a Task.
 
   Tokenizers (data.tokenizer for the source, data.tgt_tokenizer or else data.tokenizer for the
-  target; data.vocab_size) are trained on the training split with `seed` (deterministically),
+  target; data.vocab_size, data.tgt_vocab_size for the target when set) are trained on the training split with `seed` (deterministically),
   unless `tokenizers=(src_tok, tgt_tok)` are given, e.g. those saved
   with a checkpoint (`load_tokenizers(workdir)`).
   """
@@ -307,7 +398,8 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
                                       vocab_size=d.vocab_size, seed=seed)
     tgt_tok = tok_lib.train_tokenizer(d.get('tgt_tokenizer') or d.tokenizer,
                                       [t for _, t in train],
-                                      vocab_size=d.vocab_size, seed=seed)
+                                      vocab_size=fields.get(d, 'tgt_vocab_size') or d.vocab_size,
+                                      seed=seed)
   else:
     src_tok, tgt_tok = tokenizers
   if d.name in builders.ALIGNMENTS and d.tokenizer != 'char':

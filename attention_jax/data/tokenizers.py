@@ -18,7 +18,10 @@ import collections
 import io
 import json
 import os
+import re
 from typing import Iterable, Protocol, Sequence
+
+import numpy as np
 
 from attention_jax.symbols import BOS, EOS, PAD, UNK  # noqa: F401 (re-exported)
 
@@ -36,6 +39,7 @@ class Tokenizer(Protocol):
   def encode(self, text: str) -> list[int]: ...
   def decode(self, ids: Iterable[int]) -> str: ...
   def pieces(self, text: str) -> list[str]: ...
+  def spans(self, text: str) -> list[tuple[int, int]]: ...
   def id_to_piece(self, i: int) -> str: ...
   def save(self, directory: str) -> None: ...
 
@@ -102,6 +106,10 @@ class CharTokenizer(_VocabTokenizer):
   """One token per Unicode code point (spaces included)."""
   kind = 'char'
 
+  def spans(self, text: str) -> list[tuple[int, int]]:
+    """Each token's (begin, end) character offsets in `text`."""
+    return [(i, i + 1) for i in range(len(text))]
+
   def _split(self, text):
     return list(text)
 
@@ -112,6 +120,10 @@ class CharTokenizer(_VocabTokenizer):
 class WordTokenizer(_VocabTokenizer):
   """One token per whitespace-separated word; decode joins with single spaces."""
   kind = 'word'
+
+  def spans(self, text: str) -> list[tuple[int, int]]:
+    """Each token's (begin, end) character offsets in `text`."""
+    return [m.span() for m in re.finditer(r'\S+', text)]
 
   def _split(self, text):
     return text.split()
@@ -144,6 +156,15 @@ class SentencePieceTokenizer:
 
   def pieces(self, text: str) -> list[str]:
     return self._sp.encode(text, out_type=str)
+
+  def spans(self, text: str) -> list[tuple[int, int]]:
+    """Each piece's (begin, end) character offsets in `text` (its surfaces concatenate to the
+    text under the identity normalisation; a dummy-prefix '▁' has no surface)."""
+    out, at = [], 0
+    for piece in self._sp.encode(text, return_type='proto').pieces:
+      out.append((at, at + len(piece.surface)))
+      at += len(piece.surface)
+    return out
 
   def id_to_piece(self, i: int) -> str:
     return self._sp.id_to_piece(int(i)) if 0 <= i < self.vocab_size else SPECIAL_PIECES[UNK]
@@ -248,3 +269,21 @@ def load_tokenizers(directory: str) -> tuple[Tokenizer, Tokenizer]:
   """(src_tok, tgt_tok) saved by `save_tokenizers`."""
   return (load_tokenizer(os.path.join(directory, 'src')),
           load_tokenizer(os.path.join(directory, 'tgt')))
+
+
+def token_words(tok: Tokenizer, text: str) -> np.ndarray:
+  """The word of each of `tok`'s tokens of `text` -> int [T'], words being the whitespace-
+  separated tokens of the text (as word aligners read it): a token belongs to the word that
+  holds its first non-space character, -1 for a token of spaces alone."""
+  bounds = [m.span() for m in re.finditer(r'\S+', text)]
+  starts = np.asarray([b for b, _ in bounds], np.int64)
+  out = np.full(len(spans := tok.spans(text)), -1, np.int64)
+  for k, (b, e) in enumerate(spans):
+    piece = text[b:e]
+    p = b + len(piece) - len(piece.lstrip())
+    if p >= e:
+      continue
+    w = int(np.searchsorted(starts, p, side='right')) - 1
+    if w >= 0 and p < bounds[w][1]:
+      out[k] = w
+  return out

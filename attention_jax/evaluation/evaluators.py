@@ -4,6 +4,7 @@ fields, its splits and its moments (after the design of big_vision's evaluators)
 
   by_length    the figures by source length (Cho et al. 2014, Bahdanau et al. 2015's figure)
   attribution  implicit attention against gold alignments (implicit/alignment.py)
+  word_alignment  word alignments of every map against word-level gold (implicit/word_maps.py)
   heatmaps     attention heatmaps of the first outputs
   records      the per-sentence records (records.py), which `compare` resamples
 
@@ -37,6 +38,7 @@ from attention_jax.evaluation import plots
 from attention_jax.evaluation import records as records_lib
 from attention_jax.implicit import alignment
 from attention_jax.implicit import attribution
+from attention_jax.implicit import word_maps
 from attention_jax.models import encoders
 from attention_jax.symbols import EOS
 
@@ -229,6 +231,72 @@ class AgainstGold(Evaluator):
       report = alignment.attribute_split(ctx.graphdef, ctx.params, ctx.task, ctx.split, methods,
                                          train_max_len=train_max_len(ctx.cfg.data), **common)
     return {'attribution': report}
+
+
+# ---- word alignments against word-level gold ----------------------------------------------
+def word_alignment_maps(spec: str, methods: str, names_of: Callable[[Sequence[str]], list[str]],
+                        source: str = 'tokens') -> list[str]:
+  """eval.word_alignment ('auto' / 'all': every explicit map the model has; '' none; or
+  comma-separated map names) and eval.word_alignment_methods (attribution methods, 'all' or
+  comma-separated) -> the map names; names_of(methods) lists the model's (word_maps.map_names)."""
+  spec = str(spec or '').strip()
+  extra = attribution_methods(methods, source)
+  if not spec:
+    return extra
+  offered = names_of(extra)
+  if spec in ('auto', 'all'):
+    return offered
+  asked = [n.strip() for n in spec.split(',') if n.strip()] + extra
+  unknown = [n for n in asked if n not in offered]
+  if unknown:
+    raise ValueError(f'eval.word_alignment: unknown map(s) {", ".join(unknown)}; this model '
+                     f'offers: {", ".join(offered)}')
+  return list(dict.fromkeys(asked))
+
+
+@register('word_alignment')
+class WordAlignments(Evaluator):
+  """Word alignments of every map (word_maps: the explicit attention, a Transformer's layers
+  and heads and their _shift rows, the attribution methods of eval.word_alignment_methods)
+  against word-level gold (tasks whose examples carry links: greek_english), teacher-forced
+  on the test references: precision, recall and AER per map and by source length, each target
+  word linked to its argmax source word."""
+  fields = {'word_alignment': 'auto', 'word_alignment_methods': '',
+            'word_alignment_num': 0}
+  splits = ('test',)
+
+  def check(self, task=None) -> None:
+    n = self.opts['word_alignment_num']
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+      raise ValueError(f'eval.word_alignment_num must be an integer >= 0 (test sentences '
+                       f'aligned; 0: all), got {n!r}')
+    attribution_methods(self.opts['word_alignment_methods'],
+                        task.source if task is not None else None)
+    if (task is not None and not task.has_word_gold
+        and self.opts['word_alignment'] not in ('auto', '')):
+      raise ValueError(f'eval.word_alignment={self.opts["word_alignment"]!r} measures word '
+                       f'alignments against word-level gold, which task {task.name!r} does not '
+                       "have (greek_english has it); set eval.word_alignment='auto' or ''")
+
+  def applies(self, ctx: Context) -> bool:
+    return (ctx.when in self.when and bool(self.opts['word_alignment'])
+            and ctx.task.has_word_gold and ctx.one_model
+            and (ctx.when == 'evaluate' or ctx.split in self.splits))
+
+  def run(self, ctx: Context) -> dict:
+    self.check(ctx.task)
+    names = word_alignment_maps(
+        self.opts['word_alignment'], self.opts['word_alignment_methods'],
+        lambda methods: word_maps.map_names(ctx.graphdef, ctx.params, methods),
+        ctx.task.source)
+    num = int(self.opts['word_alignment_num']) or None
+    if ctx.when == 'final':
+      print(f'word alignments of {len(names)} maps on {ctx.split}', flush=True)
+    out = word_maps.align_split(ctx.graphdef, ctx.params, ctx.task, ctx.split, names, num=num,
+                                batch_size=int(ctx.cfg.data.batch_size))
+    figures = {n: {**out['figures'][n], 'by_length': out['by_length'][n]} for n in names
+               if out['figures'][n]['links']}   # score `none`: its attention links nothing
+    return {'word_alignment': figures, 'word_alignment_sentences': len(out['gold'])}
 
 
 # ---- heatmaps ------------------------------------------------------------------------------

@@ -6,6 +6,9 @@
        - λ_e · Σ_{b,t} H(a_t) / N                                    entropy bonus (Xu et al. 2015)
        + λ_ds · Σ_b Σ_s (1 - Σ_t a_{t,s})² / N                       doubly stochastic attention
                                                                      (Xu et al. 2015, eq. 14)
+       + λ_ga · Σ_{b,t} Σ_s G_{t,s} (log G_{t,s} - log a_{t,s}) / N    guided alignment (Garg et
+                                                                     al. 2019; OpenNMT-py's
+                                                                     lambda_align)
 
 N is the number of real target tokens (over all devices), R_b = log p(y_b | s, x_b) the
 sentence's log-likelihood under the sampled positions, and the baseline a moving average
@@ -27,6 +30,15 @@ Three variance reducers (Objective's fields):
 The doubly
 stochastic term sums over the real source positions s and target steps t of each sentence:
 it pushes every position (an image region) to receive about one unit of attention in all.
+
+Guided alignment (Garg et al. 2019, "Jointly learning to align and translate with Transformer
+models"; supervised attention) is KL(G_t ‖ a_t) per target step: their cross-entropy
+-Σ_s G log a minus the gold's entropy, a constant (the same gradient, and 0 exactly when the
+attention equals the gold). G = batch['guide'] [B, T, S] (Task.guide: for target token t of
+word j, 1/k on the k source tokens of the words linked to j by the gold, zero rows where there
+is nothing to learn from); a is read.weights for the RNN decoders, for a Transformer the
+cross-attention of decoder layer `guided_alignment_layer` (-1: the last), head
+`guided_alignment_head` (-1: the mean over heads). a is clipped below at GUIDE_EPS in the log.
 """
 
 from __future__ import annotations
@@ -54,6 +66,10 @@ class Objective:
   hard_soft_steps: int = 0       # hard attention: steps with every example soft first (0: none)
   reinforce_samples: int = 1     # hard attention: K samples per example, leave-one-out baseline
   reward: str = 'sentence'       # hard attention: REWARDS, the reward of each step's sample
+  guided_alignment_weight: float = 0.0   # λ_ga of guided alignment (Garg et al. 2019; 0: off)
+  guided_alignment_share: float = 1.0    # the share of training pairs whose gold guides
+  guided_alignment_layer: int = -1       # Transformer: the decoder layer guided (-1: the last)
+  guided_alignment_head: int = -1        # Transformer: the head guided (-1: the mean of heads)
 
   def __post_init__(self):
     if not (isinstance(self.hard_expected_p, (int, float)) and 0.0 <= self.hard_expected_p <= 1.0):
@@ -69,6 +85,43 @@ class Objective:
                        f'example; 1: one, with the moving-average baseline), got {k!r}')
     if self.reward not in REWARDS:
       raise ValueError(f'unknown train.reward {self.reward!r}; valid: {", ".join(REWARDS)}')
+    w = self.guided_alignment_weight
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w < float('inf'):
+      raise ValueError(f'train.guided_alignment_weight must be a finite number >= 0 (λ of the '
+                       f'guided alignment term; 0: off), got {w!r}')
+    p = self.guided_alignment_share
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+      raise ValueError(f'train.guided_alignment_share must be in [0, 1] (the share of training '
+                       f'pairs whose gold alignment guides attention), got {p!r}')
+    for name in ('guided_alignment_layer', 'guided_alignment_head'):
+      v = getattr(self, name)
+      if not isinstance(v, int) or isinstance(v, bool) or v < -1:
+        raise ValueError(f'train.{name} must be an integer >= -1 (-1: the '
+                         f'{"last layer" if name.endswith("layer") else "mean over heads"}), '
+                         f'got {v!r}')
+
+  def check_model(self, mcfg) -> None:
+    """One ValueError line for guided alignment fields the model (a ModelConfig) cannot
+    honour: a weight for score 'none' (no attention), a layer or head for a model without
+    decoder layers of heads (the RNN decoders), or one out of the Transformer's range."""
+    layer, head = self.guided_alignment_layer, self.guided_alignment_head
+    if mcfg.arch != 'transformer':
+      if self.guided_alignment_weight and mcfg.score == 'none':
+        raise ValueError(f'train.guided_alignment_weight={self.guided_alignment_weight!r} '
+                         "guides the attention weights; model.score='none' has no attention "
+                         '(choose another score, or leave the weight at 0)')
+      if (layer, head) != (-1, -1):
+        raise ValueError(f'train.guided_alignment_layer={layer} / guided_alignment_head={head}: '
+                         f'only a Transformer has decoder layers of heads; the '
+                         f'{mcfg.decoder} decoder has one attention (leave both at -1)')
+      return
+    if not -1 <= layer < mcfg.transformer_layers:
+      raise ValueError(f'train.guided_alignment_layer must be in [-1, '
+                       f'{mcfg.transformer_layers - 1}] (model.transformer_layers='
+                       f'{mcfg.transformer_layers}; -1: the last), got {layer}')
+    if not -1 <= head < mcfg.heads:
+      raise ValueError(f'train.guided_alignment_head must be in [-1, {mcfg.heads - 1}] '
+                       f'(model.heads={mcfg.heads}; -1: the mean over heads), got {head}')
 
   @property
   def variance_reduction(self) -> list[str]:
@@ -132,11 +185,40 @@ def doubly_stochastic(weights: jax.Array, tgt_mask: jax.Array, src_mask: jax.Arr
   return jnp.sum(src_mask * jnp.square(1.0 - received), axis=1)
 
 
+GUIDE_EPS = 1e-9   # the attention weight is clipped below at this in guided alignment's log
+
+
+def guided_alignment(weights: jax.Array, guide: jax.Array) -> jax.Array:
+  """weights, guide [B, T, S] -> [B, T]: KL(guide_t ‖ weights_t) = Σ_s G (log G - log a),
+  a clipped below at GUIDE_EPS; 0 on an all-zero guide row."""
+  dtype = jnp.promote_types(weights.dtype, jnp.float32)   # bfloat16 -> float32; float64 kept
+  g = guide.astype(dtype)
+  a = jnp.maximum(weights.astype(dtype), GUIDE_EPS)
+  terms = jnp.where(g > 0, g * (jnp.log(jnp.where(g > 0, g, 1.0)) - jnp.log(a)), 0.0)
+  return jnp.sum(terms, axis=-1)
+
+
+def guided_weights(obj: Objective, read: Any, layers: jax.Array | None) -> jax.Array:
+  """The attention guided alignment trains [B, T, S]: read.weights for a model with one
+  attention (layers None), else decoder layer guided_alignment_layer's cross-attention
+  (layers [B, N, H, T, S]), head guided_alignment_head or the mean over heads."""
+  layer, head = obj.guided_alignment_layer, obj.guided_alignment_head
+  if layers is None:
+    if (layer, head) != (-1, -1):
+      raise ValueError(f'train.guided_alignment_layer={layer} / guided_alignment_head={head}: '
+                       'this model has one attention, no layers of heads (leave both at -1)')
+    return read.weights
+  per_head = layers[:, layer]                                              # [B, H, T, S]
+  return jnp.mean(per_head, axis=1) if head == -1 else per_head[:, head]
+
+
 def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: jax.Array | None,
-         psum: Callable = lambda x: x, src_mask: jax.Array | None = None
-         ) -> tuple[jax.Array, dict, jax.Array | None]:
+         psum: Callable = lambda x: x, src_mask: jax.Array | None = None,
+         layers: jax.Array | None = None) -> tuple[jax.Array, dict, jax.Array | None]:
   """logits [B, T, V], read (attention.Read, fields [B, T, ...]), src_mask [B, S] bool (the
-  memory's real positions; needed by the doubly stochastic term) ->
+  memory's real positions; needed by the doubly stochastic term), layers [B, N, H, T, S] (a
+  Transformer's cross-attention per layer and head, model.layer_weights; read by guided
+  alignment, which also needs batch['guide'] [B, T, S]) ->
   (loss, metric sums, the new baseline (None when no mode samples))."""
   s = metrics_lib.sums(logits, batch['tgt_out'], batch['weight'])   # what evaluation counts
   n = jnp.maximum(psum(s['tokens']), 1.0)
@@ -154,6 +236,13 @@ def loss(obj: Objective, logits: jax.Array, read: Any, batch: dict, baseline: ja
                                           src_mask.astype(jnp.float32)))
     total = total + obj.doubly_stochastic_weight * ds
     s = {**s, 'doubly_stochastic_sum': ds}
+  if obj.guided_alignment_weight:
+    if 'guide' not in batch:
+      raise ValueError('train.guided_alignment_weight > 0 needs batches with a guide: '
+                       'task.train_iterator(..., guide_share=train.guided_alignment_share)')
+    ga = jnp.sum(guided_alignment(guided_weights(obj, read, layers), batch['guide']))
+    total = total + obj.guided_alignment_weight * ga
+    s = {**s, 'guided_alignment_sum': ga}
   new_baseline = None
   if baseline is not None:
     ll = -ce * mask                                                        # [B, T]

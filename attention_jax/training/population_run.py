@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import devices
@@ -106,6 +107,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
   process training one of them: WorkdirInUse at once, nothing changed)."""
   train.check_config(cfg)
   check(cfg)
+  data_lib.fetch(cfg.data)   # what the task needs from outside, before the workdir is touched
   made = not os.path.exists(workdir)
   try:
     with train.memory_explained(cfg), contextlib.ExitStack() as locks:

@@ -25,6 +25,7 @@ from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import templates
 from attention_jax.state.templates import eval_params, model_config
+from attention_jax.training import objective
 
 
 # ---- logging and files: process 0 ------------------------------------------------------------
@@ -181,8 +182,11 @@ class Session:
     """The checkpoint managers (keeping `keep` latest steps, default train.keep_checkpoints)
     and the training iterator (seeded by the run's seed, as alone)."""
     t = self.cfg.train
+    obj = objective.Objective.of(t)   # guided alignment: batches carry the gold attention
+    share = obj.guided_alignment_share if obj.guided_alignment_weight > 0 else None
+    self.it = self.task.train_iterator(self.cfg.data.batch_size, seed=self.cfg.seed,
+                                       guide_share=share)   # (a task without gold: refused)
     self.ckpts = ckpt_lib.Checkpoints(self.run, keep=keep or t.keep_checkpoints)
-    self.it = self.task.train_iterator(self.cfg.data.batch_size, seed=self.cfg.seed)
 
   def _expect(self) -> dict:
     return dict(model_config=self.mcfg.to_dict(), model_defaults=ModelConfig.defaults(),

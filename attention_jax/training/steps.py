@@ -97,8 +97,9 @@ def train_step(graphdef, tx, obj: objective.Objective, seed: int, state, batch,
     model = nnx.merge(graphdef, params)
     logits, read = model.forward(rows['src'], rows['tgt_in'], dropout_key=dropout_key,
                                  sample_key=sample)
+    layers = model.layer_weights(read) if obj.guided_alignment_weight else None
     loss, s, baseline = objective.loss(obj, logits, read, rows, state.get('baseline'), psum,
-                                       src_mask=model.source_mask(rows['src']))
+                                       src_mask=model.source_mask(rows['src']), layers=layers)
     if k > 1:   # the metrics of one copy of the batch (each token counted once)
       s = jax.tree.map(lambda x: x / k, s)
     return loss, (s, baseline)

@@ -97,6 +97,7 @@ def check_fields(cfg: ml_collections.ConfigDict) -> None:
   data_fields.check(d)     # data and model fields: those the task and the model read, their
   mcfg = model_config(cfg, 4, 4)  # names and sizes, before any data or compile
   reducers = objective.Objective.of(t).variance_reduction   # (its values checked there)
+  objective.Objective.of(t).check_model(mcfg)   # guided alignment: the model's attention
   if reducers and not mcfg.stochastic:
     sampling = ', '.join(n for n, m in attention.MODES.items() if m.stochastic)
     raise ValueError(f'{", ".join(reducers)}: only a sampling attention mode ({sampling}) '
@@ -203,6 +204,7 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
     raise ValueError(f'train.population={cfg.train.population} trains several seeds: use '
                      'attention_jax.training.population_run.train_and_evaluate '
                      '(experiments/main.py does)')
+  data_lib.fetch(cfg.data)   # what the task needs from outside, before the workdir is touched
   with memory_explained(cfg):
     if not lead():   # with several processes, process 0 holds the lock for the run
       return _train_and_evaluate(cfg, workdir, overwrite)

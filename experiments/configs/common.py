@@ -80,6 +80,11 @@ def base_config() -> ml_collections.ConfigDict:
                             # comma-separated, or 'all'; '' = none (implicit/alignment.py)
   e.attribution_num = 200   # test sentences attributed
   e.attribution_steps = 32  # integrated gradients' steps (and SmoothGrad's samples)
+  e.word_alignment = 'auto'  # word alignments against word-level gold (greek_english) at the
+                            # end: 'auto' / 'all' every explicit map (attention, a Transformer's
+                            # layers, heads, _shift rows), or map names; '' none
+  e.word_alignment_methods = ''   # ... and these attribution methods' maps ('all', or names)
+  e.word_alignment_num = 0  # test sentences aligned (0: all)
   return c
 
 
