@@ -1,10 +1,11 @@
 """The explorer's pages in a real browser (the `browser` tier: headless Chromium driven by
 Playwright, the system's chromium; skipped where none is found). Tiny runs are trained once
 for the module (reverse: an RNN and a Transformer, compared on one page; image_dates: an image
-run); each page is opened from disk (file://) with every other request aborted and recorded,
-and checked: its rows, a clicked sentence's heatmap against the Translator's own weights (to
-1e-3), the filters, the layer and head selector, the image overlay stepped through the
-tokens, the comparison view, and no console error or network request."""
+run; a task with word-level gold: a small Bible wheel's verses); each page is opened from disk
+(file://) with every other request aborted and recorded, and checked: its rows, a clicked
+sentence's heatmap against the Translator's own weights (to 1e-3), the filters, the layer and
+head selector, the image overlay stepped through the tokens, the comparison view, the AER
+filter and the word heatmap with its gold squares, and no console error or network request."""
 
 import os
 import shutil
@@ -12,12 +13,17 @@ import shutil
 import numpy as np
 import pytest
 
+from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import bible, loaders
 from attention_jax.decoding import loading
 from attention_jax.evaluation import explorer, explorer_data, records
+from attention_jax.implicit import word_alignment as wa
+from attention_jax.implicit import word_maps
 from attention_jax.training import train
-from experiments.configs import common, image_dates, reverse
+from experiments.configs import common, greek_english, image_dates, reverse
 
+import helpers
 from helpers import smoke
 
 CHROMIUM = shutil.which('chromium') or shutil.which('chromium-browser')
@@ -49,6 +55,29 @@ def pages(tmp_path_factory, data_dir):
   return {'rnn': (run_page('reverse_rnn'), rnn), 'transformer': (run_page('reverse_transformer'), tf),
           'image': (str(tmp / 'img' / 'index.html'), img),
           'sweep': (str(tmp / 'cmp' / 'index.html'), [rnn, tf])}
+
+
+WORD_TASK = 'explorer_bible_page'
+
+
+@pytest.fixture(scope='module')
+def word_page(tmp_path_factory):
+  """(run page, workdir) of a 30-step smoke run on a small Bible wheel's verses (word-level
+  gold; tests/test_align.py's pattern)."""
+  tmp = tmp_path_factory.mktemp('explorer_words')
+  wheel = helpers.bible_wheel(tmp / 'tiny.whl', verses=160)
+  digest = bible.sha256(wheel)
+  if WORD_TASK not in loaders.LOADERS:
+    data_lib.register_task(WORD_TASK, lambda d: loaders._read_builder(   # pylint: disable=protected-access
+        bible.prepare(d, wheel=wheel, expected_sha256=digest)), fields=())
+  cfg = greek_english.get_config('smoke')
+  cfg.data.update(name=WORD_TASK, data_dir=str(tmp / 'tfds'), vocab_size=40, tgt_vocab_size=40)
+  cfg.train.update(steps=30, eval_every=30, checkpoint_every=30, log_every=10)
+  cfg.eval.word_alignment = ''
+  workdir = str(tmp / 'run')
+  train.train_and_evaluate(cfg, workdir)
+  return explorer.explore(workdir, str(tmp / 'page'), methods=('gradient',), beam=1,
+                          verbose=False), workdir
 
 
 @pytest.fixture(scope='module')
@@ -199,3 +228,48 @@ def test_comparison_view(pages, open_page):
   # a run's cell links to its page with the sentence open
   page.locator('tr[data-sentence-id="7"] td a').first.click()
   page.wait_for_function('document.body.dataset.shown === "7"')
+
+
+def test_aer_filter_sort_and_word_heatmap_with_gold_squares(word_page, open_page):
+  path, workdir = word_page
+  t = loading.load(workdir)
+  task = explorer_data.load_task(workdir_lib.Run(workdir).config(), (t.src_tok, t.tgt_tok))
+  gold = task.word_gold('test')
+  got = word_maps.align_split(t.graphdef, t.params, task, 'test', ['attention'])
+  links = dict(zip(got['rows'], got['links']['attention']))
+  aer = {k: round(wa.sentence_aer(gold[k], links[k]), 1) for k in links if gold[k] is not None}
+  page = open_page(path)
+  n = page.locator('#sentences-table tbody tr').count()
+  assert n == len(task.texts('test')) and len(aer) > 1
+  # the AER filter: at least x, then between x and y, then cleared
+  values = sorted(aer.values())
+  lo, hi = values[len(values) // 2], values[-1]
+  page.fill('#f-aer-min', str(lo))
+  assert visible(page) == sum(a >= lo for a in aer.values())
+  for k, a in aer.items():
+    assert page.locator(f'tr[data-sentence-id="{k}"]').is_visible() == (a >= lo), k
+  page.fill('#f-aer-min', str(values[0]))
+  page.fill('#f-aer-max', str(lo))
+  assert visible(page) == sum(values[0] <= a <= lo for a in aer.values())
+  page.fill('#f-aer-min', '')
+  page.fill('#f-aer-max', '')
+  assert visible(page) == n
+  page.locator('#sentences-table th', has_text='AER').click()      # sorted by AER
+  shown = [float(x) for x in page.locator('#sentences-table tbody tr td:nth-child(8)')
+           .all_inner_texts() if x != '–']
+  assert shown == sorted(aer.values())
+  # a sentence's word heatmap: its word map, a square per gold link, an x per extracted link
+  for k in sorted(aer)[:2]:
+    show(page, k)
+    src, ref = task.texts('test')[k]
+    words = page.evaluate("document.getElementById('words').data")
+    assert np.array(words[0]['z']).shape == (len(ref.split()), len(src.split()))
+    assert set(zip(words[1]['x'], words[1]['y'])) == links[k]
+    shapes = page.evaluate("document.getElementById('words').layout.shapes")
+    assert len(shapes) == len(gold[k].possible)
+    assert {(round(s['x0'] + 0.5), round(s['y0'] + 0.5)) for s in shapes} == gold[k].possible
+    assert page.locator('#words .shapelayer path').count() == len(gold[k].possible)
+    title = page.evaluate("document.getElementById('words').layout.title.text")
+    assert f'AER {aer[k]}' in title and 'precision' in title and 'recall' in title
+    ticks = page.evaluate("document.getElementById('words').layout.xaxis.ticktext")
+    assert ticks == src.split()

@@ -1,8 +1,11 @@
 """The explorer without a browser: its inputs refused before any work (a run without records,
 runs of another task or split, an unwritable --out: one line, exit 2, nothing written), the
 training curves read from TensorBoard's files, the maps' compact form, the comparison of
-several runs built from their records, a tiny run's maps equal to the Translator's own, and
-the page written whole or not at all. (tests/test_explorer.py opens the pages in Chromium.)"""
+several runs built from their records, a tiny run's maps equal to the Translator's own, the
+page written whole or not at all, and the word alignments of a run whose task has word-level
+gold (a tiny Bible wheel's verses): each sentence's AER that of word_maps' links, its word map,
+gold and extracted links, and none of them for a task without word gold. (tests/
+test_explorer.py opens the pages in Chromium.)"""
 
 import json
 import os
@@ -13,11 +16,16 @@ import sys
 import numpy as np
 import pytest
 
+from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.data import bible, loaders
 from attention_jax.decoding import loading
-from attention_jax.evaluation import explorer, explorer_data, explorer_page, records
+from attention_jax.evaluation import explorer, explorer_data, explorer_page, explorer_words
+from attention_jax.evaluation import records
+from attention_jax.implicit import word_alignment as wa
+from attention_jax.implicit import word_maps
 from attention_jax.training import train
-from experiments.configs import reverse
+from experiments.configs import greek_english, reverse
 
 import helpers
 from helpers import run_modules, smoke
@@ -204,3 +212,118 @@ def test_explore_writes_a_page_replaces_an_earlier_one_and_leaves_nothing_on_fai
   with pytest.raises(KeyboardInterrupt):
     explorer.explore(reverse_run, str(tmp_path / 'other'), methods=(), beam=1, verbose=False)
   assert sorted(os.listdir(tmp_path)) == ['page']                # no temp folder left
+
+
+# ---- word alignments (a task with word-level gold) --------------------------------------
+
+WORD_TASK = 'explorer_bible'
+
+
+def train_bible(tmp, steps: int = 30, **model) -> str:
+  """A smoke run on a small Bible wheel's verses (tests/test_align.py's pattern; `model`:
+  config.model overrides) -> its workdir. Its maps need not mean anything, only be the model's."""
+  wheel = helpers.bible_wheel(tmp / 'tiny.whl', verses=160)
+  digest = bible.sha256(wheel)
+  if WORD_TASK not in loaders.LOADERS:
+    data_lib.register_task(WORD_TASK, lambda d: loaders._read_builder(   # pylint: disable=protected-access
+        bible.prepare(d, wheel=wheel, expected_sha256=digest)), fields=())
+  cfg = greek_english.get_config('smoke')
+  cfg.data.update(name=WORD_TASK, data_dir=str(tmp / 'tfds'), vocab_size=40, tgt_vocab_size=40)
+  cfg.model.update(**model)
+  cfg.train.update(steps=steps, eval_every=steps, checkpoint_every=steps, log_every=10)
+  cfg.eval.word_alignment = ''
+  train.train_and_evaluate(cfg, str(tmp / 'run'))
+  return str(tmp / 'run')
+
+
+@pytest.fixture(scope='module')
+def bible_run(tmp_path_factory):
+  return train_bible(tmp_path_factory.mktemp('explorer_bible'))
+
+
+def _loaded(workdir):
+  run = explorer_data.resolve([workdir], 'test')[0]
+  t = loading.load(workdir)
+  return run, t, explorer_data.load_task(run.config, (t.src_tok, t.tgt_tok))
+
+
+def test_word_alignments_carry_each_sentence_s_aer_word_map_and_links(bible_run, monkeypatch):
+  run, t, task = _loaded(bible_run)
+  ids = sorted(r['id'] for r in run.records)
+  with_gold = task.word_gold   # test sentence 1 as a verse without gold (a record-less verse)
+  monkeypatch.setattr(task, 'word_gold', lambda split: [
+      None if k == 1 else g for k, g in enumerate(with_gold(split))])
+  words = explorer_words.word_alignments(t, task, 'test', ids, keep=ids[:4])
+  summary = explorer_data.run_summary(run, 'test', task, words)
+  details = explorer_data.sentence_details(t, summary, task, (), beam=1, limit=4, words=words)
+  assert summary['word_map'] == 'attention'
+  # recomputed: word_maps' links of the explicit attention, scored sentence by sentence
+  want = word_maps.align_split(t.graphdef, t.params, task, 'test', ['attention'])
+  links = dict(zip(want['rows'], want['links']['attention']))
+  gold = task.word_gold('test')
+  assert gold[1] is None and sum(g is not None for g in gold) == len(ids) - 1
+  for r in summary['sentences']:
+    k = r['id']
+    if gold[k] is None:
+      assert r['aer'] is None
+    else:
+      assert r['aer'] == round(wa.sentence_aer(gold[k], links[k]), 1), k
+  assert sorted(details) == ids[:4]
+  for k, d in details.items():
+    src, ref = task.texts('test')[k]
+    w = d['words']
+    assert (w['src'], w['tgt']) == (src.split(), ref.split())
+    assert np.array(w['map']).shape == (len(ref.split()), len(src.split()))
+    assert {tuple(l) for l in w['links']} == links[k]
+    # argmax: one link per target word, within the sentence
+    assert sorted(j for _, j in w['links']) == list(range(len(ref.split())))
+    assert all(0 <= i < len(src.split()) for i, _ in w['links'])
+    if gold[k] is None:
+      assert 'aer' not in w and 'sure' not in w
+    else:
+      assert {tuple(l) for l in w['sure']} == gold[k].sure
+      assert {tuple(l) for l in w['possible']} == gold[k].possible - gold[k].sure
+      f = wa.figures(wa.counts(gold[k], links[k]))
+      assert [w[m] for m in ('aer', 'precision', 'recall')] == \
+          [round(f[m], 1) for m in ('aer', 'precision', 'recall')]
+    # the word map: the explicit attention's, teacher-forced (word_maps keeps it), in ints
+    np.testing.assert_allclose(np.array(w['map']) / explorer_data.SCALE,
+                               words['sentences'][k]['map'], atol=5e-4)
+
+
+def test_a_word_gold_run_s_page_has_the_aer_column_and_word_maps(bible_run, tmp_path):
+  index = explorer.explore(bible_run, str(tmp_path / 'page'), methods=(), beam=1, limit=2,
+                           verbose=False)
+  page = open(index, encoding='utf-8').read()
+  assert '<th>AER</th>' in page and 'id="f-aer-min"' in page and 'id="words"' in page
+  assert len(re.findall(r'data-aer="', page)) == len(re.findall(r'<tr data-sentence-id=', page))
+  detail = open(tmp_path / 'page' / 'data' / '0.js', encoding='utf-8').read()
+  assert '"words":' in detail
+
+
+@pytest.mark.extended   # a second Bible run (20 s): after the suite, in CI
+def test_a_model_without_attention_is_aligned_by_its_gradient(tmp_path):
+  """Score `none` has no attention weights (no link): the word maps are the gradient's."""
+  run, t, task = _loaded(train_bible(tmp_path, steps=10, score='none'))
+  ids = sorted(r['id'] for r in run.records)
+  words = explorer_words.word_alignments(t, task, 'test', ids, keep=ids[:1])
+  assert words['map'] == 'gradient'
+  want = word_maps.align_split(t.graphdef, t.params, task, 'test', ['gradient'])
+  gold = task.word_gold('test')
+  for k, links in zip(want['rows'], want['links']['gradient']):
+    assert words['sentences'][k]['aer'] == round(wa.sentence_aer(gold[k], links), 1)
+  detail = words['sentences'][ids[0]]['detail']
+  assert detail['name'] == 'gradient' and np.max(detail['map']) == explorer_data.SCALE
+
+
+def test_a_run_without_word_gold_has_no_word_alignments(reverse_run, tmp_path):
+  run, t, task = _loaded(reverse_run)
+  assert not task.has_word_gold
+  words = explorer_words.word_alignments(t, task, 'test', [r['id'] for r in run.records])
+  assert words is None
+  summary = explorer_data.run_summary(run, 'test', task, words)
+  assert summary['word_map'] is None and not any('aer' in r for r in summary['sentences'])
+  details = explorer_data.sentence_details(t, summary, task, (), beam=1, limit=1, words=words)
+  assert 'words' not in details[0]
+  page = explorer_page.run_body(summary, (), 1, 1)
+  assert 'AER' not in page and 'f-aer' not in page and 'id="words"' not in page

@@ -10,11 +10,18 @@ const CONFIG = {displaylogo: false, responsive: true};
 
 function rows() { return Array.from(document.querySelectorAll('#sentences-table tbody tr')); }
 
+// a number input's value, or null when it is absent or empty
+function bound(id) {
+  const el = document.getElementById(id);
+  return el && el.value !== '' && !isNaN(el.value) ? Number(el.value) : null;
+}
+
 function applyFilters() {
   const band = document.getElementById('f-length').value;
   const right = document.getElementById('f-correct');
   const text = document.getElementById('f-search').value.toLowerCase();
   const runs = Array.from(document.querySelectorAll('select.f-run'));
+  const aerLo = bound('f-aer-min'), aerHi = bound('f-aer-max');   // a sentence without gold: out
   let shown = 0;
   for (const tr of rows()) {
     let ok = true;
@@ -26,6 +33,11 @@ function applyFilters() {
     for (const s of runs) {
       if (ok && s.value) ok = (tr.dataset['r' + s.dataset.run] === '1') === (s.value === 'right');
     }
+    if (ok && (aerLo !== null || aerHi !== null)) {
+      const a = tr.dataset.aer;
+      ok = a !== undefined && a !== '' && (aerLo === null || Number(a) >= aerLo)
+           && (aerHi === null || Number(a) <= aerHi);
+    }
     if (ok && text) ok = tr.textContent.toLowerCase().includes(text);
     tr.hidden = !ok;
     shown += ok;
@@ -36,10 +48,12 @@ function applyFilters() {
 function sortBy(th) {
   const col = th.cellIndex, up = th.dataset.dir !== 'up', body = th.closest('table').tBodies[0];
   th.dataset.dir = up ? 'up' : 'down';
-  const key = (tr) => { const v = tr.cells[col].dataset.v ?? tr.cells[col].textContent;
-                        return isNaN(v) ? v : Number(v); };
-  const sorted = rows().sort((a, b) => (key(a) > key(b) ? 1 : key(a) < key(b) ? -1 : 0)
-                                       * (up ? 1 : -1));
+  const key = (tr) => { const c = tr.cells[col], v = c.dataset.v ?? c.textContent;
+                        return c.dataset.v === '' ? null : isNaN(v) ? v : Number(v); };
+  // a cell whose data-v is empty (no AER: a sentence without gold) last, either way
+  const sorted = rows().sort((a, b) => { const ka = key(a), kb = key(b);
+    if (ka === null || kb === null) return (ka === null) - (kb === null);
+    return (ka > kb ? 1 : ka < kb ? -1 : 0) * (up ? 1 : -1); });
   body.append(...sorted);
 }
 
@@ -76,6 +90,35 @@ function heat(div, z, d, title, opts = {}) {
   Plotly.react(div, traces, {title: {text: title, font: {size: 13}}, height: 140 + 16 * y.length,
     margin: {l: 40, r: 10, t: 30, b: 40}, showlegend: false,
     xaxis: {...ticks(x), tickangle: 0}, yaxis: {...ticks(y), autorange: 'reversed'}}, CONFIG);
+}
+
+// the reference's word alignment: its word map (rows: target words, columns: source words),
+// the gold links as outlined cells (sure: solid, possible: dotted), the extracted links as x
+function words(d) {
+  const div = document.getElementById('words'), w = d.words;
+  if (!div) return;
+  div.hidden = !w;
+  if (!w) return;
+  const cell = ([i, j], dash) => ({type: 'rect', xref: 'x', yref: 'y', x0: i - 0.5, x1: i + 0.5,
+    y0: j - 0.5, y1: j + 0.5, line: {color: '#e4572e', width: 2, dash: dash}});
+  const shapes = (w.sure || []).map((l) => cell(l, 'solid'))
+                               .concat((w.possible || []).map((l) => cell(l, 'dot')));
+  const traces = [
+    {type: 'heatmap', z: scaled(w.map), colorscale: 'Viridis', zmin: 0, zmax: 1,
+     hovertemplate: 'target word %{y}, source word %{x}: %{z:.3f}<extra></extra>'},
+    {type: 'scatter', mode: 'markers', x: w.links.map((l) => l[0]), y: w.links.map((l) => l[1]),
+     name: 'extracted',
+     marker: {symbol: 'x', size: 9, color: '#fff', line: {width: 1, color: '#222'}},
+     hovertemplate: 'extracted: target word %{y} <- source word %{x}<extra></extra>'}];
+  const figures = w.aer === undefined ? 'no gold links for this sentence'
+      : `AER ${w.aer}, precision ${w.precision}, recall ${w.recall}`;
+  const ticks = (labels) => ({tickvals: labels.map((_, i) => i), ticktext: labels});
+  Plotly.react(div, traces, {
+    title: {text: `word alignment of the reference (${w.name}, argmax per target word; `
+                  + `gold: squares, extracted: x): ${figures}`, font: {size: 13}},
+    height: 160 + 18 * w.tgt.length, margin: {l: 90, r: 10, t: 30, b: 90}, showlegend: false,
+    shapes: shapes, xaxis: {...ticks(w.src), tickangle: -45},
+    yaxis: {...ticks(w.tgt), autorange: 'reversed'}}, CONFIG);
 }
 
 function image(d, t) {
@@ -132,6 +175,7 @@ function show(d) {
       heat('map-' + m, scaled(map), d, `${m} (per output token / max |score|)`,
            {gold: true, zmin: signed ? -1 : 0, scale: signed ? 'RdBu' : 'Viridis'});
     }
+    words(d);
   }
   const nb = document.querySelector('#nbest tbody');
   nb.innerHTML = '';

@@ -21,6 +21,7 @@ from typing import Sequence
 from attention_jax.decoding import loading
 from attention_jax.evaluation import explorer_data
 from attention_jax.evaluation import explorer_page
+from attention_jax.evaluation import explorer_words
 from attention_jax.implicit import attribution
 from attention_jax.models import encoders
 
@@ -62,11 +63,14 @@ def _run_page(run: explorer_data.RunInfo, folder: str, root: str, split: str,
   t = loading.load(run.workdir)
   task = explorer_data.load_task(run.config, (t.src_tok, t.tgt_tok))
   beam = int(run.config.get('eval', {}).get('beam_size', 5)) if beam is None else beam
-  summary = explorer_data.run_summary(run, split, task)
+  ids = sorted(r['id'] for r in run.records)
+  words = explorer_words.word_alignments(t, task, split, ids, keep=ids[:limit])
+  summary = explorer_data.run_summary(run, split, task, words)
   if verbose:
     print(f'{run.name}: {len(summary["sentences"])} {split} sentences, maps of '
           f'{min(limit or 10 ** 9, len(summary["sentences"]))}', flush=True)
-  details = explorer_data.sentence_details(t, summary, task, methods, beam, limit=limit)
+  details = explorer_data.sentence_details(t, summary, task, methods, beam, limit=limit,
+                                           words=words)
   shape = next((len(d['heads']), len(d['heads'][0])) for d in details.values() if 'heads' in d) \
       if any('heads' in d for d in details.values()) else (0, 0)
   summary['layers'], summary['heads'] = shape

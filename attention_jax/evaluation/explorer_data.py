@@ -2,9 +2,13 @@
 before any work, and what the page shows of each, as plain dicts and lists.
 
   runs = resolve(['runs/dates_additive'], split='test')      # ValueError / OSError: why not
-  summary = run_summary(runs[0], 'test')                      # results, curves, sentence rows
-  details = sentence_details(aj.load(runs[0].workdir), summary, methods=('gradient',), beam=5)
-  cmp = comparison(runs, 'test')                              # several runs: who got what right
+  t = aj.load(runs[0].workdir)
+  task = load_task(runs[0].config, (t.src_tok, t.tgt_tok))
+  ids = [r['id'] for r in runs[0].records]
+  words = explorer_words.word_alignments(t, task, 'test', ids, keep=ids)   # word-level gold
+  summary = run_summary(runs[0], 'test', task, words)        # results, curves, sentence rows
+  details = sentence_details(t, summary, task, ('gradient',), beam=5, words=words)
+  cmp = comparison(runs, 'test')                             # several runs: who got what right
 
 Maps are stored compactly: every weight or score as an int in thousandths (rounded, so within
 5e-4 of the value), attribution maps normalised per output token by their largest |score|.
@@ -142,10 +146,11 @@ def load_task(config: dict, tokenizers: tuple):
   return data_lib.load_task(cfg.data, seed=cfg.seed, tokenizers=tokenizers)
 
 
-def run_summary(run: RunInfo, split: str, task) -> dict:
+def run_summary(run: RunInfo, split: str, task, words: dict | None = None) -> dict:
   """What the run's page shows besides the maps: its results, by-length rows, curves from its
   TensorBoard log, and one row per sentence (id, source, reference, output, exact, sentence
-  BLEU / chrF, source length). `task`: the run's Task (load_task)."""
+  BLEU / chrF, source length; with `words`, explorer_words.word_alignments: its AER, None
+  without gold). `task`: the run's Task (load_task)."""
   workdir = workdir_lib.Run(run.workdir)
   results = workdir.results()
   texts = task.texts(split)
@@ -158,6 +163,8 @@ def run_summary(run: RunInfo, split: str, task) -> dict:
     rows.append({'id': r['id'], 'src': src, 'ref': ref, 'hyp': r['hyp'],
                  'exact': int(r['exact']), 'bleu': round(bleu, 1), 'chrf': round(chrf, 1),
                  'len': int(r['src_len'])})
+    if words is not None:
+      rows[-1]['aer'] = words['sentences'].get(r['id'], {}).get('aer')
   split_results = results['results'].get(split, {})
   table = [{'split': s, **{k: v for k, v in m.items() if isinstance(v, (int, float))}}
            for s, m in results['results'].items()]
@@ -166,7 +173,8 @@ def run_summary(run: RunInfo, split: str, task) -> dict:
           'task': run.task, 'source': task.source, 'arch': model.get('arch', 'rnn'),
           'variant': model.get('variant', ''), 'step': results.get('best_step'),
           'results': table, 'by_length': split_results.get('by_length', []),
-          'curves': read_scalars(workdir.tensorboard_dir), 'sentences': rows}
+          'curves': read_scalars(workdir.tensorboard_dir), 'sentences': rows,
+          'word_map': None if words is None else words['map']}
 
 
 def _ints(a: np.ndarray) -> list:
@@ -273,12 +281,15 @@ def _layer_weights(translator, source: str, ids: np.ndarray) -> np.ndarray:
 
 
 def sentence_details(translator, summary: dict, task, methods: Sequence[str], beam: int,
-                     alpha: float = 0.6, limit: int | None = None) -> dict[int, dict]:
+                     alpha: float = 0.6, limit: int | None = None,
+                     words: dict | None = None) -> dict[int, dict]:
   """Per sentence id (the first `limit` rows by id; None: all): the explicit attention of the
   greedy output, as the run's records hold it (= translator.attend(source)), a Transformer's
   per layer and head (= attend_heads), each attribution method's map of that output, the gold
   alignment where the task has one, and the beam-`beam` n-best list. Image runs: the image
-  (uint8) and the maps over its grid of cells (pixel maps summed per cell)."""
+  (uint8) and the maps over its grid of cells (pixel maps summed per cell). With `words`
+  (explorer_words.word_alignments, with details of these ids): the reference's word alignment
+  as 'words' (explorer_words.detail)."""
   rows = sorted(summary['sentences'], key=lambda r: r['id'])[:limit]
   split, images = summary['split'], summary['source'] == 'images'
   ids = [r['id'] for r in rows]
@@ -322,6 +333,9 @@ def sentence_details(translator, summary: dict, task, methods: Sequence[str], be
       gold = task.gold_alignment(np.asarray(task.src_tok.encode(src_text)),
                                  np.asarray(task.tgt_tok.encode(ref)))
       d['gold'] = None if gold is None else [int(g) for g in gold]
+    w = {} if words is None else words['sentences'].get(r['id'], {})
+    if 'detail' in w:
+      d['words'] = w['detail']
     if images:
       d['image'] = np.rint(np.clip(src, 0, 1) * 255).astype(np.uint8)
       d['cell'] = list(cell)

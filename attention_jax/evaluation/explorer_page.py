@@ -40,6 +40,7 @@ td.right a{color:#1a7f37;text-decoration:none} td.wrong a{color:#c62828;text-dec
 .maps{display:flex;flex-wrap:wrap;gap:8px} .maps>div{min-width:380px;flex:1}
 .maps.stack{flex-direction:column}
 .filters{margin:.5em 0;display:flex;gap:1em;align-items:center;flex-wrap:wrap}
+.filters input[type=number]{width:5em}
 .sig{font-weight:bold;color:#1a7f37}
 .figs{display:flex;flex-wrap:wrap} .figs>div{flex:1;min-width:420px}
 .note{color:#666;font-size:12px}
@@ -152,16 +153,19 @@ def run_body(s: dict, methods: Sequence[str], beam: int, detailed: int, back: st
   cols = ['split'] + [c for c in ('loss', 'perplexity', 'exact_match', 'bleu', 'chrf', 'wer', 'per',
                                   'alignment_accuracy', 'token_accuracy', 'sentences')
                       if any(c in r for r in s['results'])]
+  words = s.get('word_map')   # the map whose word alignments are scored (explorer_words)
   rows = []
   for r in s['sentences']:
     ok = 'right' if r['exact'] else 'wrong'
+    aer = '' if r.get('aer') is None else r['aer']   # '': a sentence without gold
+    aer_attr = f' data-aer="{aer}"' if words else ''
+    aer_cell = f'<td class="num" data-v="{aer}">{"–" if aer == "" else aer}</td>' if words else ''
     rows.append(
-        f'<tr data-sentence-id="{r["id"]}" data-len="{r["len"]}" data-exact="{r["exact"]}">'
-        f'<td class="num">{r["id"]}</td><td>{_e(r["src"])}</td><td>{_e(r["ref"])}</td>'
-        f'<td>{_e(r["hyp"])}</td><td class="{ok}" data-v="{r["exact"]}">'
+        f'<tr data-sentence-id="{r["id"]}" data-len="{r["len"]}" data-exact="{r["exact"]}"'
+        f'{aer_attr}><td class="num">{r["id"]}</td><td>{_e(r["src"])}</td>'
+        f'<td>{_e(r["ref"])}</td><td>{_e(r["hyp"])}</td><td class="{ok}" data-v="{r["exact"]}">'
         f'{"✓" if r["exact"] else "✗"}</td><td class="num">{r["bleu"]}</td>'
-        f'<td class="num">{r["chrf"]}</td>'
-        f'<td class="num">{r["len"]}</td></tr>')
+        f'<td class="num">{r["chrf"]}</td>{aer_cell}<td class="num">{r["len"]}</td></tr>')
   heads = ''
   if s['arch'] == 'transformer':
     heads = ('<label>layer <select id="layer"><option value="mean">last, mean of heads</option>'
@@ -179,10 +183,19 @@ def run_body(s: dict, methods: Sequence[str], beam: int, detailed: int, back: st
             + ''.join(f'<div id="map-{m}"></div>' for m in methods) + '</div>')
   note = (f'<p class="note">maps of the first {detailed} of {len(s["sentences"])} sentences '
           'by id</p>' if detailed < len(s['sentences']) else '')
+  aer_filter = aer_head = aer_note = ''
+  if words:
+    aer_filter = ('<label>AER (%) from <input id="f-aer-min" class="filter" type="number" '
+                  'min="0" max="100" step="any"> to <input id="f-aer-max" '
+                  'class="filter" type="number" min="0" max="100" step="any"></label>')
+    aer_head = '<th>AER</th>'
+    maps += '<div id="words"></div>'
+    aer_note = (f'; AER: the reference\'s word alignment by {_e(words)} (teacher-forced, '
+                'each target word linked to its argmax source word) against the gold')
   return f"""{back}<h1>{_e(s['name'])}</h1>
 <p>{_e(s['task'])}, {_e(s['variant'] or s['arch'])}, split {_e(s['split'])},
 best step {s['step']}; maps: the greedy output's attention (as the run's records),
-{_e(', '.join(methods) or 'no attribution')}; n-best: beam {beam}.
+{_e(', '.join(methods) or 'no attribution')}; n-best: beam {beam}{aer_note}.
 <span class="note">{_e(s['workdir'])}</span></p>
 <h2>The run</h2>{_table(s['results'], cols, 'results')}
 <div class="figs">{_fig(by_len, 'by-length')}{_curves(s['curves'])}</div>
@@ -190,10 +203,10 @@ best step {s['step']}; maps: the greedy output's attention (as the run's records
 <div class="filters">{_length_bands(s['by_length'])}
 <label>outputs <select id="f-correct" class="filter"><option value="">all</option>
 <option value="right">right (exact)</option><option value="wrong">wrong</option></select></label>
-<label>search <input id="f-search" class="filter" type="search"></label>
+{aer_filter}<label>search <input id="f-search" class="filter" type="search"></label>
 <span id="f-count"></span></div>{note}
 <div id="sentences-wrap"><table id="sentences-table"><thead><tr><th>id</th><th>source</th>
-<th>reference</th><th>output</th><th>exact</th><th>BLEU</th><th>chrF</th><th>length</th>
+<th>reference</th><th>output</th><th>exact</th><th>BLEU</th><th>chrF</th>{aer_head}<th>length</th>
 </tr></thead>
 <tbody>{''.join(rows)}</tbody></table></div>
 <h2>One sentence</h2><p id="sentence-head" class="note">click a sentence</p>
