@@ -15,6 +15,10 @@ markdown of any comparison (`markdown`, also what `bash launch.sh compare` print
   implicit_attention.md, implicit_attention.csv, implicit_tests.csv   where the runs measured
                     attributions against gold alignments (eval.attribution): the
                     implicit-attention study (attention_jax/evaluation/implicit_study.py)
+  word_alignment.md where the runs measured word alignments against word-level gold
+                    (eval.word_alignment; greek_english): the alignment study's tables
+                    (attention_jax/evaluation/alignment_study.py), with the classical
+                    aligners' rows when aligners.json (experiments/bench/aligners.py) is there
 
 Tasks with several references per source (G2P) lead with word error rate (WER), others with
 BLEU.
@@ -23,6 +27,7 @@ BLEU.
 from __future__ import annotations
 
 import csv
+import json
 import os
 
 import numpy as np
@@ -31,6 +36,7 @@ from attention_jax import workdir as workdir_lib
 from attention_jax.evaluation import compare as compare_lib
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import plots
+from attention_jax.evaluation import alignment_study
 from attention_jax.evaluation import implicit_study
 
 
@@ -55,6 +61,9 @@ def _write_csv(path: str, rows: list[dict]) -> str:
     w.writeheader()
     w.writerows(rows)
   return path
+
+
+ALIGNERS_FILE = 'aligners.json'   # the classical aligners' figures, beside a sweep's runs
 
 
 def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
@@ -111,6 +120,17 @@ def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
     if study['tests']:
       paths['implicit_tests'] = _write_csv(os.path.join(sweep_dir, 'implicit_tests.csv'),
                                            study['tests'])
+  if any('word_alignment' in r.split(split) for g in groups for r in g.runs):
+    aligners_path = os.path.join(sweep_dir, ALIGNERS_FILE)   # experiments/bench/aligners.py
+    aligners = None
+    if os.path.exists(aligners_path):
+      with open(aligners_path) as f:
+        aligners = json.load(f).get('aligners')
+    study = alignment_study.summarise(
+        [g for g in groups if all('word_alignment' in r.split(split) for r in g.runs)],
+        aligners, split)
+    paths['word_alignment'] = os.path.join(sweep_dir, 'word_alignment.md')
+    workdir_lib.write_atomic(paths['word_alignment'], alignment_study.markdown(study) + '\n')
   if verbose:
     print(text)
     print('wrote ' + ', '.join(paths.values()))

@@ -1,0 +1,49 @@
+"""The alignment study's table (evaluation/alignment_study.py) on hand-made results: means and
+t intervals over seeds, the best unsupervised map (guided variants are not unsupervised),
+its gap to the best aligner, and guided against additive by Welch's test."""
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from attention_jax.evaluation import alignment_study, compare
+
+
+def _group(name, bleu, maps):
+  """A variant whose seed k has test BLEU bleu[k] and, per map, AER maps[map][k]."""
+  runs = []
+  for k, b in enumerate(bleu):
+    wa = {m: {'aer': v[k], 'precision': 100 - v[k], 'recall': 100 - v[k] / 2}
+          for m, v in maps.items()}
+    runs.append(compare.Evaluated(f'/runs/{name}/seed_{k}', {'results': {'test': {
+        'bleu': b, 'chrf': 2 * b, 'word_alignment': wa}}}, {}))
+  return compare.Group(name, runs)
+
+
+def test_the_table_holds_intervals_the_best_map_its_gap_and_guided_against_additive():
+  groups = [_group('additive', [10, 11, 12], {'attention': [50, 52, 54], 'gradient': [60, 61, 62]}),
+            _group('guided', [9, 10, 11], {'attention': [30, 31, 32]}),
+            _group('none', [5, 5.5, 6], {'gradient': [55, 56, 57]})]
+  aligners = {'eflomal': {'seeds': [{'aer': 40.0, 'precision': 60, 'recall': 70},
+                                    {'aer': 41.0, 'precision': 59, 'recall': 69},
+                                    {'aer': 42.0, 'precision': 58, 'recall': 68}]},
+              'ibm1': {'aer': 70.0, 'precision': 30, 'recall': 40}}
+  s = alignment_study.summarise(groups, aligners)
+  add = s['variants'][0]
+  lo, hi = scipy.stats.t.interval(0.95, 2, loc=52, scale=2 / np.sqrt(3))
+  assert add['maps']['attention']['aer']['mean'] == pytest.approx(52)
+  assert (add['maps']['attention']['aer']['lo'], add['maps']['attention']['aer']['hi']) == \
+      pytest.approx((lo, hi))
+  # the guided variant's 31 is lower, but it saw the gold: the best unsupervised is additive's
+  assert (s['best_neural']['variant'], s['best_neural']['map']) == ('additive', 'attention')
+  assert s['best_aligner']['aligner'] == 'eflomal'
+  welch = scipy.stats.ttest_ind([50, 52, 54], [40, 41, 42], equal_var=False)
+  assert s['gap']['aer']['diff'] == pytest.approx(11) and s['gap']['aer']['p'] == \
+      pytest.approx(welch.pvalue)
+  rows = {(r['variant'], r['figure']): r for r in s['guided']}
+  assert rows[('guided', 'aer')]['diff'] == pytest.approx(-21)
+  assert rows[('guided', 'bleu')]['diff'] == pytest.approx(-1)
+  md = alignment_study.markdown(s)
+  assert '| additive | attention | 3 | 52.00 [' in md
+  assert '| aligner: eflomal | - | 3 | 41.00 [' in md and '| aligner: ibm1 | - | 1 | 70.00 |' in md
+  assert 'Best unsupervised neural map: additive / attention' in md
