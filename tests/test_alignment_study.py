@@ -47,3 +47,18 @@ def test_the_table_holds_intervals_the_best_map_its_gap_and_guided_against_addit
   assert '| additive | attention | 3 | 52.00 [' in md
   assert '| aligner: eflomal | - | 3 | 41.00 [' in md and '| aligner: ibm1 | - | 1 | 70.00 |' in md
   assert 'Best unsupervised neural map: additive / attention' in md
+
+
+def test_aligner_rows_keep_each_aligners_best_with_its_runs():
+  rows = [{'aligner': 'eflomal', 'setting': 'prefix 0/0', 'direction': d, 'aer': a,
+           'precision': 70, 'recall': 60, 'per_run': [{'aer': a - 1, 'precision': 70,
+                                                       'recall': 60}, {'aer': a + 1,
+                                                                       'precision': 70,
+                                                                       'recall': 60}]}
+          for d, a in (('forward', 37.5), ('union', 35.4))]
+  rows.append({'aligner': 'ibm1', 'setting': 'iterations 5', 'direction': 'forward',
+               'aer': 55.1, 'precision': 48, 'recall': 42})
+  got = alignment_study.aligners_of(rows)
+  assert sorted(got) == ['eflomal prefix 0/0 union', 'ibm1 iterations 5 forward']
+  assert [r['aer'] for r in got['eflomal prefix 0/0 union']['seeds']] == [34.4, 36.4]
+  assert len(alignment_study.aligners_of(rows, best_only=False)) == 3

@@ -70,6 +70,24 @@ def summarise(groups, aligners: dict | None = None, split: str = 'test') -> dict
   return out
 
 
+def aligners_of(rows: Sequence[dict], best_only: bool = True) -> dict:
+  """experiments/bench/aligners.py's JSON rows (aligner, setting, direction, precision, recall,
+  aer, per_run) -> {'<aligner> <setting> <direction>': {figures, 'seeds': per-run figures}};
+  best_only: each aligner's row of lowest AER alone."""
+  out = {}
+  for r in rows:
+    out[f'{r["aligner"]} {r["setting"]} {r["direction"]}'] = {
+        **{f: r[f] for f in FIGURES}, 'aligner': r['aligner'],
+        'seeds': [{f: x[f] for f in FIGURES} for x in r.get('per_run') or []]}
+  if best_only:
+    best = {}
+    for name, e in out.items():
+      if e['aligner'] not in best or e['aer'] < out[best[e['aligner']]]['aer']:
+        best[e['aligner']] = name
+    out = {name: out[name] for name in best.values()}
+  return out
+
+
 def _values(entry: dict, figure: str) -> list[float]:
   """An aligner's figure: its seeds' values (entry['seeds']: [{aer, ...}]) or the one run's."""
   runs = entry.get('seeds') or [entry]

@@ -125,7 +125,7 @@ def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
     aligners = None
     if os.path.exists(aligners_path):
       with open(aligners_path) as f:
-        aligners = json.load(f).get('aligners')
+        aligners = alignment_study.aligners_of(json.load(f)['rows'])
     study = alignment_study.summarise(
         [g for g in groups if all('word_alignment' in r.split(split) for r in g.runs)],
         aligners, split)
