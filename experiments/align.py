@@ -14,7 +14,8 @@ word's columns summed), and links are extracted from it (--extract: each target 
 source word, or every source word with at least --threshold of the row). --out gets one line
 of `i-j` links per pair (source word i, target word j, 0-indexed, as fast_align and eflomal
 write them; a line the run cannot teacher-force, over 4x its training lengths, stays empty and
-is counted). With --gold (Pharaoh, `i-j` sure and `i?j` possible links; --one_indexed if its
+is counted). --heatmaps=N draws the first N pairs' word maps with the gold links as squares and
+the extracted links as dots. With --gold (Pharaoh, `i-j` sure and `i?j` possible links; --one_indexed if its
 words count from 1) precision, recall and AER are printed.
 
 Expected failures print one line `error: ...` and exit with status 2 before the model is loaded
@@ -22,13 +23,14 @@ and with nothing written: files that differ in line count, a gold file whose lin
 outside their sentence (or that looks 1-indexed without --one_indexed), an unknown map.
 """
 
+import os
 import sys
 
 from absl import flags
 
 from attention_jax.data import pharaoh, textfiles
 from attention_jax.decoding import loading
-from attention_jax.evaluation import aligning
+from attention_jax.evaluation import aligning, plots
 from attention_jax.implicit import attribution
 from attention_jax.implicit import word_alignment as wa
 from experiments import cli
@@ -52,6 +54,9 @@ flags.DEFINE_enum('symmetrise', 'grow-diag-final', wa.SYMMETRISATIONS,
                   'How the two directions combine, with --reverse_workdir.')
 flags.DEFINE_integer('step', None, 'Checkpoint step (default: the best).')
 flags.DEFINE_integer('batch_size', 32, 'Sentence pairs per batch.', lower_bound=1)
+flags.DEFINE_integer('heatmaps', 0, 'Draw the first N pairs\' word maps, gold links as squares '
+                     'and the extracted links as dots, into --heatmaps_dir.', lower_bound=0)
+flags.DEFINE_string('heatmaps_dir', None, 'Where --heatmaps go (default: beside --out).')
 flags.DEFINE_integer('steps', 32, 'Integrated gradients: interpolation steps.', lower_bound=1)
 CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
@@ -89,7 +94,8 @@ def main(argv):
     print(f'\r{n}/{len(pairs)} pairs', end='', file=sys.stderr, flush=True)
   kw = dict(how=FLAGS.extract, threshold=FLAGS.threshold, batch_size=FLAGS.batch_size,
             options=opts, progress=progress)
-  links = aligning.align_pairs(t, pairs, FLAGS.map, **kw)
+  maps = [None] * min(FLAGS.heatmaps, len(pairs))
+  links = aligning.align_pairs(t, pairs, FLAGS.map, maps=maps, **kw)
   if FLAGS.reverse_workdir:
     back = loading.load(FLAGS.reverse_workdir)
     aligning.check_map(back, FLAGS.map)
@@ -101,6 +107,16 @@ def main(argv):
   print(f'wrote {FLAGS.out}: {len(links)} lines of links ({FLAGS.map}, {FLAGS.extract}'
         + (f', {FLAGS.symmetrise} with {FLAGS.reverse_workdir}' if FLAGS.reverse_workdir else '')
         + ')' + (f'; {skipped} pairs too long to align left empty' if skipped else ''))
+  folder = FLAGS.heatmaps_dir or os.path.join(os.path.dirname(os.path.abspath(FLAGS.out)),
+                                              'heatmaps')
+  for k, m in enumerate(maps):
+    if m is not None:
+      g = gold[k] if gold is not None else None
+      extra = '' if g is None else f', AER {wa.sentence_aer(g, links[k]):.1f}'
+      path = plots.plot_word_alignment(
+          m, pairs[k][0].split(), pairs[k][1].split(), g, links[k],
+          os.path.join(folder, f'pair_{k + 1}.png'), f'pair {k + 1}: {FLAGS.map}{extra}')
+      print(f'drew {path}')
   if gold is not None:
     f = wa.score(gold, [l or frozenset() for l in links])
     print(f'precision {f["precision"]:.2f}  recall {f["recall"]:.2f}  AER {f["aer"]:.2f}  '

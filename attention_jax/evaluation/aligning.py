@@ -45,17 +45,23 @@ def check_map(t, name: str) -> None:
 
 def align_pairs(t, pairs: Sequence[tuple[str, str]], name: str = 'attention', *,
                 how: str = 'argmax', threshold: float = 0.5, batch_size: int = 32,
-                options: attribution.Options = attribution.Options(),
+                options: attribution.Options = attribution.Options(), maps: list | None = None,
                 progress: Callable[[int], None] | None = None) -> list[frozenset | None]:
-  """Each pair's links by map `name` (word_maps' names), None for a pair the run skips."""
+  """Each pair's links by map `name` (word_maps' names), None for a pair the run skips. With
+  `maps` (a list, the first len(maps) entries filled in place), those pairs' word maps
+  [Tw, Sw] too (None for a pair skipped)."""
   check_map(t, name)
   task = pairs_task(t, pairs)
   out = word_maps.align_split(t.graphdef, t.params, task, 'test', [name], how=how,
                               threshold=threshold, batch_size=batch_size, options=options,
-                              progress=progress)
+                              keep_maps=len(maps or ()), progress=progress)
   links: list[frozenset | None] = [None] * len(pairs)
   for k, l in zip(out['rows'], out['links'][name]):
     links[k] = l
+  if maps:
+    kept = iter(out['maps'][name])
+    for k in range(len(maps)):
+      maps[k] = next(kept) if links[k] is not None else None
   return links
 
 

@@ -186,3 +186,29 @@ def plot_image_attention_grid(items, path: str, steps: int = 10) -> str:
     _draw_steps(ax, img, weights, tokens[:rows], gap)
     ax.set_title(title, fontsize=8)
   return _save(fig, path, dpi=100)
+
+
+def plot_word_alignment(w, src_words: Sequence[str], tgt_words: Sequence[str], gold,
+                        links, path: str, title: str = '') -> str:
+  """A word map w [Tw, Sw] (rows: target words, columns: source words) with the gold links
+  drawn as squares (sure: solid, possible only: dotted) and the extracted links as dots;
+  gold: pharaoh.Alignment or None, links: {(source word, target word)}."""
+  plt = _pyplot()
+  t, s = len(tgt_words), len(src_words)
+  fig, ax = plt.subplots(figsize=(max(3.5, 0.32 * s + 1.8), max(3.0, 0.3 * t + 1.4)))
+  _draw(ax, np.asarray(w)[:t, :s], src_words, tgt_words, title)
+  patches = _pyplot_patches()
+  if gold is not None:
+    for i, j in gold.possible:
+      ax.add_patch(patches.Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, lw=1.6,
+                                     ec='tab:red', ls='-' if (i, j) in gold.sure else ':'))
+  if links:
+    i, j = zip(*sorted(links))
+    ax.scatter(i, j, s=14, c='tab:cyan', marker='o', edgecolors='k', linewidths=0.4,
+               zorder=3)
+  return _save(fig, path, dpi=110)
+
+
+def _pyplot_patches():
+  from matplotlib import patches  # pylint: disable=g-import-not-at-top  (as _pyplot: on use)
+  return patches

@@ -45,11 +45,11 @@ def get_config(arg: str | None = None):
   m.decoder = 'bahdanau'
   m.score = 'additive'
   m.dropout = 0.4
-  t.steps = 6000
+  t.steps = 3000               # about 21 minutes on 2 cores
   t.lr = 2e-3
   t.warmup_steps = 300
   t.label_smoothing = 0.1
-  t.eval_every = 1000
+  t.eval_every = 500
   t.checkpoint_every = 500
   t.log_every = 100
   c.eval.beam_size = 5
@@ -70,7 +70,8 @@ def get_sweep(arg: str | None = None):
   return [
       ('additive', {}),
       ('general', {**luong, 'model.score': 'general'}),
-      ('dot', {**luong, 'model.score': 'dot'}),
+      # dot needs the decoder state as wide as the biGRU's annotations (2 x 256)
+      ('dot', {**luong, 'model.score': 'dot', 'model.dec_hidden': 512}),
       ('location', {**luong, 'model.score': 'location'}),
       ('local_p', {**luong, 'model.score': 'general', 'model.attention_mode': 'local_p'}),
       ('none', {'model.score': 'none'}),
