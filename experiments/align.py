@@ -56,7 +56,8 @@ flags.DEFINE_integer('step', None, 'Checkpoint step (default: the best).')
 flags.DEFINE_integer('batch_size', 32, 'Sentence pairs per batch.', lower_bound=1)
 flags.DEFINE_integer('heatmaps', 0, 'Draw the first N pairs\' word maps, gold links as squares '
                      'and the extracted links as dots, into --heatmaps_dir.', lower_bound=0)
-flags.DEFINE_string('heatmaps_dir', None, 'Where --heatmaps go (default: beside --out).')
+flags.DEFINE_string('heatmaps_dir', None, 'Where --heatmaps go (default: OUT without its '
+                    'extension + .heatmaps).')
 flags.DEFINE_integer('steps', 32, 'Integrated gradients: interpolation steps.', lower_bound=1)
 CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
@@ -107,8 +108,7 @@ def main(argv):
   print(f'wrote {FLAGS.out}: {len(links)} lines of links ({FLAGS.map}, {FLAGS.extract}'
         + (f', {FLAGS.symmetrise} with {FLAGS.reverse_workdir}' if FLAGS.reverse_workdir else '')
         + ')' + (f'; {skipped} pairs too long to align left empty' if skipped else ''))
-  folder = FLAGS.heatmaps_dir or os.path.join(os.path.dirname(os.path.abspath(FLAGS.out)),
-                                              'heatmaps')
+  folder = FLAGS.heatmaps_dir or os.path.splitext(FLAGS.out)[0] + '.heatmaps'
   for k, m in enumerate(maps):
     if m is not None:
       g = gold[k] if gold is not None else None

@@ -56,7 +56,7 @@ def test_align_writes_links_and_prints_the_figures_the_library_gives(run):
   out = tmp / 'out.links'
   done = _align(tmp, f'--gold={tmp / "gold"}', f'--out={out}', '--heatmaps=2')
   assert done.returncode == 0, done.stderr
-  assert sorted(os.listdir(tmp / 'heatmaps')) == ['pair_1.png', 'pair_2.png']
+  assert sorted(os.listdir(tmp / 'out.heatmaps')) == ['pair_1.png', 'pair_2.png']
   links = pharaoh.read(str(out), sizes=[(len(s.split()), len(t.split())) for s, t in pairs])
   assert len(links) == len(pairs)
   # argmax: one link per target word with attention, to a source word of its sentence

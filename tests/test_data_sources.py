@@ -44,9 +44,10 @@ def test_a_data_set_is_one_loader_and_one_registry_line(monkeypatch, data_cfg):
 
 
 # the registered tasks that read a user's files or a TFDS set (tested above and below with
-# their inputs) or the whole CMUdict (tests/test_cmudict.py); every other one, a task
-# registered later included (tests/throwaway_task.py), loads from the test config alone
-NEEDS_INPUTS = ('textfiles', 'tfds', 'cmudict')
+# their inputs), the whole CMUdict (tests/test_cmudict.py) or a fetched wheel (greek_english:
+# tests/test_bible.py, on a wheel made there); every other one, a task registered later
+# included (tests/throwaway_task.py), loads from the test config alone
+NEEDS_INPUTS = ('textfiles', 'tfds', 'cmudict', 'greek_english')
 
 
 @pytest.mark.parametrize('name', [n for n in data.TASKS if n not in NEEDS_INPUTS])

@@ -38,7 +38,7 @@ def get_config(arg: str | None = None):
   d.batch_size = 32
   m.cell = 'gru'
   m.emb_dim = 256
-  m.enc_hidden = 256
+  m.enc_hidden = 128           # per direction: annotations of 256, as wide as the decoder
   m.enc_layers = 1
   m.dec_hidden = 256
   m.attn_dim = 256
@@ -70,8 +70,7 @@ def get_sweep(arg: str | None = None):
   return [
       ('additive', {}),
       ('general', {**luong, 'model.score': 'general'}),
-      # dot needs the decoder state as wide as the biGRU's annotations (2 x 256)
-      ('dot', {**luong, 'model.score': 'dot', 'model.dec_hidden': 512}),
+      ('dot', {**luong, 'model.score': 'dot'}),
       ('location', {**luong, 'model.score': 'location'}),
       ('local_p', {**luong, 'model.score': 'general', 'model.attention_mode': 'local_p'}),
       ('none', {'model.score': 'none'}),
