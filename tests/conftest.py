@@ -101,7 +101,7 @@ FIRST = ('test_explorer.py', 'test_sweep.py', 'test_attribution.py', 'test_trans
          'test_images.py',
          'test_model.py', 'test_translate.py', 'test_benchmark.py', 'test_train.py',
          'test_population.py', 'test_reliability.py', 'test_modes.py', 'test_cmudict.py',
-         'test_parallel.py', 'test_ensemble.py')
+         'test_parallel.py', 'test_ensemble.py', 'test_guided_alignment.py', 'test_align.py')
 
 
 def pytest_collection_modifyitems(items):
