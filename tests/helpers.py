@@ -442,3 +442,26 @@ def bible_wheel(path, verses: int = 64, seed: int = 0) -> str:
          'records': records}))
     z.writestr('bible_alignments/__init__.py', '')
   return path
+
+
+def bible_run(tmp, task: str, steps: int = 30, word_alignment: str = 'auto',
+              **model) -> tuple[str, object, dict]:
+  """A smoke run of greek_english.py on a small wheel's verses (bible_wheel, 160 verses),
+  registered as task `task` -> (its workdir, its config, its summary). `model`: config.model
+  overrides. Its maps need not mean anything, only be the model's."""
+  from attention_jax import data as data_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.data import bible, loaders  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import train  # pylint: disable=g-import-not-at-top
+  from experiments.configs import greek_english  # pylint: disable=g-import-not-at-top
+  wheel = bible_wheel(tmp / 'tiny.whl', verses=160)
+  digest = bible.sha256(wheel)
+  if task not in loaders.LOADERS:
+    data_lib.register_task(task, lambda d: loaders._read_builder(   # pylint: disable=protected-access
+        bible.prepare(d, wheel=wheel, expected_sha256=digest)), fields=())
+  cfg = greek_english.get_config('smoke')
+  cfg.data.update(name=task, data_dir=str(tmp / 'tfds'), vocab_size=40, tgt_vocab_size=40)
+  cfg.model.update(**model)
+  cfg.train.update(steps=steps, eval_every=steps, checkpoint_every=steps, log_every=10)
+  cfg.eval.word_alignment = word_alignment
+  summary = train.train_and_evaluate(cfg, str(tmp / 'run'))
+  return str(tmp / 'run'), cfg, summary

@@ -9,12 +9,10 @@ import re
 import pytest
 
 from attention_jax import data as data_lib
-from attention_jax.data import bible, loaders, pharaoh
+from attention_jax.data import pharaoh
 from attention_jax.decoding import loading
 from attention_jax.evaluation import aligning
 from attention_jax.implicit import word_alignment as wa
-from attention_jax.training import train
-from experiments.configs import greek_english
 
 import helpers
 
@@ -25,15 +23,7 @@ TASK = 'tiny_bible'
 def run(tmp_path_factory):
   """A smoke run on the small wheel's verses, and its test verses with gold as files."""
   tmp = tmp_path_factory.mktemp('align')
-  wheel = helpers.bible_wheel(tmp / 'tiny.whl', verses=160)
-  digest = bible.sha256(wheel)
-  if TASK not in loaders.LOADERS:
-    data_lib.register_task(TASK, lambda d: loaders._read_builder(   # pylint: disable=protected-access
-        bible.prepare(d, wheel=wheel, expected_sha256=digest)), fields=())
-  cfg = greek_english.get_config('smoke')
-  cfg.data.update(name=TASK, data_dir=str(tmp / 'tfds'), vocab_size=40, tgt_vocab_size=40)
-  cfg.train.update(steps=30, eval_every=30, checkpoint_every=30, log_every=10)
-  summary = train.train_and_evaluate(cfg, str(tmp / 'run'))
+  _, cfg, summary = helpers.bible_run(tmp, TASK)
   task = data_lib.load_task(cfg.data, tokenizers=data_lib.load_tokenizers(
       os.path.join(tmp / 'run', 'tokenizers')))
   gold = task.word_gold('test')

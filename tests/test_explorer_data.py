@@ -16,16 +16,14 @@ import sys
 import numpy as np
 import pytest
 
-from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
-from attention_jax.data import bible, loaders
 from attention_jax.decoding import loading
 from attention_jax.evaluation import explorer, explorer_data, explorer_page, explorer_words
 from attention_jax.evaluation import records
 from attention_jax.implicit import word_alignment as wa
 from attention_jax.implicit import word_maps
 from attention_jax.training import train
-from experiments.configs import greek_english, reverse
+from experiments.configs import reverse
 
 import helpers
 from helpers import run_modules, smoke
@@ -220,20 +218,8 @@ WORD_TASK = 'explorer_bible'
 
 
 def train_bible(tmp, steps: int = 30, **model) -> str:
-  """A smoke run on a small Bible wheel's verses (tests/test_align.py's pattern; `model`:
-  config.model overrides) -> its workdir. Its maps need not mean anything, only be the model's."""
-  wheel = helpers.bible_wheel(tmp / 'tiny.whl', verses=160)
-  digest = bible.sha256(wheel)
-  if WORD_TASK not in loaders.LOADERS:
-    data_lib.register_task(WORD_TASK, lambda d: loaders._read_builder(   # pylint: disable=protected-access
-        bible.prepare(d, wheel=wheel, expected_sha256=digest)), fields=())
-  cfg = greek_english.get_config('smoke')
-  cfg.data.update(name=WORD_TASK, data_dir=str(tmp / 'tfds'), vocab_size=40, tgt_vocab_size=40)
-  cfg.model.update(**model)
-  cfg.train.update(steps=steps, eval_every=steps, checkpoint_every=steps, log_every=10)
-  cfg.eval.word_alignment = ''
-  train.train_and_evaluate(cfg, str(tmp / 'run'))
-  return str(tmp / 'run')
+  """A smoke run on a small Bible wheel's verses (helpers.bible_run) -> its workdir."""
+  return helpers.bible_run(tmp, WORD_TASK, steps, word_alignment='', **model)[0]
 
 
 @pytest.fixture(scope='module')
