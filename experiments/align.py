@@ -1,6 +1,6 @@
 r"""Word alignments of a parallel text by a trained run, written as Pharaoh links.
 
-  bash launch.sh align --workdir=runs/greek_english --src=test.grc --tgt=test.en --out=test.links
+  bash launch.sh align --workdir=runs/ge --src=test.grc --tgt=test.en --out=test.links
   bash launch.sh align --workdir=RUN --src=F --tgt=G --gold=gold.links --out=OUT   # + P/R/AER
   bash launch.sh align --workdir=RUN --src=F --tgt=G --map=gradient --out=OUT
   bash launch.sh align --workdir=RUN --src=F --tgt=G --reverse_workdir=RUN_EN_GRC \

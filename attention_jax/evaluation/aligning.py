@@ -2,7 +2,7 @@
 the run's maps (implicit/word_maps.py), teacher-forced on the target line, optionally
 symmetrised with a run trained the other way, and scored against gold links.
 
-  t = aj.load('runs/greek_english')
+  t = aj.load('runs/ge')
   links = align_pairs(t, pairs, 'attention')          # [frozenset((src word, tgt word))] per pair
   links = align_pairs(t, pairs, 'gradient', how='threshold', threshold=0.3)
   both = symmetrised(links, align_pairs(t_rev, [(e, g) for g, e in pairs], 'attention'),

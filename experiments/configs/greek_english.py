@@ -1,7 +1,7 @@
 """Koine Greek -> English, verse by verse (SBLGNT -> BSB), with manual word alignments.
 
-  bash launch.sh train experiments/configs/greek_english.py --workdir=runs/greek_english
-  bash launch.sh align --workdir=runs/greek_english --src=G --tgt=E [--gold=LINKS] --out=OUT
+  bash launch.sh train experiments/configs/greek_english.py --workdir=runs/ge
+  bash launch.sh align --workdir=runs/ge --src=G --tgt=E [--gold=LINKS] --out=OUT
   bash launch.sh data-info experiments/configs/greek_english.py     # split sizes, examples
   bash launch.sh train experiments/configs/greek_english.py:smoke --workdir=/tmp/ge_smoke
   bash launch.sh sweep experiments/configs/greek_english.py --seeds=3   # the alignment study
