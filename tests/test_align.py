@@ -13,6 +13,8 @@ from attention_jax.data import pharaoh
 from attention_jax.decoding import loading
 from attention_jax.evaluation import aligning
 from attention_jax.implicit import word_alignment as wa
+from attention_jax.implicit import word_maps
+from experiments.configs import common, greek_english
 
 import helpers
 
@@ -105,3 +107,24 @@ def test_align_help_names_its_flags():
   for flag in ('--workdir', '--src', '--tgt', '--out', '--map', '--gold', '--one_indexed',
                '--extract', '--reverse_workdir'):
     assert flag in done.stdout, flag
+
+
+@pytest.mark.extended   # a second tiny run, a Transformer's: CI's extended tier
+def test_a_transformers_every_layer_and_head_and_its_shift_rows_align(tmp_path):
+  model = {k.split('.', 1)[1]: v for k, v in common.switch(
+      greek_english.get_config('smoke'), arch='transformer', transformer_layers=2,
+      heads=2).items()}
+  workdir, cfg, summary = helpers.bible_run(tmp_path, TASK + '_transformer', steps=4, **model)
+  t = loading.load(workdir)
+  names = word_maps.map_names(t.graphdef, t.params)
+  layers = ['attention_L1', 'attention_L1H1', 'attention_L1H2', 'attention_L2',
+            'attention_L2H1', 'attention_L2H2']
+  assert names == ['attention', *layers, 'attention_shift', *[n + '_shift' for n in layers]]
+  figures = summary['results']['test']['word_alignment']
+  assert set(figures) == set(names)   # the evaluator measured every one
+  task = data_lib.load_task(cfg.data, tokenizers=(t.src_tok, t.tgt_tok))
+  pairs = [p for p, g in zip(task.texts('test'), task.word_gold('test')) if g is not None]
+  gold = [g for g in task.word_gold('test') if g is not None]
+  for name in ('attention_L2H1', 'attention_L2H1_shift'):
+    got = wa.score(gold, aligning.align_pairs(t, pairs, name))
+    assert got['aer'] == pytest.approx(figures[name]['aer'], abs=1e-9), name
