@@ -65,13 +65,19 @@ def test_align_writes_links_and_prints_the_figures_the_library_gives(run):
   # split, which the study table reads) is the same as align's on the test files
   for k in ('precision', 'recall', 'aer'):
     assert results['word_alignment']['attention'][k] == pytest.approx(want[k], abs=1e-9)
-  # a 1-indexed gold file read with the flag gives the same figures
+
+
+@pytest.mark.extended   # two more commands (the suite keeps the first): CI's extended tier
+def test_a_one_indexed_gold_with_its_flag_and_a_gradient_map_with_a_threshold(run):
+  tmp = run[0]
+  first = _align(tmp, f'--gold={tmp / "gold"}', f'--out={tmp / "z.links"}')
+  figures = re.search(r'precision .*AER [\d.]+', first.stdout).group(0)
   again = _align(tmp, f'--gold={tmp / "gold1"}', '--one_indexed', f'--out={tmp / "o1"}')
-  assert again.returncode == 0 and got.group(0) in again.stdout, again.stderr
-  # another map and extraction rule: a gradient map with a threshold
+  assert again.returncode == 0 and figures in again.stdout, again.stderr
   grad = _align(tmp, '--map=gradient', '--extract=threshold', '--threshold=0.3',
                 f'--gold={tmp / "gold"}', f'--out={tmp / "g.links"}')
   assert grad.returncode == 0 and 'AER' in grad.stdout, grad.stderr
+  assert pharaoh.read(str(tmp / 'g.links')) != pharaoh.read(str(tmp / 'z.links'))
 
 
 @pytest.mark.parametrize('case', ['one_indexed', 'out_of_range', 'line_counts', 'unknown_map'])
