@@ -131,7 +131,18 @@ def _order(magnitude: np.ndarray, real: np.ndarray, k: int) -> np.ndarray:
   return np.argsort(-m, axis=-1, kind='stable')[..., :k].astype(np.int32)
 
 
-def _magnitudes(attributors: dict, params, src, tin, tout, seconds: dict):
+def layer_maps(layers: np.ndarray) -> dict[str, np.ndarray]:
+  """A Transformer's cross-attention per layer and head [B, N, H, T, S] -> {'attention_L<n>':
+  layer n's mean over heads, 'attention_L<n>H<h>': one head} (n, h from 1), each [B, T, S]."""
+  out = {}
+  for n in range(layers.shape[1]):
+    out[f'{EXPLICIT}_L{n + 1}'] = layers[:, n].mean(1)
+    for h in range(layers.shape[2]):
+      out[f'{EXPLICIT}_L{n + 1}H{h + 1}'] = layers[:, n, h]
+  return out
+
+
+def magnitudes(attributors: dict, params, src, tin, tout, seconds: dict):
   """One batch through every method's attributor -> ({method: magnitudes (ranking) [B, T,
   *positions]}, the explicit weights [B, T, S'] float64); each method's seconds added to
   `seconds`."""
@@ -181,7 +192,7 @@ def attribute_split(graphdef, params, task, split: str, methods: Sequence[str], 
     attribution.check(m, task.source)
   attributors = {m: attribution.make_attributor(graphdef, m, options) for m in methods}
   deletion = make_deletion(graphdef, k)
-  layer_maps = _layer_maps(graphdef)
+  layers_of = _layer_maps(graphdef)
   rng = np.random.RandomState(seed)
   sentences = []   # (source length, {map: figures}, {map: deletion drops [steps]})
   seconds = {m: 0.0 for m in methods}
@@ -192,15 +203,11 @@ def attribute_split(graphdef, params, task, split: str, methods: Sequence[str], 
     gold = task.batch_alignment(batch)
     src, tin, tout = (np.asarray(batch[x]) for x in ('src', 'tgt_in', 'tgt_out'))
     real = src != 0
-    maps, explicit = _magnitudes(attributors, params, src, tin, tout, seconds)
+    maps, explicit = magnitudes(attributors, params, src, tin, tout, seconds)
     maps[EXPLICIT] = explicit
-    layers = layer_maps(params, src, tin)
+    layers = layers_of(params, src, tin)
     if layers is not None:
-      layers = np.asarray(jax.device_get(layers), np.float64)          # [B, N, H, T, S]
-      for n in range(layers.shape[1]):
-        maps[f'{EXPLICIT}_L{n + 1}'] = layers[:, n].mean(1)
-        for h in range(layers.shape[2]):
-          maps[f'{EXPLICIT}_L{n + 1}H{h + 1}'] = layers[:, n, h]
+      maps.update(layer_maps(np.asarray(jax.device_get(layers), np.float64)))  # [B, N, H, T, S]
     maps[RANDOM] = rng.rand(*explicit.shape)
     src_lens = real.sum(-1)
     valid = (gold >= 0) & (tout != 0)
@@ -319,7 +326,7 @@ def attribute_images(graphdef, params, task, split: str, methods: Sequence[str],
       break
     boxes = task.batch_boxes(batch, split)
     src, tin, tout = (np.asarray(batch[x]) for x in ('src', 'tgt_in', 'tgt_out'))
-    maps, explicit = _magnitudes(attributors, params, src, tin, tout, seconds)
+    maps, explicit = magnitudes(attributors, params, src, tin, tout, seconds)
     maps = {m: x if x.ndim == 4 else x.reshape(*x.shape[:2], *grid)   # pixels, or the grid
             for m, x in maps.items()}
     explicit = explicit.reshape(*tout.shape, *grid)

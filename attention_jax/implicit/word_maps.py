@@ -26,10 +26,11 @@ import numpy as np
 from flax import nnx
 
 from attention_jax.data.pharaoh import Alignment
+from attention_jax.implicit import alignment
 from attention_jax.implicit import attribution
 from attention_jax.implicit import word_alignment as wa
 
-EXPLICIT = 'attention'
+EXPLICIT = alignment.EXPLICIT   # 'attention'
 SHIFT = '_shift'
 
 
@@ -43,12 +44,6 @@ def _forward_maps(graphdef) -> Callable:
   return jax.jit(fn)
 
 
-def layer_names(num_layers: int, num_heads: int) -> list[str]:
-  """The names of a Transformer's per-layer and per-head maps."""
-  return [f'{EXPLICIT}_L{n}' + (f'H{h}' if h else '')
-          for n in range(1, num_layers + 1) for h in range(num_heads + 1)]
-
-
 def map_names(graphdef, params, methods: Sequence[str] = (), batch: dict | None = None,
               shift: bool | None = None) -> list[str]:
   """The maps a model offers: 'attention', its layers and heads (a Transformer's, found on
@@ -58,7 +53,8 @@ def map_names(graphdef, params, methods: Sequence[str] = (), batch: dict | None 
   if batch is None:
     batch = {'src': np.ones((1, 2), np.int32), 'tgt_in': np.ones((1, 2), np.int32)}
   _, layers = jax.eval_shape(fwd, params, batch['src'], batch['tgt_in'])
-  names = [EXPLICIT] + ([] if layers is None else layer_names(layers.shape[1], layers.shape[2]))
+  names = [EXPLICIT] + ([] if layers is None else list(alignment.layer_maps(
+      np.zeros((1, *layers.shape[1:3], 1, 1)))))   # the names alone
   if shift is None:
     shift = layers is not None
   if shift:
@@ -75,15 +71,11 @@ def batch_maps(fwd: Callable, attributors: dict, params, batch: dict,
   if any(n.startswith(EXPLICIT) for n in want):
     weights, layers = jax.device_get(fwd(params, src, tin))
     out[EXPLICIT] = np.asarray(weights, np.float64)
-    if layers is not None:
-      layers = np.asarray(layers, np.float64)                           # [B, N, H, T, S]
-      for n in range(layers.shape[1]):
-        out[f'{EXPLICIT}_L{n + 1}'] = layers[:, n].mean(1)
-        for h in range(layers.shape[2]):
-          out[f'{EXPLICIT}_L{n + 1}H{h + 1}'] = layers[:, n, h]
-  for m, fn in attributors.items():
-    a = jax.device_get(fn(params, src, tin, tout))
-    out[m] = np.asarray(attribution.ranking(m, np.asarray(a.scores, np.float64)))
+    if layers is not None:                                              # [B, N, H, T, S]
+      out.update(alignment.layer_maps(np.asarray(layers, np.float64)))
+  if attributors:
+    out.update(alignment.magnitudes(attributors, params, src, tin, tout,
+                                    dict.fromkeys(attributors, 0.0))[0])
   for n in names:
     if n.endswith(SHIFT):   # row t <- row t + 1: the step whose input is target token t
       base = out[n[:-len(SHIFT)]]
