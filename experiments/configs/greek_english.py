@@ -67,14 +67,14 @@ GUIDED = {'train.guided_alignment_weight': 1.0}
 def get_sweep(arg: str | None = None):
   """The alignment study's variants (docs/alignment.md); every one under --seeds seeds."""
   luong = {'model.decoder': 'luong'}
-  return [
+  return [   # the rows the conclusions rest on first
       ('additive', {}),
+      ('guided', {**GUIDED, 'train.guided_alignment_share': 1.0}),
+      ('guided_fifth', {**GUIDED, 'train.guided_alignment_share': 0.2}),
+      ('transformer', common.switch(get_config(arg), **TRANSFORMER)),
+      ('none', {'model.score': 'none'}),
       ('general', {**luong, 'model.score': 'general'}),
       ('dot', {**luong, 'model.score': 'dot'}),
       ('location', {**luong, 'model.score': 'location'}),
       ('local_p', {**luong, 'model.score': 'general', 'model.attention_mode': 'local_p'}),
-      ('none', {'model.score': 'none'}),
-      ('transformer', common.switch(get_config(arg), **TRANSFORMER)),
-      ('guided', {**GUIDED, 'train.guided_alignment_share': 1.0}),
-      ('guided_fifth', {**GUIDED, 'train.guided_alignment_share': 0.2}),
   ]
