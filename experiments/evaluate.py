@@ -8,7 +8,8 @@ Prints loss, perplexity, exact match, BLEU and chrF (with the sacrebleu signatur
 where a source has several references (cmudict, or --ref lines with tab-separated
 alternatives), the same by source-length bucket (edges: --length_edges, else the run's
 eval.length_edges) and, for tasks with a gold alignment (copy, reverse, sort), alignment
-accuracy. Writes <workdir>/eval_<split or src file>.json, its by-length plot and heatmaps
+accuracy; with word-level gold (greek_english) the word alignments of the explicit maps and of
+--word_alignment_methods (precision, recall, AER). Writes <workdir>/eval_<split or src file>.json, its by-length plot and heatmaps
 (into --out instead, when given).
 
 Several runs, comma-separated, are evaluated as their ensemble
@@ -45,6 +46,12 @@ flags.DEFINE_integer('heatmaps', 6, 'How many sentences to draw.', lower_bound=0
 flags.DEFINE_string('attribution', None, "Attribution methods measured against gold "
                     "alignments (copy/reverse/sort), comma-separated or 'all'; '' = none "
                     "(default: the run's eval.attribution).")
+flags.DEFINE_string('word_alignment_methods', None, 'Attribution methods whose word alignments '
+                    'are measured against word-level gold (greek_english) beside the explicit '
+                    "maps, comma-separated or 'all' (default: the run's "
+                    'eval.word_alignment_methods).')
+flags.DEFINE_integer('steps', None, "Integrated gradients' steps (default: the run's "
+                     'eval.attribution_steps and eval.word_alignment_steps).', lower_bound=1)
 CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
 
@@ -65,7 +72,8 @@ def main(argv):
     saved_run.evaluate_run(FLAGS.workdir, split=split, src=FLAGS.src, ref=FLAGS.ref,
                           attribution=FLAGS.attribution, beam=FLAGS.beam, alpha=FLAGS.alpha,
                           step=FLAGS.step, length_edges=edges, num_heatmaps=FLAGS.heatmaps,
-                          out=FLAGS.out)
+                          out=FLAGS.out, word_alignment_methods=FLAGS.word_alignment_methods,
+                          steps=FLAGS.steps)
 
 
 if __name__ == '__main__':

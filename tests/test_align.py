@@ -11,7 +11,7 @@ import pytest
 from attention_jax import data as data_lib
 from attention_jax.data import pharaoh
 from attention_jax.decoding import loading
-from attention_jax.evaluation import aligning
+from attention_jax.evaluation import aligning, alignment_study, compare, saved_run
 from attention_jax.implicit import word_alignment as wa
 from attention_jax.implicit import word_maps
 from experiments.configs import common, greek_english
@@ -65,6 +65,25 @@ def test_align_writes_links_and_prints_the_figures_the_library_gives(run):
   # split, which the study table reads) is the same as align's on the test files
   for k in ('precision', 'recall', 'aer'):
     assert results['word_alignment']['attention'][k] == pytest.approx(want[k], abs=1e-9)
+
+
+@pytest.mark.extended   # a beam decode and a gradient map: CI's extended tier
+def test_evaluate_adds_an_attribution_maps_figures_which_the_study_reads_and_align_repeats(run):
+  """The study's attribution rows: `evaluate --word_alignment_methods=gradient` writes the
+  gradient map's figures into eval_test.json, the study table reads them beside the explicit
+  maps of results.json, and align's AER for that map on the same verses is the same."""
+  tmp, pairs, gold, results = run
+  report = saved_run.evaluate_run(str(tmp / 'run'), split='test', num_heatmaps=0,
+                                  word_alignment_methods='gradient', verbose=False)
+  assert set(report['word_alignment']) == {'attention', 'gradient'}
+  assert report['word_alignment']['attention']['aer'] == pytest.approx(
+      results['word_alignment']['attention']['aer'], abs=1e-9)
+  run_read = compare.Evaluated(str(tmp / 'run'), {'results': {'test': results}}, {})
+  study = alignment_study.word_alignments(run_read)
+  assert study['gradient']['sentences'] == len(gold)
+  want = wa.score(gold, aligning.align_pairs(loading.load(str(tmp / 'run')), pairs, 'gradient'))
+  for k in ('precision', 'recall', 'aer'):
+    assert study['gradient'][k] == pytest.approx(want[k], abs=1e-9)
 
 
 @pytest.mark.extended   # two more commands (the suite keeps the first): CI's extended tier

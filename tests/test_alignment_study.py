@@ -2,6 +2,8 @@
 t intervals over seeds, the best unsupervised map (guided variants are not unsupervised),
 its gap to the best aligner, and guided against additive by Welch's test."""
 
+import json
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -62,3 +64,30 @@ def test_aligner_rows_keep_each_aligners_best_with_its_runs():
   assert sorted(got) == ['eflomal prefix 0/0 union', 'ibm1 iterations 5 forward']
   assert [r['aer'] for r in got['eflomal prefix 0/0 union']['seeds']] == [34.4, 36.4]
   assert len(alignment_study.aligners_of(rows, best_only=False)) == 3
+
+
+def test_maps_a_later_evaluate_added_join_the_table_with_their_sentence_count(tmp_path):
+  """`evaluate --word_alignment_methods` writes eval_test.json beside results.json: its maps
+  join the run's row, each with the sentences it was measured on; a map measured on fewer
+  sentences than the aligners' cannot be the best unsupervised one, however low its AER."""
+  runs = []
+  for k in range(3):
+    wd = tmp_path / f'seed_{k}'
+    wd.mkdir()
+    (wd / 'eval_test.json').write_text(json.dumps({
+        'word_alignment_sentences': 100,
+        'word_alignment': {'attention': {'aer': 0.0, 'precision': 0, 'recall': 0},
+                           'erasure': {'aer': 40.0 + k, 'precision': 60, 'recall': 59}}}))
+    runs.append(compare.Evaluated(str(wd), {'results': {'test': {
+        'bleu': 10, 'chrf': 20, 'word_alignment_sentences': 504,
+        'word_alignment': {'attention': {'aer': 60.0 + k, 'precision': 40, 'recall': 39}}}}},
+        {}))
+  got = alignment_study.word_alignments(runs[1])
+  assert got['attention'] == {'aer': 61.0, 'precision': 40, 'recall': 39, 'sentences': 504}
+  assert got['erasure']['aer'] == 41.0 and got['erasure']['sentences'] == 100
+  s = alignment_study.summarise([compare.Group('additive', runs)])
+  maps = s['variants'][0]['maps']
+  assert maps['erasure']['aer']['mean'] == pytest.approx(41) and maps['erasure']['sentences'] == 100
+  assert s['best_neural']['map'] == 'attention'           # 61 on 504, not erasure's 41 on 100
+  md = alignment_study.markdown(s)
+  assert '| additive | erasure | 3 | 41.00 [' in md and md.count(' | 100 |') == 1

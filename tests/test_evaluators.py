@@ -70,3 +70,16 @@ def test_every_evaluator_runs_at_known_moments_and_says_what_it_is():
   for name, cls in evaluators.EVALUATORS.items():
     assert cls.name == name and cls.__doc__, name
     assert set(cls.when) <= set(evaluators.MOMENTS), name
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('word_alignment_num', -1, r"^eval.word_alignment_num must be an integer >= 0 .*got -1$"),
+    ('word_alignment_steps', 0, r"^eval.word_alignment_steps must be a positive integer .*got 0$"),
+    ('word_alignment_methods', 'gradients', r"gradients"),
+])
+def test_the_word_alignment_evaluators_fields_are_checked_in_one_line(field, value, message):
+  cfg = helpers.smoke(dates, '/unused')
+  with cfg.unlocked():
+    cfg.eval[field] = value
+  with pytest.raises(ValueError, match=message):
+    evaluators.build(cfg.eval)

@@ -10,10 +10,13 @@ the best aligner, and guided alignment against the unsupervised model (Welch ove
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Sequence
 
 import numpy as np
 
+from attention_jax import workdir as workdir_lib
 from attention_jax.evaluation import stats
 
 FIGURES = ('aer', 'precision', 'recall')
@@ -27,20 +30,23 @@ def _interval(values: Sequence[float]) -> dict:
 
 def summarise(groups, aligners: dict | None = None, split: str = 'test') -> dict:
   """Sweep groups (compare.Group: a variant's seeds) -> {'variants': [{variant, seeds, bleu,
-  chrf, maps: {map: {aer, precision, recall: interval}}}], 'aligners': {...}, 'best_neural',
+  chrf, maps: {map: {aer, precision, recall: interval, sentences}}}], 'aligners': {...},
+  'best_neural' (among the maps measured on all the split's sentences with gold),
   'best_aligner', 'gap', 'guided': [comparisons]}."""
   variants = []
   for g in groups:
     res = [r.split(split) for r in g.runs]
-    maps = sorted(set.intersection(*(set(r.get('word_alignment', {})) for r in res)))
+    aligned = [word_alignments(r, split) for r in g.runs]
+    maps = sorted(set.intersection(*(set(a) for a in aligned)))
     variants.append({
         'variant': g.name, 'seeds': len(res),
         'bleu': _interval([r['bleu'] for r in res]), 'chrf': _interval([r['chrf'] for r in res]),
-        'maps': {m: {f: _interval([r['word_alignment'][m][f] for r in res]) for f in FIGURES}
-                 for m in maps}})
+        'maps': {m: {**{f: _interval([a[m][f] for a in aligned]) for f in FIGURES},
+                     'sentences': min(a[m]['sentences'] for a in aligned)} for m in maps}})
   out = {'split': split, 'variants': variants, 'aligners': aligners or {}}
+  full = max((f['sentences'] for v in variants for f in v['maps'].values()), default=0)
   unsup = [(v, m) for v in variants if not v['variant'].startswith(GUIDED_PREFIX)
-           for m in v['maps']]
+           for m in v['maps'] if v['maps'][m]['sentences'] == full]   # the aligners' sentences
   if unsup:
     v, m = min(unsup, key=lambda vm: vm[0]['maps'][vm[1]]['aer']['mean'])
     out['best_neural'] = {'variant': v['variant'], 'map': m, **v['maps'][m]}
@@ -68,6 +74,22 @@ def summarise(groups, aligners: dict | None = None, split: str = 'test') -> dict
                                            'figure': what, 'diff': t.diff, 'lo': t.lo,
                                            'hi': t.hi, 'p': t.p})
   return out
+
+
+def word_alignments(run, split: str = 'test') -> dict:
+  """A run's word-alignment figures per map: its final evaluation's (results.json), and the maps
+  a later `evaluate --word_alignment_methods=...` added (eval_<split>.json: the attribution
+  methods, too slow to run at the end of every training); each with 'sentences', how many
+  sentences with gold it was measured on."""
+  def maps(report: dict) -> dict:
+    n = report.get('word_alignment_sentences', 0)
+    return {m: {**f, 'sentences': n} for m, f in report.get('word_alignment', {}).items()}
+  later = {}
+  path = workdir_lib.Run(run.workdir).eval_path(f'eval_{split}')
+  if os.path.isfile(path):
+    with open(path, encoding='utf-8') as f:
+      later = maps(json.load(f))
+  return {**later, **maps(run.split(split))}
 
 
 def aligners_of(rows: Sequence[dict], best_only: bool = True) -> dict:
@@ -106,16 +128,18 @@ def markdown(s: dict) -> str:
   lines = ['| variant | seeds | test BLEU | test chrF |', '|---|---|---|---|']
   for v in s['variants']:
     lines.append(f'| {v["variant"]} | {v["seeds"]} | {_cell(v["bleu"])} | {_cell(v["chrf"])} |')
-  lines += ['', '| variant | map | seeds | AER | precision | recall |', '|---|---|---|---|---|---|']
+  lines += ['', '| variant | map | seeds | AER | precision | recall | sentences |',
+            '|---|---|---|---|---|---|---|']
   for v in s['variants']:
     for m, f in sorted(v['maps'].items(), key=lambda x: x[1]['aer']['mean']):
       lines.append(f'| {v["variant"]} | {m} | {v["seeds"]} | {_cell(f["aer"])} | '
-                   f'{_cell(f["precision"])} | {_cell(f["recall"])} |')
+                   f'{_cell(f["precision"])} | {_cell(f["recall"])} | {f["sentences"]} |')
   for name, entry in sorted(s['aligners'].items(),
                             key=lambda x: np.mean(_values(x[1], 'aer'))):
     n = len(entry.get('seeds') or [entry])
     cells = [_cell(_interval(_values(entry, f))) for f in FIGURES]
-    lines.append(f'| aligner: {name} | - | {n} | ' + ' | '.join(cells) + ' |')
+    lines.append(f'| aligner: {name} | - | {n} | ' + ' | '.join(cells)
+                 + f' | {entry.get("sentences", "-")} |')
   if 'gap' in s:
     b, a, g = s['best_neural'], s['best_aligner'], s['gap']['aer']
     lines += ['', f'Best unsupervised neural map: {b["variant"]} / {b["map"]}, AER '

@@ -262,7 +262,7 @@ class WordAlignments(Evaluator):
   on the test references: precision, recall and AER per map and by source length, each target
   word linked to its argmax source word."""
   fields = {'word_alignment': 'auto', 'word_alignment_methods': '',
-            'word_alignment_num': 0}
+            'word_alignment_num': 0, 'word_alignment_steps': 32}
   splits = ('test',)
 
   def check(self, task=None) -> None:
@@ -270,6 +270,10 @@ class WordAlignments(Evaluator):
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
       raise ValueError(f'eval.word_alignment_num must be an integer >= 0 (test sentences '
                        f'aligned; 0: all), got {n!r}')
+    steps = self.opts['word_alignment_steps']
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+      raise ValueError(f'eval.word_alignment_steps must be a positive integer (integrated '
+                       f'gradients\' steps, smoothgrad\'s samples), got {steps!r}')
     attribution_methods(self.opts['word_alignment_methods'],
                         task.source if task is not None else None)
     if (task is not None and not task.has_word_gold
@@ -290,10 +294,14 @@ class WordAlignments(Evaluator):
         lambda methods: word_maps.map_names(ctx.graphdef, ctx.params, methods),
         ctx.task.source)
     num = int(self.opts['word_alignment_num']) or None
-    if ctx.when == 'final':
-      print(f'word alignments of {len(names)} maps on {ctx.split}', flush=True)
-    out = word_maps.align_split(ctx.graphdef, ctx.params, ctx.task, ctx.split, names, num=num,
-                                batch_size=int(ctx.cfg.data.batch_size))
+    total = min(num or len(ctx.task.texts(ctx.split)), len(ctx.task.texts(ctx.split)))
+    print(f'word alignments of {len(names)} maps on {total} {ctx.split} sentences', flush=True)
+    steps = int(self.opts['word_alignment_steps'])
+    out = word_maps.align_split(
+        ctx.graphdef, ctx.params, ctx.task, ctx.split, names, num=num,
+        batch_size=int(ctx.cfg.data.batch_size),
+        options=attribution.Options(steps=steps, samples=steps),
+        progress=lambda n: print(f'  word alignments: {n}/{total} sentences', flush=True))
     figures = {n: {**out['figures'][n], 'by_length': out['by_length'][n]} for n in names
                if out['figures'][n]['links']}   # score `none`: its attention links nothing
     return {'word_alignment': figures, 'word_alignment_sentences': len(out['gold'])}

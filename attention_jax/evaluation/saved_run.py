@@ -47,7 +47,8 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
                  alpha: float | None = None, step: int | None = None,
                  length_edges: Sequence[int] | None = None, num_heatmaps: int = 6,
                  attribution: str | None = None, verbose: bool = True,
-                 out: str | None = None) -> dict:
+                 out: str | None = None, word_alignment_methods: str | None = None,
+                 steps: int | None = None) -> dict:
   """Evaluates a run's checkpoint (best, or `step`) on one of its splits, or on any parallel
   text files `src` / `ref` (one sentence per line; see _read_pairs for several references),
   with beam size `beam` and length penalty `alpha` (default: the run's eval.beam_size and
@@ -60,7 +61,10 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
   eval.length_edges), alignment accuracy where the task has a gold alignment, and with
   `attribution` (methods, comma-separated, or 'all'; default: the run's eval.attribution,
   on a split) the figures of implicit attention against the gold alignments
-  (alignment.attribute_split) under 'attribution'.
+  (alignment.attribute_split) under 'attribution'. On a task with word-level gold
+  (greek_english), the word alignments of the explicit maps and of `word_alignment_methods`
+  (default: the run's eval.word_alignment_methods) under 'word_alignment'; `steps`: integrated
+  gradients' steps of both (default: the run's).
 
   Several runs (a list; ensemble.py) are evaluated as their ensemble, on the first run's data
   and settings, without attribution: their files go to the folder `out` (made if missing),
@@ -70,7 +74,7 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
   if (src is None) != (ref is None):
     raise ValueError('give both src and ref files (or neither, to evaluate a split)')
   several = not isinstance(workdir, (str, os.PathLike)) and len(workdir) > 1
-  if several and attribution:
+  if several and (attribution or word_alignment_methods):
     raise ValueError('attribution of an ensemble is not supported: evaluate one run with it')
   translator = ensemble.load(workdir, step=step)
   if not several and not isinstance(workdir, (str, os.PathLike)):
@@ -112,6 +116,10 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
     attribution = cfg.eval.get('attribution', '')
   with cfg.unlocked():   # the evaluators' fields, as this call sets them
     cfg.eval.attribution = attribution or ''
+    if word_alignment_methods is not None:
+      cfg.eval.word_alignment_methods = word_alignment_methods
+    if steps is not None:
+      cfg.eval.attribution_steps = cfg.eval.word_alignment_steps = steps
     cfg.eval.heatmaps = num_heatmaps
     if length_edges is not None:
       cfg.eval.length_edges = length_edges

@@ -85,6 +85,7 @@ def base_config() -> ml_collections.ConfigDict:
                             # layers, heads, _shift rows), or map names; '' none
   e.word_alignment_methods = ''   # ... and these attribution methods' maps ('all', or names)
   e.word_alignment_num = 0  # test sentences aligned (0: all)
+  e.word_alignment_steps = 32  # ... integrated gradients' steps (and SmoothGrad's samples)
   return c
 
 
