@@ -50,6 +50,8 @@ flags.DEFINE_string('word_alignment_methods', None, 'Attribution methods whose w
                     'are measured against word-level gold (greek_english) beside the explicit '
                     "maps, comma-separated or 'all' (default: the run's "
                     'eval.word_alignment_methods).')
+flags.DEFINE_integer('word_alignment_num', None, 'Word alignments of the first N test sentences '
+                     "(0: all; default: the run's eval.word_alignment_num).", lower_bound=0)
 flags.DEFINE_integer('steps', None, "Integrated gradients' steps (default: the run's "
                      'eval.attribution_steps and eval.word_alignment_steps).', lower_bound=1)
 CACHE = cli.define_compilation_cache_flag()
@@ -73,6 +75,7 @@ def main(argv):
                           attribution=FLAGS.attribution, beam=FLAGS.beam, alpha=FLAGS.alpha,
                           step=FLAGS.step, length_edges=edges, num_heatmaps=FLAGS.heatmaps,
                           out=FLAGS.out, word_alignment_methods=FLAGS.word_alignment_methods,
+                          word_alignment_num=FLAGS.word_alignment_num,
                           steps=FLAGS.steps)
 
 

@@ -6,6 +6,7 @@ line with exit status 2 and nothing written."""
 import os
 import re
 
+import ml_collections
 import pytest
 
 from attention_jax import data as data_lib
@@ -65,6 +66,23 @@ def test_align_writes_links_and_prints_the_figures_the_library_gives(run):
   # split, which the study table reads) is the same as align's on the test files
   for k in ('precision', 'recall', 'aer'):
     assert results['word_alignment']['attention'][k] == pytest.approx(want[k], abs=1e-9)
+
+
+def test_aligning_the_first_n_sentences_batches_only_those(run):
+  """word_alignment_num = n aligns test sentences 0..n-1 and computes no batch of others (an
+  attribution map costs per batch: the study aligns a subset with the slow methods)."""
+  tmp = run[0]
+  t = loading.load(str(tmp / 'run'))
+  task = data_lib.load_task(ml_collections.ConfigDict(t.run_config).data,
+                            tokenizers=(t.src_tok, t.tgt_tok))
+  batches = []
+  real = task.eval_batches
+  task.eval_batches = lambda *a, **k: (batches.append(b) or b for b in real(*a, **k))
+  out = word_maps.align_split(t.graphdef, t.params, task, 'test', ['attention'], num=3,
+                              batch_size=2)
+  assert out['rows'] == [0, 1, 2]
+  assert sorted(int(i) for b in batches for i, w in zip(b['index'], b['weight']) if w > 0) \
+      == [0, 1, 2]
 
 
 @pytest.mark.extended   # a beam decode and a gradient map: CI's extended tier

@@ -308,13 +308,14 @@ class Task:
     """How many examples of the split evaluation skips (beyond eval_limits)."""
     return len(self.encoded(split)) - len(self.eval_rows(split))
 
-  def eval_batches(self, split: str, batch_size: int,
-                   num_devices: int = 1) -> Iterator[dict[str, np.ndarray]]:
-    """Every example of the split within eval_limits exactly once, fixed order, filler rows
-    with weight 0."""
+  def eval_batches(self, split: str, batch_size: int, num_devices: int = 1,
+                   num: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """Every example of the split within eval_limits (of the first `num`, if given) exactly
+    once, fixed order, filler rows with weight 0."""
     batching.check_batch_size(batch_size, num_devices)
+    rows = self.eval_rows(split)
     batches = batching.eval_batches(self.encoded(split), self.buckets, batch_size,
-                                    self.eval_rows(split))
+                                    rows if num is None else rows[rows < num])
     source = self._source_fn(split)
     return batches if source is None else map(source, batches)
 

@@ -48,7 +48,7 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
                  length_edges: Sequence[int] | None = None, num_heatmaps: int = 6,
                  attribution: str | None = None, verbose: bool = True,
                  out: str | None = None, word_alignment_methods: str | None = None,
-                 steps: int | None = None) -> dict:
+                 word_alignment_num: int | None = None, steps: int | None = None) -> dict:
   """Evaluates a run's checkpoint (best, or `step`) on one of its splits, or on any parallel
   text files `src` / `ref` (one sentence per line; see _read_pairs for several references),
   with beam size `beam` and length penalty `alpha` (default: the run's eval.beam_size and
@@ -63,8 +63,9 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
   on a split) the figures of implicit attention against the gold alignments
   (alignment.attribute_split) under 'attribution'. On a task with word-level gold
   (greek_english), the word alignments of the explicit maps and of `word_alignment_methods`
-  (default: the run's eval.word_alignment_methods) under 'word_alignment'; `steps`: integrated
-  gradients' steps of both (default: the run's).
+  (default: the run's eval.word_alignment_methods) on the first `word_alignment_num` sentences
+  (0: all; default: the run's) under 'word_alignment'; `steps`: integrated gradients' steps of
+  both (default: the run's).
 
   Several runs (a list; ensemble.py) are evaluated as their ensemble, on the first run's data
   and settings, without attribution: their files go to the folder `out` (made if missing),
@@ -118,6 +119,8 @@ def evaluate_run(workdir: str | Sequence[str], *, split: str | None = 'test',
     cfg.eval.attribution = attribution or ''
     if word_alignment_methods is not None:
       cfg.eval.word_alignment_methods = word_alignment_methods
+    if word_alignment_num is not None:
+      cfg.eval.word_alignment_num = word_alignment_num
     if steps is not None:
       cfg.eval.attribution_steps = cfg.eval.word_alignment_steps = steps
     cfg.eval.heatmaps = num_heatmaps

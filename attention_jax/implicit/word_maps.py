@@ -107,7 +107,7 @@ def align_split(graphdef, params, task, split: str, names: Sequence[str], *,
   links = {n: [None] * n_all for n in names}
   maps = {n: {} for n in names}
   done = 0
-  for batch in task.eval_batches(split, batch_size):
+  for batch in task.eval_batches(split, batch_size, num=num):   # the first num examples only
     rows = [r for r in np.flatnonzero(batch['weight'] > 0) if batch['index'][r] < num]
     if not rows:
       continue
