@@ -13,6 +13,8 @@
 #   bash launch.sh compare RUN_OR_GROUP ... [--split=test] [--metric=bleu,exact_match]
 #                                       means, intervals and significance tests between runs
 #   bash launch.sh length-study         the length experiment: none/additive/general/dot on reverse
+#   bash launch.sh alignment-study [ROOT]   the word-alignment study (docs/alignment.md): Greek-English
+#                                       variants x 3 seeds, their maps, eflomal and IBM; resumable
 #   bash launch.sh evaluate --workdir=runs/X [--beam=5]   evaluate a checkpoint (by length, alignment)
 #   bash launch.sh evaluate --workdir=runs/X --src=F --ref=G [--beam=5]   ... on any text files
 #   bash launch.sh translate --workdir=runs/X [--input=F] [--output=G] [--beam=5] [--nbest=N]
@@ -138,6 +140,10 @@ case "$cmd" in
     [[ $# -ge 1 ]] || { echo "usage: bash launch.sh sweep SWEEP_FILE[:arg] [--seeds=N] [--parallel=N]" >&2; exit 2; }
     sweep=$1; shift
     exec python -m experiments.sweep --sweep="$sweep" "$@"
+    ;;
+  alignment-study)
+    setup
+    exec bash experiments/alignment_study.sh "$@"
     ;;
   length-study)
     setup

@@ -36,6 +36,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 
@@ -178,6 +179,13 @@ class Run:
 
   def results(self) -> dict:
     return self._read_json(self.results_path)
+
+  def evaluations(self, split: str) -> list[dict]:
+    """The reports of later evaluations of `split` (eval_<split>.json, and those at another
+    beam eval_<split>_beam<k>_a<alpha>.json), in name order."""
+    pattern = re.compile(rf'eval_{re.escape(split)}(_beam\d+_a[\d.]+)?\.json')
+    names = os.listdir(self.path) if os.path.isdir(self.path) else []
+    return [self._read_json(self._join(n)) for n in sorted(names) if pattern.fullmatch(n)]
 
   def attempts(self) -> list[dict]:
     """The sweep's attempts of this run (wall_time.json lines), [] if none."""

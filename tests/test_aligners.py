@@ -145,3 +145,28 @@ def test_a_missing_eflomal_says_what_to_install(monkeypatch):
   with pytest.raises(aligners.AlignerUnavailable,
                      match=r"^eflomal is not installed: pip install 'eflomal==2\.0\.0'"):
     aligners.align('eflomal', src, tgt)
+
+
+def test_the_bench_scores_each_row_on_the_first_n_test_verses_too(monkeypatch):
+  """experiments/bench/aligners.py --subsets=N: each row also holds its figures on the test
+  verses with gold among the first N (what a study aligned with its slow maps), equal to
+  scoring those verses alone."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from experiments.bench import aligners as bench  # pylint: disable=g-import-not-at-top
+  src, tgt, truth = corpus(60)
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  monkeypatch.setattr(flags.FLAGS, 'subsets', ['7'])
+  monkeypatch.setattr(flags.FLAGS, 'repeats', 1)
+  first = 40                                    # the last 20 pairs are the "test" verses
+  keep = [k for k in range(20) if k != 3]       # test verse 3 has no gold
+  golds = [truth[first + k] for k in keep]
+  lengths = [len(src[first + k].split()) for k in keep]
+  rows = bench.setting_rows('ibm1', 'iterations 5', {'iterations': 5}, src, tgt, first, keep,
+                            golds, lengths)
+  row = {r['direction']: r for r in rows}['forward']
+  sub = row['subsets']['7']
+  assert sub['sentences'] == 6 and row['sentences'] == 19      # verses 0-6 but 3
+  want = word_alignment.score(golds[:6], [row['links'][k] for k in keep[:6]])
+  assert sub['aer'] == pytest.approx(want['aer']) and sub['recall'] == pytest.approx(want['recall'])
+  assert sub['aer'] != pytest.approx(row['aer'])

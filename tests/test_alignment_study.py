@@ -37,10 +37,11 @@ def test_the_table_holds_intervals_the_best_map_its_gap_and_guided_against_addit
   assert (add['maps']['attention']['aer']['lo'], add['maps']['attention']['aer']['hi']) == \
       pytest.approx((lo, hi))
   # the guided variant's 31 is lower, but it saw the gold: the best unsupervised is additive's
-  assert (s['best_neural']['variant'], s['best_neural']['map']) == ('additive', 'attention')
+  [best] = s['best']                # every map on the same (unknown: 0) sentences
+  assert (best['variant'], best['map']) == ('additive', 'attention')
   assert s['best_aligner']['aligner'] == 'eflomal'
   welch = scipy.stats.ttest_ind([50, 52, 54], [40, 41, 42], equal_var=False)
-  assert s['gap']['aer']['diff'] == pytest.approx(11) and s['gap']['aer']['p'] == \
+  assert best['gap']['aer']['diff'] == pytest.approx(11) and best['gap']['aer']['p'] == \
       pytest.approx(welch.pvalue)
   rows = {(r['variant'], r['figure']): r for r in s['guided']}
   assert rows[('guided', 'aer')]['diff'] == pytest.approx(-21)
@@ -48,7 +49,7 @@ def test_the_table_holds_intervals_the_best_map_its_gap_and_guided_against_addit
   md = alignment_study.markdown(s)
   assert '| additive | attention | 3 | 52.00 [' in md
   assert '| aligner: eflomal | - | 3 | 41.00 [' in md and '| aligner: ibm1 | - | 1 | 70.00 |' in md
-  assert 'Best unsupervised neural map: additive / attention' in md
+  assert 'Best unsupervised neural map on 0 sentences: additive / attention' in md
 
 
 def test_aligner_rows_keep_each_aligners_best_with_its_runs():
@@ -66,15 +67,17 @@ def test_aligner_rows_keep_each_aligners_best_with_its_runs():
   assert len(alignment_study.aligners_of(rows, best_only=False)) == 3
 
 
-def test_maps_a_later_evaluate_added_join_the_table_with_their_sentence_count(tmp_path):
-  """`evaluate --word_alignment_methods` writes eval_test.json beside results.json: its maps
-  join the run's row, each with the sentences it was measured on; a map measured on fewer
-  sentences than the aligners' cannot be the best unsupervised one, however low its AER."""
+def test_maps_a_later_evaluate_added_join_the_table_and_meet_the_aligner_on_their_sentences(
+    tmp_path):
+  """`evaluate --word_alignment_methods` writes eval_test[_beam..].json beside results.json: its maps
+  join the run's row, each with the sentences it was measured on. The best unsupervised map
+  is found per number of sentences, and each is compared with the best aligner's figures on
+  the same sentences (the aligners bench's --subsets), never with its figures on others."""
   runs = []
   for k in range(3):
     wd = tmp_path / f'seed_{k}'
     wd.mkdir()
-    (wd / 'eval_test.json').write_text(json.dumps({
+    (wd / 'eval_test_beam1_a0.6.json').write_text(json.dumps({
         'word_alignment_sentences': 100,
         'word_alignment': {'attention': {'aer': 0.0, 'precision': 0, 'recall': 0},
                            'erasure': {'aer': 40.0 + k, 'precision': 60, 'recall': 59}}}))
@@ -85,9 +88,30 @@ def test_maps_a_later_evaluate_added_join_the_table_with_their_sentence_count(tm
   got = alignment_study.word_alignments(runs[1])
   assert got['attention'] == {'aer': 61.0, 'precision': 40, 'recall': 39, 'sentences': 504}
   assert got['erasure']['aer'] == 41.0 and got['erasure']['sentences'] == 100
-  s = alignment_study.summarise([compare.Group('additive', runs)])
+  row = {'aligner': 'eflomal', 'setting': 's', 'direction': 'union', 'aer': 30.0,
+         'precision': 70, 'recall': 70, 'sentences': 504,
+         'per_run': [{'aer': a, 'precision': 70, 'recall': 70} for a in (29.0, 30.0, 31.0)],
+         'subsets': {'101': {'aer': 20.0, 'precision': 80, 'recall': 80, 'sentences': 100,
+                             'per_run': [{'aer': a, 'precision': 80, 'recall': 80}
+                                         for a in (19.0, 20.0, 21.0)]}}}
+  s = alignment_study.summarise([compare.Group('additive', runs)],
+                                alignment_study.aligners_of([row]))
   maps = s['variants'][0]['maps']
   assert maps['erasure']['aer']['mean'] == pytest.approx(41) and maps['erasure']['sentences'] == 100
-  assert s['best_neural']['map'] == 'attention'           # 61 on 504, not erasure's 41 on 100
+  by_n = {b['sentences']: b for b in s['best']}
+  assert (by_n[504]['map'], by_n[100]['map']) == ('attention', 'erasure')
+  assert by_n[504]['gap']['aer']['diff'] == pytest.approx(61 - 30)   # against all 504
+  assert by_n[100]['gap']['aer']['diff'] == pytest.approx(41 - 20)   # against the same 100
   md = alignment_study.markdown(s)
-  assert '| additive | erasure | 3 | 41.00 [' in md and md.count(' | 100 |') == 1
+  assert '| additive | erasure | 3 | 41.00 [' in md and '| aligner: eflomal s union | - | 3 | 20.00 [' in md
+  assert 'on 100 sentences: additive / erasure' in md
+
+
+def test_a_map_on_sentences_the_aligner_was_not_scored_on_gets_no_gap():
+  g = compare.Group('additive', [compare.Evaluated(f'/nowhere/{k}', {'results': {'test': {
+      'bleu': 1, 'chrf': 2, 'word_alignment_sentences': 64,
+      'word_alignment': {'gradient': {'aer': 50.0 + k, 'precision': 1, 'recall': 1}}}}}, {})
+      for k in range(2)])
+  aligners = {'eflomal': {'aer': 30.0, 'precision': 1, 'recall': 1, 'sentences': 504}}
+  [best] = alignment_study.summarise([g], aligners)['best']
+  assert best['map'] == 'gradient' and 'gap' not in best

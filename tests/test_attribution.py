@@ -714,3 +714,31 @@ def test_attribute_refuses_bad_input_in_one_line_before_loading_and_leaves_nothi
     assert proc.stderr.startswith(start), (flags, proc.stderr)
   assert not out.exists() and sorted(p.name for p in run.iterdir()) == sorted(
       [workdir_lib.CONFIG, workdir_lib.MODEL_CONFIG])   # no attributions/ folder either
+
+
+def test_magnitudes_chunk_rows_by_backward_passes_and_skip_filler_chunks():
+  """alignment.magnitudes with the attributors' options: rows go in power-of-two chunks of at
+  most PASSES backward passes (rows x T x Jacobians held); a chunk of filler rows is never
+  computed; the magnitudes equal one call over the whole batch."""
+  b, s, t = 16, 5, 8
+  calls = []
+
+  def fn(params, src, tin, tout):   # a stand-in attributor: scores from the ids themselves
+    calls.append(len(src))
+    scores = src[:, None, :].astype(np.float32) * tin[:, :, None] - 3.0       # [n, T, S]
+    return attribution.Attribution(scores, np.zeros((len(src), t)), np.ones((len(src), t, s)))
+  rng = np.random.default_rng(0)
+  src, tin = rng.integers(1, 9, (b, s)), rng.integers(1, 9, (b, t))
+  real = np.arange(b) < 5                                    # 5 examples, 11 filler rows
+  ig = attribution.Options(steps=8)                          # 8 Jacobians held per row
+  whole, _ = alignment.magnitudes({'integrated_gradients': fn}, None, src, tin, tin,
+                                  {'integrated_gradients': 0.0})
+  assert calls == [b]
+  calls.clear()
+  got, _ = alignment.magnitudes({'integrated_gradients': fn}, None, src, tin, tin,
+                                {'integrated_gradients': 0.0}, ig, real)
+  k = alignment._power_of_two(alignment.PASSES // (t * 8))   # pylint: disable=protected-access
+  assert k < b and k * t * 8 <= alignment.PASSES
+  assert calls == [k] * -(-5 // k)                           # only chunks holding a real row
+  np.testing.assert_array_equal(got['integrated_gradients'][:5], whole['integrated_gradients'][:5])
+  assert not got['integrated_gradients'][-1].any()           # a filler chunk: zeros

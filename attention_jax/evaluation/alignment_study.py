@@ -10,8 +10,6 @@ the best aligner, and guided alignment against the unsupervised model (Welch ove
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Sequence
 
 import numpy as np
@@ -31,8 +29,10 @@ def _interval(values: Sequence[float]) -> dict:
 def summarise(groups, aligners: dict | None = None, split: str = 'test') -> dict:
   """Sweep groups (compare.Group: a variant's seeds) -> {'variants': [{variant, seeds, bleu,
   chrf, maps: {map: {aer, precision, recall: interval, sentences}}}], 'aligners': {...},
-  'best_neural' (among the maps measured on all the split's sentences with gold),
-  'best_aligner', 'gap', 'guided': [comparisons]}."""
+  'best_aligner' (lowest AER on all the sentences), 'best': [per number of sentences a map
+  was measured on (most first): the best unsupervised map, its figures and, where the aligner
+  was scored on the same sentences, the aligner's and the gap (Welch over seeds and runs)],
+  'guided': [comparisons]}."""
   variants = []
   for g in groups:
     res = [r.split(split) for r in g.runs]
@@ -43,21 +43,28 @@ def summarise(groups, aligners: dict | None = None, split: str = 'test') -> dict
         'bleu': _interval([r['bleu'] for r in res]), 'chrf': _interval([r['chrf'] for r in res]),
         'maps': {m: {**{f: _interval([a[m][f] for a in aligned]) for f in FIGURES},
                      'sentences': min(a[m]['sentences'] for a in aligned)} for m in maps}})
-  out = {'split': split, 'variants': variants, 'aligners': aligners or {}}
+  out = {'split': split, 'variants': variants, 'aligners': aligners or {}, 'best': []}
   full = max((f['sentences'] for v in variants for f in v['maps'].values()), default=0)
-  unsup = [(v, m) for v in variants if not v['variant'].startswith(GUIDED_PREFIX)
-           for m in v['maps'] if v['maps'][m]['sentences'] == full]   # the aligners' sentences
-  if unsup:
-    v, m = min(unsup, key=lambda vm: vm[0]['maps'][vm[1]]['aer']['mean'])
-    out['best_neural'] = {'variant': v['variant'], 'map': m, **v['maps'][m]}
   if aligners:
     name = min(aligners, key=lambda a: np.mean(_values(aligners[a], 'aer')))
     out['best_aligner'] = {'aligner': name, **{f: _interval(_values(aligners[name], f))
                                                for f in FIGURES}}
-  if 'best_neural' in out and 'best_aligner' in out:
-    for f in FIGURES:
-      t = stats.welch(out['best_neural'][f]['values'], out['best_aligner'][f]['values'])
-      out.setdefault('gap', {})[f] = {'diff': t.diff, 'lo': t.lo, 'hi': t.hi, 'p': t.p}
+  unsup = [(v, m) for v in variants if not v['variant'].startswith(GUIDED_PREFIX)
+           for m in v['maps']]
+  for n in sorted({v['maps'][m]['sentences'] for v, m in unsup}, reverse=True):
+    # the best unsupervised map among those measured on n sentences, and its gap to the best
+    # aligner's figures on the same sentences (experiments/bench/aligners.py --subsets)
+    v, m = min(((v, m) for v, m in unsup if v['maps'][m]['sentences'] == n),
+               key=lambda vm: vm[0]['maps'][vm[1]]['aer']['mean'])
+    best = {'variant': v['variant'], 'map': m, **v['maps'][m]}
+    ref = _on(aligners[out['best_aligner']['aligner']], n, full) if aligners else None
+    if ref is not None:
+      best['aligner'] = {f: _interval(_values(ref, f)) for f in FIGURES}
+      best['gap'] = {}
+      for f in FIGURES:
+        t = stats.welch(best[f]['values'], best['aligner'][f]['values'])
+        best['gap'][f] = {'diff': t.diff, 'lo': t.lo, 'hi': t.hi, 'p': t.p}
+    out['best'].append(best)
   by_name = {v['variant']: v for v in variants}
   base = by_name.get('additive')
   for v in variants:
@@ -77,30 +84,34 @@ def summarise(groups, aligners: dict | None = None, split: str = 'test') -> dict
 
 
 def word_alignments(run, split: str = 'test') -> dict:
-  """A run's word-alignment figures per map: its final evaluation's (results.json), and the maps
-  a later `evaluate --word_alignment_methods=...` added (eval_<split>.json: the attribution
+  """A run's word-alignment figures per map: its final evaluation's, and the maps a later
+  `evaluate --word_alignment_methods=...` of the split added (at any beam: the attribution
   methods, too slow to run at the end of every training); each with 'sentences', how many
-  sentences with gold it was measured on."""
+  sentences with gold it was measured on (a map found twice: the figures on more sentences)."""
   def maps(report: dict) -> dict:
     n = report.get('word_alignment_sentences', 0)
     return {m: {**f, 'sentences': n} for m, f in report.get('word_alignment', {}).items()}
-  later = {}
-  path = workdir_lib.Run(run.workdir).eval_path(f'eval_{split}')
-  if os.path.isfile(path):
-    with open(path, encoding='utf-8') as f:
-      later = maps(json.load(f))
-  return {**later, **maps(run.split(split))}
+  out = {}
+  for report in [run.split(split)] + workdir_lib.Run(run.workdir).evaluations(split):
+    for m, f in maps(report).items():
+      if m not in out or f['sentences'] > out[m]['sentences']:
+        out[m] = f
+  return out
 
 
 def aligners_of(rows: Sequence[dict], best_only: bool = True) -> dict:
   """experiments/bench/aligners.py's JSON rows (aligner, setting, direction, precision, recall,
-  aer, per_run) -> {'<aligner> <setting> <direction>': {figures, 'seeds': per-run figures}};
+  aer, per_run, sentences, subsets) -> {'<aligner> <setting> <direction>': {figures, 'seeds':
+  per-run figures, 'sentences', 'subsets': {N: the same on the test verses among the first N}};
   best_only: each aligner's row of lowest AER alone."""
   out = {}
   for r in rows:
+    runs = lambda e: [{f: x[f] for f in FIGURES} for x in e.get('per_run') or []]
     out[f'{r["aligner"]} {r["setting"]} {r["direction"]}'] = {
-        **{f: r[f] for f in FIGURES}, 'aligner': r['aligner'],
-        'seeds': [{f: x[f] for f in FIGURES} for x in r.get('per_run') or []]}
+        **{f: r[f] for f in FIGURES}, 'aligner': r['aligner'], 'seeds': runs(r),
+        **({'sentences': r['sentences']} if 'sentences' in r else {}),
+        'subsets': {n: {**{f: sub[f] for f in FIGURES}, 'sentences': sub['sentences'],
+                        'seeds': runs(sub)} for n, sub in r.get('subsets', {}).items()}}
   if best_only:
     best = {}
     for name, e in out.items():
@@ -108,6 +119,14 @@ def aligners_of(rows: Sequence[dict], best_only: bool = True) -> dict:
         best[e['aligner']] = name
     out = {name: out[name] for name in best.values()}
   return out
+
+
+def _on(entry: dict, n: int, full: int) -> dict | None:
+  """An aligner's entry on the n sentences a map was measured on: itself where it was scored
+  on n (an entry without a count: on all, `full`), else its subset of n sentences, else None."""
+  if entry.get('sentences', full) == n:
+    return entry
+  return next((sub for sub in entry.get('subsets', {}).values() if sub['sentences'] == n), None)
 
 
 def _values(entry: dict, figure: str) -> list[float]:
@@ -140,12 +159,23 @@ def markdown(s: dict) -> str:
     cells = [_cell(_interval(_values(entry, f))) for f in FIGURES]
     lines.append(f'| aligner: {name} | - | {n} | ' + ' | '.join(cells)
                  + f' | {entry.get("sentences", "-")} |')
-  if 'gap' in s:
-    b, a, g = s['best_neural'], s['best_aligner'], s['gap']['aer']
-    lines += ['', f'Best unsupervised neural map: {b["variant"]} / {b["map"]}, AER '
-              f'{_cell(b["aer"])}; best aligner: {a["aligner"]}, AER {_cell(a["aer"])}; '
-              f'difference {g["diff"]:+.2f} [{g["lo"]:.2f}, {g["hi"]:.2f}] (Welch over seeds, '
-              f'p {g["p"]:.3g}).']
+  for name, entry in sorted(s['aligners'].items(),
+                            key=lambda x: np.mean(_values(x[1], 'aer'))):
+    for sub in entry.get('subsets', {}).values():
+      cells = [_cell(_interval(_values(sub, f))) for f in FIGURES]
+      lines.append(f'| aligner: {name} | - | {len(sub["seeds"]) or 1} | ' + ' | '.join(cells)
+                   + f' | {sub["sentences"]} |')
+  if s['best']:
+    lines.append('')
+  for b in s['best']:
+    line = (f'Best unsupervised neural map on {b["sentences"]} sentences: {b["variant"]} / '
+            f'{b["map"]}, AER {_cell(b["aer"])}')
+    if 'gap' in b:
+      g = b['gap']['aer']
+      line += (f'; {s["best_aligner"]["aligner"]} on the same sentences: AER '
+               f'{_cell(b["aligner"]["aer"])}; difference {g["diff"]:+.2f} [{g["lo"]:.2f}, '
+               f'{g["hi"]:.2f}] (Welch over seeds and aligner runs, p {g["p"]:.3g})')
+    lines.append(line + '.')
   if s.get('guided'):
     lines += ['', '| guided variant | figure | difference from additive | 95% CI (seeds) | p |',
               '|---|---|---|---|---|']

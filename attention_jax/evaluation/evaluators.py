@@ -304,7 +304,8 @@ class WordAlignments(Evaluator):
         progress=lambda n: print(f'  word alignments: {n}/{total} sentences', flush=True))
     figures = {n: {**out['figures'][n], 'by_length': out['by_length'][n]} for n in names
                if out['figures'][n]['links']}   # score `none`: its attention links nothing
-    return {'word_alignment': figures, 'word_alignment_sentences': len(out['gold'])}
+    return {'word_alignment': figures, 'word_alignment_sentences': len(out['gold']),
+            'word_alignment_num': num or 0}
 
 
 # ---- heatmaps ------------------------------------------------------------------------------

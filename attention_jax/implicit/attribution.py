@@ -495,9 +495,16 @@ def rows_per_chunk(method: str, opts: Options, t: int, positions: int, channels:
   if cls is IntegratedGradients and opts.rule == 'refine':   # a round's 2S Jacobians and
     per_row = 4 * t * positions * (channels * (2 * REFINE_SPLIT + 1) + opts.steps)  # every term
     return max(1, MEMORY_BUDGET // per_row)
-  held = min(opts.steps if cls is IntegratedGradients else
+  return max(1, MEMORY_BUDGET // (4 * t * positions * channels * (held(method, opts) + 1)))
+
+
+def held(method: str, opts: Options) -> int:
+  """How many Jacobians (each T backward passes) one example holds at once: integrated
+  gradients' and SmoothGrad's nodes run 8 at a time, the others 1. A batch of B examples of a
+  method holding k runs as chunks of B // k rows: the memory of one gradient batch."""
+  cls = lookup(method)
+  return min(opts.steps if cls is IntegratedGradients else
              opts.samples if cls is SmoothGrad else 1, 8)
-  return max(1, MEMORY_BUDGET // (4 * t * positions * channels * (held + 1)))
 
 
 def ranking(method: str, scores):

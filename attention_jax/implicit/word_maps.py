@@ -63,7 +63,8 @@ def map_names(graphdef, params, methods: Sequence[str] = (), batch: dict | None 
 
 
 def batch_maps(fwd: Callable, attributors: dict, params, batch: dict,
-               names: Sequence[str]) -> dict[str, np.ndarray]:
+               names: Sequence[str], options: attribution.Options | None = None
+               ) -> dict[str, np.ndarray]:
   """One batch -> {name: map [B, T, S] float64 >= 0} for the names asked for."""
   src, tin, tout = (np.asarray(batch[k]) for k in ('src', 'tgt_in', 'tgt_out'))
   out = {}
@@ -75,7 +76,8 @@ def batch_maps(fwd: Callable, attributors: dict, params, batch: dict,
       out.update(alignment.layer_maps(np.asarray(layers, np.float64)))
   if attributors:
     out.update(alignment.magnitudes(attributors, params, src, tin, tout,
-                                    dict.fromkeys(attributors, 0.0))[0])
+                                    dict.fromkeys(attributors, 0.0), options,
+                                    np.asarray(batch['weight']) > 0)[0])
   for n in names:
     if n.endswith(SHIFT):   # row t <- row t + 1: the step whose input is target token t
       base = out[n[:-len(SHIFT)]]
@@ -111,7 +113,7 @@ def align_split(graphdef, params, task, split: str, names: Sequence[str], *,
     rows = [r for r in np.flatnonzero(batch['weight'] > 0) if batch['index'][r] < num]
     if not rows:
       continue
-    got = batch_maps(fwd, attributors, params, batch, names)
+    got = batch_maps(fwd, attributors, params, batch, names, options)
     for r in rows:
       index = int(batch['index'][r])
       src_words, tgt_words = task.token_words(split, index)

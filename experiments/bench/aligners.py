@@ -49,6 +49,9 @@ flags.DEFINE_list('eflomal_prefixes', ['0:0', '4:0', '6:0', '0:4', '4:4', '6:4']
                   "eflomal's stemming: Greek:English prefix lengths (0: whole words).")
 flags.DEFINE_list('raw', ['eflomal:0:0', 'ibm1'],
                   'Settings also run with normalise=False (aligner, eflomal:G:E).')
+flags.DEFINE_list('subsets', [], 'Also score each row on the test verses among the first N of '
+                  'the test split (e.g. 64: those a study aligned with its slow attribution maps, '
+                  'eval.word_alignment_num), for each N given.')
 flags.DEFINE_integer('iterations', 5, 'EM iterations of IBM 1 and 2.', lower_bound=1)
 flags.DEFINE_integer('repeats', 3, 'Runs of each eflomal setting (it takes no seed).',
                      lower_bound=1)
@@ -127,6 +130,8 @@ def setting_rows(name: str, label: str, options: dict, src, tgt, first: int, kee
   test pairs (from `first` on) at `keep` against golds; with the first run's test links."""
   runs = FLAGS.repeats if name == 'eflomal' else 1   # nltk's EM is deterministic
   results = {d: [] for d in aligners_lib.DIRECTIONS}
+  subsets = {n: [j for j, k in enumerate(keep) if k < n] for n in map(int, FLAGS.subsets)}
+  parts = {(n, d): [] for n in subsets for d in aligners_lib.DIRECTIONS}
   links, seconds = {}, []
   for _ in range(runs):
     start = time.perf_counter()
@@ -136,9 +141,15 @@ def setting_rows(name: str, label: str, options: dict, src, tgt, first: int, kee
       test = all_links[first:]
       links.setdefault(d, test)
       results[d].append(scored(golds, [test[k] for k in keep], lengths))
+      for n, js in subsets.items():
+        parts[n, d].append(scored([golds[j] for j in js], [test[keep[j]] for j in js],
+                                  [lengths[j] for j in js]))
   return [{'aligner': name, 'setting': label, 'options': options, 'direction': d,
            'runs': runs, 'seconds': statistics.fmean(seconds), **summary(results[d]),
-           'per_run': results[d], 'links': links[d]} for d in aligners_lib.DIRECTIONS]
+           'per_run': results[d], 'sentences': len(keep),
+           'subsets': {str(n): {**summary(parts[n, d]), 'sentences': len(js),
+                                'per_run': parts[n, d]} for n, js in subsets.items()},
+           'links': links[d]} for d in aligners_lib.DIRECTIONS]
 
 
 def write_links(folder: str, texts, golds, best: dict) -> None:
