@@ -5,16 +5,16 @@
 # Every step is skipped when done or resumes where it stopped, so the same command after a
 # kill, or in a later session, goes on (a killed training loses at most its last 500 steps):
 #   1. the classical aligners (experiments/bench/aligners.py: eflomal 4/4, IBM 1 and 2), trained
-#      on the corpus, scored on the test verses and on those among the first $NUM;
+#      on the corpus and scored on the test verses (and on those among the first $NUM, if set);
 #   2. per variant of experiments/configs/greek_english.py's get_sweep, in its order: its
 #      $SEEDS seeds trained as one population (experiments.sweep --only), then, for the
-#      unsupervised variants, each seed's attribution maps on the first $NUM test verses
-#      (evaluate --word_alignment_methods: about 13 minutes a run on 2 cores);
+#      unsupervised variants, each seed's attribution maps on the test verses (evaluate
+#      --word_alignment_methods: about 15 minutes a run on 2 cores, 5 of them compiling);
 #   3. the sweep report, with word_alignment.md (attention_jax/evaluation/alignment_study.py).
 set -euo pipefail
 ROOT=${1:-runs}
 SEEDS=${SEEDS:-3}
-NUM=${NUM:-64}     # test verses the attribution methods align (all: 506, about 100 min a run)
+NUM=${NUM:-0}      # the first test verses the attribution methods align (0: all 506)
 STEPS=${STEPS:-8}  # integrated gradients' steps
 METHODS=gradient,gradient_x_input,erasure,integrated_gradients
 SWEEP=experiments/configs/greek_english.py
@@ -28,12 +28,13 @@ try:
   rows = json.load(open(sys.argv[1]))['rows']
 except (OSError, ValueError, KeyError):
   sys.exit(1)
-sys.exit(0 if all(sys.argv[2] in r.get('subsets', {}) for r in rows) else 1)
+sys.exit(0 if rows and all(sys.argv[2] == '0' or sys.argv[2] in r.get('subsets', {})
+                           for r in rows) else 1)
 PY
 then
   say "the classical aligners -> $DIR/aligners.json"
   python -m experiments.bench.aligners --out="$DIR/aligners.json" --table="$DIR/aligners.md" \
-      --eflomal_prefixes=4:4 --raw= --subsets="$NUM"
+      --eflomal_prefixes=4:4 --raw= $([[ $NUM == 0 ]] || echo "--subsets=$NUM")
 fi
 
 VARIANTS=$(python -c "from experiments.configs import greek_english as g
@@ -55,7 +56,7 @@ done = set(report.get('word_alignment', {})) >= set(sys.argv[2].split(','))
 sys.exit(0 if done and report.get('word_alignment_num') == int(sys.argv[3]) else 1)
 PY
     then continue; fi
-    say "$run: word alignments of $METHODS on the first $NUM test verses"
+    say "$run: word alignments of $METHODS on the test verses (first $NUM; 0: all)"
     python -m experiments.evaluate --workdir="$run" --beam=1 --heatmaps=0 \
         --word_alignment_methods="$METHODS" --word_alignment_num="$NUM" --steps="$STEPS"
   done
