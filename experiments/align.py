@@ -16,7 +16,8 @@ of `i-j` links per pair (source word i, target word j, 0-indexed, as fast_align 
 write them; a line the run cannot teacher-force, over 4x its training lengths, stays empty and
 is counted). --heatmaps=N draws the first N pairs' word maps with the gold links as squares and
 the extracted links as dots. With --gold (Pharaoh, `i-j` sure and `i?j` possible links; --one_indexed if its
-words count from 1) precision, recall and AER are printed.
+words count from 1) precision, recall and AER are printed, and with --by_word=N the N target
+words (lower-cased, punctuation stripped) whose gold links are missed most.
 
 Expected failures print one line `error: ...` and exit with status 2 before the model is loaded
 and with nothing written: files that differ in line count, a gold file whose links fall
@@ -58,6 +59,8 @@ flags.DEFINE_integer('heatmaps', 0, 'Draw the first N pairs\' word maps, gold li
                      'and the extracted links as dots, into --heatmaps_dir.', lower_bound=0)
 flags.DEFINE_string('heatmaps_dir', None, 'Where --heatmaps go (default: OUT without its '
                     'extension + .heatmaps).')
+flags.DEFINE_integer('by_word', 0, 'With --gold: also print the N target words whose sure links '
+                     'are missed most (recall, precision, share of the misses).', lower_bound=0)
 flags.DEFINE_integer('steps', 32, 'Integrated gradients: interpolation steps.', lower_bound=1)
 CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
@@ -121,6 +124,13 @@ def main(argv):
     f = wa.score(gold, [l or frozenset() for l in links])
     print(f'precision {f["precision"]:.2f}  recall {f["recall"]:.2f}  AER {f["aer"]:.2f}  '
           f'({f["links"]} links, {f["sure"]} sure gold links, {len(gold)} pairs)')
+    if FLAGS.by_word:
+      print('\n| target word | sure links | recall | precision | share of the missed |\n'
+            '|---|---|---|---|---|')
+      for r in wa.by_word(gold, [l or frozenset() for l in links],
+                          [t for _, t in pairs])[:FLAGS.by_word]:
+        print(f'| {r["word"]} | {r["sure"]} | {r["recall"]:.1f} | {r["precision"]:.1f} | '
+              f'{r["missed_share"]:.1f}% |')
 
 
 if __name__ == '__main__':

@@ -47,7 +47,7 @@ def _align(tmp, *flags):
 def test_align_writes_links_and_prints_the_figures_the_library_gives(run):
   tmp, pairs, gold, results = run
   out = tmp / 'out.links'
-  done = _align(tmp, f'--gold={tmp / "gold"}', f'--out={out}', '--heatmaps=2')
+  done = _align(tmp, f'--gold={tmp / "gold"}', f'--out={out}', '--heatmaps=2', '--by_word=3')
   assert done.returncode == 0, done.stderr
   assert sorted(os.listdir(tmp / 'out.heatmaps')) == ['pair_1.png', 'pair_2.png']
   links = pharaoh.read(str(out), sizes=[(len(s.split()), len(t.split())) for s, t in pairs])
@@ -62,6 +62,10 @@ def test_align_writes_links_and_prints_the_figures_the_library_gives(run):
   assert [float(x) for x in got.groups()] == [round(want[k], 2) for k in
                                                 ('precision', 'recall', 'aer')]
   assert wa.score(gold, [a.sure for a in links])['aer'] == pytest.approx(want['aer'])
+  # --by_word: the 3 target words missed most, as the library counts them on these links
+  rows = wa.by_word(gold, [a.sure for a in links], [t for _, t in pairs])[:3]
+  printed = re.findall(r'^\| (\S+) \| (\d+) \| ([\d.]+) \|', done.stdout, re.M)
+  assert printed == [(r['word'], str(r['sure']), f'{r["recall"]:.1f}') for r in rows]
   # the run's own figure (the word_alignment evaluator at the end of training, on its test
   # split, which the study table reads) is the same as align's on the test files
   for k in ('precision', 'recall', 'aer'):

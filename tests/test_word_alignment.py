@@ -160,3 +160,17 @@ def test_corpus_aer_pools_counts_over_sentences_and_bands_by_source_length():
   assert [(b['lo'], b['sentences']) for b in bands] == [(1, 1), (11, 1)]
   assert bands[0]['aer'] == pytest.approx(100 * (1 - 2 / 3))
   assert wa.sentence_aer(golds[0], hyps[0]) == pytest.approx(100 * (1 - 2 / 3))
+
+
+def test_by_word_counts_each_target_forms_gold_links_hits_and_misses():
+  """Hand-worked: 'The cat, sat' with gold 0-0 1-1 1-2 (and a possible 2?2) and links 0-0 0-1
+  2-2: 'the' 1 of 1 found; 'cat' (its comma stripped) missed, its link wrong; 'sat' linked
+  only to a possible link: a hit for precision, a miss for recall."""
+  gold = pharaoh.Alignment.of({(0, 0), (1, 1), (1, 2)}, {(2, 2)})
+  rows = {r['word']: r for r in wa.by_word([gold], [{(0, 0), (0, 1), (2, 2)}], ['The cat, sat'])}
+  assert rows['the'] == {'word': 'the', 'sure': 1, 'links': 1, 'hits': 1, 'recall': 100.0,
+                         'precision': 100.0, 'missed_share': 0.0}
+  assert (rows['cat']['hits'], rows['cat']['precision'], rows['cat']['missed_share']) == (0, 0.0, 50.0)
+  assert (rows['sat']['recall'], rows['sat']['precision']) == (0.0, 100.0)
+  assert [r['word'] for r in wa.by_word([gold], [{(0, 0), (0, 1), (2, 2)}], ['The cat, sat'])] \
+      == ['cat', 'sat', 'the']       # most missed first, ties by word

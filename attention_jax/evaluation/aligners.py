@@ -48,12 +48,12 @@ import importlib
 import inspect
 import os
 import tempfile
-import unicodedata
 from typing import Callable, Sequence
 
 from attention_jax.data import pharaoh
 from attention_jax.data.pharaoh import Link
 from attention_jax.implicit import word_alignment
+from attention_jax.implicit.word_alignment import normalise_word
 
 DIRECTIONS = ('forward', 'reverse') + word_alignment.SYMMETRISATIONS
 COMMON_OPTIONS = ('direction', 'normalise')
@@ -64,18 +64,6 @@ Links = list[frozenset[Link]]   # one set per line pair
 
 class AlignerUnavailable(ValueError):
   """An aligner whose package is not installed: one line saying what to install."""
-
-
-def normalise_word(word: str) -> str:
-  """Lower-cased, leading and trailing punctuation (Unicode category P*) stripped; a word of
-  punctuation alone stays whole (lower-cased), so no word becomes empty."""
-  w = word.lower()
-  start, end = 0, len(w)
-  while start < end and unicodedata.category(w[start]).startswith('P'):
-    start += 1
-  while end > start and unicodedata.category(w[end - 1]).startswith('P'):
-    end -= 1
-  return w[start:end] or w
 
 
 def words(lines: Sequence[str], normalise: bool) -> list[list[str]]:

@@ -19,7 +19,9 @@ Garg et al. 2019 use the same conversion).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+import collections
+import unicodedata
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -170,3 +172,41 @@ def score_by_length(golds: Sequence[Alignment], predicted: Sequence[Iterable[Lin
 def sentence_aer(gold: Alignment, links: Iterable[Link]) -> float:
   """One sentence's AER in percent (the explorer's filter)."""
   return figures(counts(gold, links))['aer']
+
+
+def normalise_word(word: str) -> str:
+  """Lower-cased, leading and trailing punctuation (Unicode category P*) stripped; a word of
+  punctuation alone stays whole (lower-cased), so no word becomes empty."""
+  w = word.lower()
+  start, end = 0, len(w)
+  while start < end and unicodedata.category(w[start]).startswith('P'):
+    start += 1
+  while end > start and unicodedata.category(w[end - 1]).startswith('P'):
+    end -= 1
+  return w[start:end] or w
+
+
+def by_word(golds: Sequence[Alignment], predicted: Sequence[Iterable[Link]],
+            targets: Sequence[str], key: Callable[[str], str] = normalise_word) -> list[dict]:
+  """Which target words the links miss or get wrong: per word form (key of each whitespace word
+  of the target sentences), its sure gold links, the links predicted on its words, the hits,
+  recall and precision (percent) and its share of all the missed sure links; most missed
+  first."""
+  gold_n, link_n, hit_n, hit_p = (collections.Counter() for _ in range(4))
+  for g, p, sentence in zip(golds, predicted, targets, strict=True):
+    form = [key(w) for w in sentence.split()]
+    p = frozenset(p)
+    for _, j in g.sure:
+      gold_n[form[j]] += 1
+    for i, j in p:
+      link_n[form[j]] += 1
+      hit_p[form[j]] += (i, j) in g.possible
+    for i, j in p & g.sure:
+      hit_n[form[j]] += 1
+  missed = sum(gold_n.values()) - sum(hit_n.values())
+  rows = [{'word': w, 'sure': gold_n[w], 'links': link_n[w], 'hits': hit_n[w],
+           'recall': 100.0 * hit_n[w] / gold_n[w] if gold_n[w] else float('nan'),
+           'precision': 100.0 * hit_p[w] / link_n[w] if link_n[w] else float('nan'),
+           'missed_share': 100.0 * (gold_n[w] - hit_n[w]) / missed if missed else 0.0}
+          for w in gold_n | link_n]
+  return sorted(rows, key=lambda r: (-(r['sure'] - r['hits']), r['word']))
