@@ -105,6 +105,12 @@ def test_maps_a_later_evaluate_added_join_the_table_and_meet_the_aligner_on_thei
   md = alignment_study.markdown(s)
   assert '| additive | erasure | 3 | 41.00 [' in md and '| aligner: eflomal s union | - | 3 | 20.00 [' in md
   assert 'on 100 sentences: additive / erasure' in md
+  del row['subsets']['101']
+  row['subsets']['64'] = {**row['subsets'].get('64', {}), 'aer': 1.0, 'precision': 1,
+                          'recall': 1, 'sentences': 63, 'per_run': []}
+  md = alignment_study.markdown(alignment_study.summarise([compare.Group('additive', runs)],
+                                                         alignment_study.aligners_of([row])))
+  assert ' | 63 |' not in md    # an aligner subset no map was measured on is not shown
 
 
 def test_a_map_on_sentences_the_aligner_was_not_scored_on_gets_no_gap():

@@ -159,9 +159,12 @@ def markdown(s: dict) -> str:
     cells = [_cell(_interval(_values(entry, f))) for f in FIGURES]
     lines.append(f'| aligner: {name} | - | {n} | ' + ' | '.join(cells)
                  + f' | {entry.get("sentences", "-")} |')
+  measured = {f['sentences'] for v in s['variants'] for f in v['maps'].values()}
   for name, entry in sorted(s['aligners'].items(),
                             key=lambda x: np.mean(_values(x[1], 'aer'))):
     for sub in entry.get('subsets', {}).values():
+      if sub['sentences'] not in measured:   # no map measured on those sentences
+        continue
       cells = [_cell(_interval(_values(sub, f))) for f in FIGURES]
       lines.append(f'| aligner: {name} | - | {len(sub["seeds"]) or 1} | ' + ' | '.join(cells)
                    + f' | {sub["sentences"]} |')
