@@ -12,6 +12,13 @@
 #      --word_alignment_methods: about 15 minutes a run on 2 cores, 5 of them compiling);
 #   3. the sweep report, with word_alignment.md (attention_jax/evaluation/alignment_study.py).
 set -euo pipefail
+case "${1:-}" in
+  -h|--help|--helpfull)   # the usage: this header
+    sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "alignment-study: unknown flag '$1' (usage: bash launch.sh alignment-study [ROOT]," \
+        "ROOT a directory; --help)" >&2; exit 2 ;;
+esac
+[[ $# -le 1 ]] || { echo "alignment-study: one ROOT directory expected, got $# arguments: $*" >&2; exit 2; }
 ROOT=${1:-runs}
 SEEDS=${SEEDS:-3}
 NUM=${NUM:-0}      # the first test verses the attribution methods align (0: all 506)

@@ -49,3 +49,15 @@ def test_every_command_s_help_prints_its_usage_and_exits_0():
   proc = launch('train', '--helpfull')
   out, err = proc.communicate(timeout=600)
   assert proc.returncode == 0 and '--config' in out, err[-2000:]
+
+
+def test_alignment_study_refuses_a_flag_as_its_root_in_one_line(tmp_path):
+  """The study's one argument is a directory: a flag (a mistyped --help) is refused, not made
+  into a directory named after it (CI once saw `mkdir: unrecognized option '--help/...'`)."""
+  for args, said in ((['--bogus'], "unknown flag '--bogus'"),
+                     ([str(tmp_path / 'a'), str(tmp_path / 'b')], 'one ROOT directory expected')):
+    proc = subprocess.Popen(['bash', LAUNCH, 'alignment-study', *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and said in err and len(err.strip().splitlines()) == 1, err
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
