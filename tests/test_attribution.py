@@ -22,7 +22,7 @@ import attention_jax as aj
 from attention_jax import symbols
 from attention_jax import workdir as workdir_lib
 from attention_jax.data import strips
-from attention_jax.implicit import alignment, attribution
+from attention_jax.implicit import alignment, attribution, quadrature
 from attention_jax.models import encoders
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig, build
@@ -134,18 +134,18 @@ def test_both_integration_rules_agree_at_many_nodes_and_gauss_legendre_is_exact_
   tight = {'refine': dict(steps=257, tol=1e-4)}   # refine: its nodes by its tolerance
   ig = {rule: attribute(model, src[None], TGT_IN[:1], TGT_OUT[:1], 'integrated_gradients',
                         **{'steps': 64, **tight.get(rule, {})}, rule=rule).scores[0]
-        for rule in attribution.RULES}
+        for rule in quadrature.RULES}
   scale = np.abs(ig['midpoint']).max()
   assert scale > 1e-3
-  for rule in attribution.RULES:
+  for rule in quadrature.RULES:
     np.testing.assert_allclose(ig[rule], ig['midpoint'], atol=1e-3 * scale, err_msg=rule)
   for m in (1, 3, 8):                 # ∫₀¹ α^k dα = 1 / (k + 1), against NumPy
-    alphas, weights = (np.asarray(x, np.float64) for x in attribution.quadrature(
+    alphas, weights = (np.asarray(x, np.float64) for x in quadrature.quadrature(
         'gauss_legendre', m))
     assert np.all((alphas > 0) & (alphas < 1)) and abs(weights.sum() - 1) < 1e-6
     for k in range(2 * m):
       assert abs((weights * alphas ** k).sum() - 1 / (k + 1)) < 1e-5, (m, k)
-    mid = [np.asarray(x, np.float64) for x in attribution.quadrature('midpoint', m)]
+    mid = [np.asarray(x, np.float64) for x in quadrature.quadrature('midpoint', m)]
     if m > 1:                          # the midpoint rule is not: α^3 with m nodes
       assert abs((mid[1] * mid[0] ** 3).sum() - 1 / 4) > 1e-4
   with pytest.raises(ValueError, match="unknown integration rule 'simpson'; valid: midpoint, "
@@ -166,21 +166,21 @@ def test_adaptive_cells_follow_the_change_of_f_and_integrate_a_steep_path_better
   f = lambda a: jnp.tanh(100.0 * (a - 0.6))[None]                       # [T = 1]
   fprime = lambda a: 100.0 / np.cosh(100.0 * (np.asarray(a, np.float64) - 0.6)) ** 2
   want = float(f(1.0)[0] - f(0.0)[0])
-  alphas, weights = (np.asarray(x, np.float64) for x in attribution.adaptive_quadrature(f, 16))
+  alphas, weights = (np.asarray(x, np.float64) for x in quadrature.adaptive_quadrature(f, 16))
   assert abs(weights.sum() - 1) < 1e-6 and np.all(np.diff(alphas) > 0)
   assert np.all(weights > 0) and np.all((alphas > 0) & (alphas < 1))
   assert (np.abs(alphas - 0.6) < 0.03).sum() >= 8
   adaptive = abs((weights * fprime(alphas)).sum() - want)
-  mid_a, mid_w = (np.asarray(x, np.float64) for x in attribution.quadrature('midpoint', 16))
+  mid_a, mid_w = (np.asarray(x, np.float64) for x in quadrature.quadrature('midpoint', 16))
   midpoint = abs((mid_w * fprime(mid_a)).sum() - want)
   assert adaptive < 0.1 * abs(want) and midpoint > 5 * adaptive, (adaptive, midpoint)
-  lin_a, lin_w = attribution.adaptive_quadrature(lambda a: jnp.stack([3 * a, -a]), 8)
+  lin_a, lin_w = quadrature.adaptive_quadrature(lambda a: jnp.stack([3 * a, -a]), 8)
   np.testing.assert_allclose(lin_a, (np.arange(8) + 0.5) / 8, atol=1e-5)
   np.testing.assert_allclose(lin_w, np.full(8, 1 / 8), atol=1e-6)
   # quadrature(rule, m, f) serves it like the other rules; without f it says what it needs
-  np.testing.assert_allclose(attribution.quadrature('adaptive', 16, f)[0], alphas, atol=1e-6)
+  np.testing.assert_allclose(quadrature.quadrature('adaptive', 16, f)[0], alphas, atol=1e-6)
   with pytest.raises(ValueError, match="'adaptive' places its nodes.*pass f"):
-    attribution.quadrature('adaptive', 16)
+    quadrature.quadrature('adaptive', 16)
 
 
 def _scalar_path(f):
@@ -200,26 +200,26 @@ def test_refine_bisects_where_completeness_fails_until_its_tolerance_holds():
   want = np.array([np.tanh(40.0) + np.tanh(60.0), np.sin(3.0)])
   used, errors = [], []
   for tol in (1e-2, 1e-4):
-    total, bound, n, _ = (np.asarray(x, np.float64) for x in attribution.refine(
+    total, bound, n, _ = (np.asarray(x, np.float64) for x in quadrature.refine(
         _scalar_path(f), 257, tol))
     error = np.abs(total[:, 0] - want).max() / np.abs(want).max()
     assert error <= bound + 1e-6 and bound <= tol, (tol, error, bound)
-    assert 9 < n <= 257 and (n - 9) % (2 * attribution.REFINE_SPLIT) == 0
+    assert 9 < n <= 257 and (n - 9) % (2 * quadrature.REFINE_SPLIT) == 0
     used.append(n)
     errors.append(error)
   assert used[1] > used[0] and errors[1] < errors[0]
   # an output marked as padding neither sets the scale nor asks for nodes: the swing's left out
-  calm = attribution.refine(_scalar_path(f), 257, 1e-2, jnp.array([False, True]))
+  calm = quadrature.refine(_scalar_path(f), 257, 1e-2, jnp.array([False, True]))
   assert int(calm.nodes) < used[0] and float(calm.bound) <= 1e-2
   assert abs(float(calm.integral[1, 0]) - np.sin(3.0)) <= 1e-2 * abs(np.sin(3.0))
   cubic = lambda a: jnp.stack([a ** 3 - a, 2 * a ** 2])
-  total, bound, n, _ = attribution.refine(_scalar_path(cubic), 257, 1e-5)
+  total, bound, n, _ = quadrature.refine(_scalar_path(cubic), 257, 1e-5)
   assert int(n) == 9 and float(bound) < 1e-5
   np.testing.assert_allclose(np.asarray(total)[:, 0], [0.0, 2.0], atol=1e-5)
-  total, bound, n, _ = attribution.refine(_scalar_path(f), 17, 1e-4)  # one round, then no nodes
+  total, bound, n, _ = quadrature.refine(_scalar_path(f), 17, 1e-4)  # one round, then no nodes
   assert int(n) == 17 and float(bound) > 1e-4
   with pytest.raises(ValueError, match="'refine' starts from 9 nodes"):
-    attribution.refine(_scalar_path(f), 7, 1e-2)
+    quadrature.refine(_scalar_path(f), 7, 1e-2)
 
 
 def test_refine_puts_its_nodes_where_the_path_swings_and_splits_it_by_position():
@@ -234,7 +234,7 @@ def test_refine_puts_its_nodes_where_the_path_swings_and_splits_it_by_position()
   def node(alphas):
     d = jax.vmap(jax.jacfwd(f))(alphas)                                          # [k, 1]
     return jax.vmap(f)(alphas), d[..., None] * jnp.asarray(w, jnp.float32)[None, None]  # [k, 1, 2]
-  r = attribution.refine(node, 129, 1e-3)
+  r = quadrature.refine(node, 129, 1e-3)
   n = int(r.nodes)
   np.testing.assert_allclose(np.asarray(r.integral, np.float64)[0],
                              w * (np.tanh(40.0) + np.tanh(60.0)), rtol=1e-3)
