@@ -143,7 +143,7 @@ case "$cmd" in
     ;;
   alignment-study)
     setup
-    exec bash experiments/alignment_study.sh "$@"
+    exec bash experiments/studies/alignment_study.sh "$@"
     ;;
   length-study)
     setup

@@ -32,13 +32,13 @@ if 'xla_gpu_deterministic_ops' not in os.environ.get('XLA_FLAGS', ''):
 # does not import all of it: about 0.7 s of a translation's start (docs/performance.md).
 __getattr__, __dir__, __all__ = lazy.exports(__name__, {
     'attention_jax.decoding.beam': ['beam_search'],
-    'attention_jax.decoding.ensemble': ['Ensemble', 'EnsembleTranslator', 'load',
+    'attention_jax.loaded.ensemble': ['Ensemble', 'EnsembleTranslator', 'load',
                                         'load_ensemble'],
     'attention_jax.decoding.greedy': ['greedy'],
-    'attention_jax.decoding.translator': ['Hypotheses', 'Translator'],
-    'attention_jax.evaluation.explorer': ['explore'],
+    'attention_jax.loaded.translator': ['Hypotheses', 'Translator'],
+    'attention_jax.analysis.explorer': ['explore'],
     'attention_jax.evaluation.plots': ['plot_attention', 'plot_attention_grid'],
-    'attention_jax.evaluation.saved_run': ['evaluate_run'],
+    'attention_jax.analysis.saved_run': ['evaluate_run'],
     'attention_jax.models.attention': ['MODES', 'NORMALISERS', 'Attention', 'masked_softmax',
                                        'masked_sparsemax'],
     'attention_jax.models.cells': ['CELLS'],

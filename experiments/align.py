@@ -29,11 +29,12 @@ import sys
 
 from absl import flags
 
+from attention_jax.analysis import aligning
 from attention_jax.data import pharaoh, textfiles
-from attention_jax.decoding import loading
-from attention_jax.evaluation import aligning, plots
+from attention_jax.evaluation import plots
 from attention_jax.implicit import attribution
 from attention_jax.implicit import word_alignment as wa
+from attention_jax.loaded import loading
 from experiments import cli
 
 flags.DEFINE_string('workdir', None, 'A trained run (source -> target).', required=True)

@@ -33,11 +33,12 @@ import numpy as np
 from absl import flags
 
 from attention_jax import data as data_lib
-from attention_jax.data import builders
 from attention_jax import workdir as workdir_lib
-from attention_jax.decoding import loading, translator
+from attention_jax.data import builders
 from attention_jax.evaluation import evaluators, plots
 from attention_jax.implicit import alignment, attribution
+from attention_jax.implicit import saliency as saliency_lib
+from attention_jax.loaded import loading, translator
 from attention_jax.models import encoders
 from experiments import cli
 
@@ -70,7 +71,7 @@ CACHE = cli.define_compilation_cache_flag()
 FLAGS = flags.FLAGS
 
 
-def draw(saliencies: list[translator.Saliency], path: str) -> str:
+def draw(saliencies: list[saliency_lib.Saliency], path: str) -> str:
   """One sentence: the explicit weights, then each method's magnitudes, side by side."""
   first = saliencies[0]
   items = [(first.weights, first.src_tokens, first.tgt_tokens, 'explicit attention')]
@@ -81,7 +82,7 @@ def draw(saliencies: list[translator.Saliency], path: str) -> str:
   return plots.plot_attention_grid(items, path, cols=len(items))
 
 
-def draw_image(saliencies: list[translator.Saliency], image: np.ndarray, path: str) -> str:
+def draw_image(saliencies: list[saliency_lib.Saliency], image: np.ndarray, path: str) -> str:
   """One image: a column for the explicit weights over its grid, one per method (pixels or
   grid), a row per output token."""
   first = saliencies[0]

@@ -74,10 +74,10 @@ import jax
 from absl import app, flags
 from flax import nnx
 
+from attention_jax import devices
 from attention_jax.decoding import beam, greedy
 from attention_jax.implicit import attribution
 from attention_jax.models.scores import SCORES
-from attention_jax.state import devices
 from attention_jax.training import train
 from experiments import cli
 from experiments.bench import attribution as bench_attribution

@@ -21,10 +21,11 @@ import warnings
 import jax
 from absl import app, flags, logging
 
+from attention_jax import devices
 from attention_jax import workdir
 from attention_jax.data import textfiles
 from attention_jax.decoding import compile_cache
-from attention_jax.state import checkpoint, devices
+from attention_jax.state import checkpoint
 
 EXPECTED = (ValueError, OSError, checkpoint.CheckpointError, workdir.WorkdirInUse,
             textfiles.CorpusError, FloatingPointError, MemoryError)

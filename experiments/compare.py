@@ -15,9 +15,9 @@ what the sentence-level test resamples; runs without them get the seed-level sta
 from absl import app, flags
 
 from attention_jax import workdir as workdir_lib
-from attention_jax.evaluation import compare as compare_lib
+from attention_jax.analysis import compare as compare_lib
+from attention_jax.analysis import report
 from attention_jax.evaluation import records as records_lib
-from attention_jax.evaluation import report
 from experiments import cli
 
 flags.DEFINE_enum('split', 'test', ['validation', 'test', 'test_heldout_fonts'],

@@ -13,7 +13,7 @@ accuracy; with word-level gold (greek_english) the word alignments of the explic
 (into --out instead, when given).
 
 Several runs, comma-separated, are evaluated as their ensemble
-(attention_jax/decoding/ensemble.py: the mean of their log-probabilities at each step, weights averaged; the first run's data and
+(attention_jax/loaded/ensemble.py: the mean of their log-probabilities at each step, weights averaged; the first run's data and
 settings, --step for every run, no attribution). An ensemble never writes into a member's run:
 its files go to --out, and without --out it only prints its report.
 
@@ -22,7 +22,7 @@ its files go to --out, and without --out it only prints its report.
 
 from absl import app, flags
 
-from attention_jax.evaluation import saved_run
+from attention_jax.analysis import saved_run
 from experiments import cli
 
 flags.DEFINE_list('workdir', None, 'A training run directory, or several, comma-separated: '

@@ -13,7 +13,7 @@ import os
 
 from absl import app, flags
 
-from attention_jax.evaluation import explorer
+from attention_jax.analysis import explorer
 from experiments import cli
 
 flags.DEFINE_string('split', 'test', 'Whose per-sentence records to show.')

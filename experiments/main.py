@@ -17,7 +17,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from attention_jax.state import devices
+from attention_jax import devices
 from attention_jax.training import population_run, preemption, train
 from experiments import cli
 

@@ -18,7 +18,7 @@ import sys
 
 from absl import app, flags
 
-from attention_jax.evaluation import report
+from attention_jax.analysis import report
 from attention_jax.sweeps import local_executor, ray_executor, sweep_file
 from experiments import cli
 

@@ -1,4 +1,4 @@
-"""The report of a sweep directory, on demand (see attention_jax/evaluation/report.py).
+"""The report of a sweep directory, on demand (see attention_jax/analysis/report.py).
 
   python -m experiments.sweep_report runs/score_sweep
   python -m experiments.sweep_report runs/score_sweep --baseline=additive_bahdanau --metric=bleu,chrf
@@ -6,7 +6,7 @@
 
 from absl import app, flags
 
-from attention_jax.evaluation import report
+from attention_jax.analysis import report
 from experiments import cli
 
 flags.DEFINE_enum('split', 'test', ['validation', 'test', 'test_heldout_fonts'],

@@ -7,7 +7,7 @@ r"""Translate text with a trained run: one sentence per line in, one translation
 
 --workdir takes one run, or several, comma-separated, decoded as an ensemble (the mean of
 their log-probabilities at each step, attention weights averaged;
-attention_jax/decoding/ensemble.py; --step then applies to every run): their tokenizers must be identical.
+attention_jax/loaded/ensemble.py; --step then applies to every run): their tokenizers must be identical.
 
 Input: UTF-8, one sentence per line (stdin by default, or --input=FILE); a line that is not
 UTF-8 stops the command before anything is translated, with an error naming the line. Output
@@ -49,10 +49,11 @@ import numpy as np
 import tqdm
 from absl import app, flags
 
+from attention_jax import devices
 from attention_jax import hold
-from attention_jax.decoding import compile_cache, ensemble
-from attention_jax.decoding.translator import Hypotheses, Translator
-from attention_jax.state import devices
+from attention_jax.decoding import compile_cache
+from attention_jax.loaded import ensemble
+from attention_jax.loaded.translator import Hypotheses, Translator
 from experiments import cli
 
 flags.DEFINE_list('workdir', None, 'A training run directory, or several, comma-separated: '

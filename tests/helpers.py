@@ -227,7 +227,7 @@ def final_state(workdir) -> list:
   optimiser state, step."""
   import jax  # pylint: disable=g-import-not-at-top
   import attention_jax as aj  # pylint: disable=g-import-not-at-top
-  from attention_jax.state import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.state import checkpoint as ckpt_lib# pylint: disable=g-import-not-at-top
   from attention_jax.training import train  # pylint: disable=g-import-not-at-top
   from experiments.configs import dates  # pylint: disable=g-import-not-at-top
   with open(os.path.join(workdir, 'model_config.json')) as f:
@@ -279,13 +279,13 @@ def uninterrupted(tmp_path_factory) -> tuple[str, str]:
 # Command lines that are the behaviour under test (`python -m experiments.X ...`: its exit
 # status, its output, its files) but not its interpreter's start: run in a fork of one server
 # per test process and environment, which imported what the entry points import
-# (attention_jax.training.train, attention_jax.decoding.translator: jax, flax, orbax, tfds; about
+# (attention_jax.training.train, attention_jax.loaded.translator: jax, flax, orbax, tfds; about
 # 4 s of CPU per process otherwise)
 # and nothing more: no JAX backend, no thread (a fork is safe). The child runs its module as
 # `python -m` does (runpy, as __main__, its flags defined afresh) with its stdin, stdout and
 # stderr on files, then the interpreter's exit handlers. Not for processes a test signals,
 # holds or times.
-PRELOAD = ('attention_jax.training.train', 'attention_jax.decoding.translator', 'experiments.cli')
+PRELOAD = ('attention_jax.training.train', 'attention_jax.loaded.translator', 'experiments.cli')
 _SERVER = r"""
 import atexit, json, os, runpy, sys, traceback
 for name in json.loads(sys.argv[1]):

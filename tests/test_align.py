@@ -10,11 +10,11 @@ import ml_collections
 import pytest
 
 from attention_jax import data as data_lib
+from attention_jax.analysis import aligning, alignment_study, compare, saved_run
 from attention_jax.data import pharaoh
-from attention_jax.decoding import loading
-from attention_jax.evaluation import aligning, alignment_study, compare, saved_run
 from attention_jax.implicit import word_alignment as wa
 from attention_jax.implicit import word_maps
+from attention_jax.loaded import loading
 from experiments.configs import common, greek_english
 
 import helpers

@@ -1,4 +1,4 @@
-"""The classical aligners (attention_jax/evaluation/aligners.py) on a made-up parallel corpus
+"""The classical aligners (attention_jax/analysis/aligners.py) on a made-up parallel corpus
 whose true links are known: each recovers most of them, in the right orientation, and the
 symmetrisations nest. A few seconds (nltk's IBM models are pure Python, on 200 pairs)."""
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from attention_jax.analysis import aligners
 from attention_jax.data.pharaoh import Alignment
-from attention_jax.evaluation import aligners
 from attention_jax.implicit import word_alignment
 
 # AER (percent) each aligner stays under on corpus() with its defaults (grow-diag-final);
@@ -148,11 +148,11 @@ def test_a_missing_eflomal_says_what_to_install(monkeypatch):
 
 
 def test_the_bench_scores_each_row_on_the_first_n_test_verses_too(monkeypatch):
-  """experiments/bench/aligners.py --subsets=N: each row also holds its figures on the test
+  """experiments/studies/aligners.py --subsets=N: each row also holds its figures on the test
   verses with gold among the first N (what a study aligned with its slow maps), equal to
   scoring those verses alone."""
   from absl import flags  # pylint: disable=g-import-not-at-top
-  from experiments.bench import aligners as bench  # pylint: disable=g-import-not-at-top
+  from experiments.studies import aligners as bench  # pylint: disable=g-import-not-at-top
   src, tgt, truth = corpus(60)
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()

@@ -1,4 +1,4 @@
-"""The alignment study's table (evaluation/alignment_study.py) on hand-made results: means and
+"""The alignment study's table (analysis/alignment_study.py) on hand-made results: means and
 t intervals over seeds, the best unsupervised map (guided variants are not unsupervised),
 its gap to the best aligner, and guided against additive by Welch's test."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from attention_jax.evaluation import alignment_study, compare
+from attention_jax.analysis import alignment_study, compare
 
 
 def _group(name, bleu, maps):

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
+from attention_jax.analysis import compare
 from attention_jax.data import cmudict, tasks
 from attention_jax.data import tokenizers as tok_lib
-from attention_jax.evaluation import compare, metrics
+from attention_jax.evaluation import metrics
 from attention_jax.training import train
 from experiments import data_info
 from experiments.configs import cmudict as cmudict_config

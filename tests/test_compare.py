@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from attention_jax import workdir as workdir_lib
-from attention_jax.evaluation import compare, metrics, records, report
+from attention_jax.analysis import compare, report
+from attention_jax.evaluation import metrics, records
 
 import helpers
 

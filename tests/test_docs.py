@@ -23,7 +23,7 @@ def test_the_docs_build_with_warnings_as_errors_and_reference_the_api(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(tmp_path / 'site' / 'api' / 'index.html', encoding='utf-8') as f:
     api = f.read()
-  for name in ('attention_jax.decoding.loading.load', 'attention_jax.models.scores.ScaledDot',
+  for name in ('attention_jax.loaded.loading.load', 'attention_jax.models.scores.ScaledDot',
                'attention_jax.decoding.beam.beam_search',
                'attention_jax.models.multihead.MultiHeadAttention'):
     assert f'id="{name}"' in api, name

@@ -15,9 +15,10 @@ import pytest
 from flax import nnx
 
 import attention_jax as aj
+from attention_jax.analysis import saved_run
 from attention_jax.data import tokenizers
-from attention_jax.decoding import ensemble, greedy, inference, loading, translator
-from attention_jax.evaluation import saved_run
+from attention_jax.decoding import greedy, inference
+from attention_jax.loaded import ensemble, loading, translator
 from attention_jax.symbols import BOS, EOS, PAD
 from attention_jax.training import train
 from experiments.configs import reverse

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from attention_jax.evaluation import evaluators, records, saved_run
+from attention_jax.analysis import saved_run
+from attention_jax.evaluation import evaluators, records
 from attention_jax.training import train
 from experiments.configs import dates
 

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from attention_jax import workdir as workdir_lib
-from attention_jax.decoding import loading
-from attention_jax.evaluation import explorer, explorer_data, records
+from attention_jax.analysis import explorer, explorer_data
+from attention_jax.evaluation import records
 from attention_jax.implicit import word_alignment as wa
 from attention_jax.implicit import word_maps
+from attention_jax.loaded import loading
 from attention_jax.training import train
 from experiments.configs import common, image_dates, reverse
 

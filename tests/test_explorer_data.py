@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from attention_jax import workdir as workdir_lib
-from attention_jax.decoding import loading
-from attention_jax.evaluation import explorer, explorer_data, explorer_page, explorer_words
+from attention_jax.analysis import explorer, explorer_data, explorer_page, explorer_words
 from attention_jax.evaluation import records
 from attention_jax.implicit import word_alignment as wa
 from attention_jax.implicit import word_maps
+from attention_jax.loaded import loading
 from attention_jax.training import train
 from experiments.configs import reverse
 
@@ -95,7 +95,7 @@ def test_an_unwritable_out_is_refused(tmp_path):
   runs in a child without the capabilities that override permission bits)."""
   locked = tmp_path / 'locked'
   locked.mkdir(mode=0o500)
-  code = ('import sys; from attention_jax.evaluation import explorer; '
+  code = ('import sys; from attention_jax.analysis import explorer; '
           'explorer.check_out(sys.argv[1])')
   proc = subprocess.run([sys.executable, '-c', code, str(locked / 'page')], cwd=helpers.ROOT,
                         capture_output=True, text=True, timeout=300,

@@ -13,9 +13,9 @@ import pytest
 from flax import nnx
 
 import attention_jax as aj
+from attention_jax.analysis import compare, saved_run
 from attention_jax.data import batching, cmudict, loaders
 from attention_jax.data import fields as data_fields
-from attention_jax.evaluation import compare, saved_run
 from attention_jax.models import encoders
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig

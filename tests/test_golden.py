@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attention_jax.data import batching
 from attention_jax.training import steps, train
-from experiments.bench import workload
 from experiments.configs import dates
 
 IMAGE = {'encoder': 'cnn', 'cnn_layers': 2, 'cnn_width': 8, 'image_dim': 16}
@@ -64,6 +64,23 @@ HOW_TO_FIX = ('the {figure} of five train steps of the tiny {name} model changed
               'GOLDEN and say why in the commit message; if not, find the change that did it.')
 
 
+VOCAB, ROWS, LENGTHS = 20, 8, (4, 10)   # the batch: ids in [4, 20) (0-3: PAD, BOS, EOS, UNK)
+
+
+def golden_batch() -> dict[str, np.ndarray]:
+  """The recorded figures' batch: ROWS random (source, target) id sentences, lengths uniform
+  in LENGTHS independently per side (NumPy's generator, seed 0), padded to 16 x 16."""
+  rng = np.random.default_rng(0)
+
+  def side():
+    return [rng.integers(4, VOCAB, size=int(n)).tolist()
+            for n in rng.integers(LENGTHS[0], LENGTHS[1] + 1, size=ROWS)]
+  src, tgt = side(), side()
+  enc = batching.TokenizedSplit(batching.Ragged.from_lists(src), batching.Ragged.from_lists(tgt))
+  padded = batching.round_up(LENGTHS[1] + 1)
+  return batching.make_batch(enc, range(ROWS), (padded, padded), ROWS)
+
+
 def rms(tree) -> float:
   leaves = [np.asarray(x, np.float64) for x in jax.tree.leaves(tree)]
   return float(np.sqrt(sum((x ** 2).sum() for x in leaves) / sum(x.size for x in leaves)))
@@ -75,13 +92,12 @@ def figures(overrides: dict, n: int = 5) -> dict[str, list[float]]:
   cfg = dates.get_config('smoke')
   cfg.parallel = 'single'
   cfg.model.update(overrides)
-  shape = workload.CONFIGS['tiny']
-  mcfg = train.model_config(cfg, shape.vocab, shape.vocab)
+  mcfg = train.model_config(cfg, VOCAB, VOCAB)
   graphdef, state = steps.init_state(mcfg, steps.make_optimizer(cfg.train), cfg.seed)
   step = train.Steps.of(graphdef, cfg).train
-  batch = workload.make_batch(shape, 0)
+  batch = golden_batch()
   if mcfg.source == 'images':   # the same targets, read from fixed random 16 x 32 images
-    batch['src'] = np.random.default_rng(0).random((shape.batch, 16, 32), dtype=np.float32)
+    batch['src'] = np.random.default_rng(0).random((ROWS, 16, 32), dtype=np.float32)
   batch = jax.device_put(batch)
   count = sum(x.size for x in jax.tree.leaves(state['params']))
   out = {k: [] for k in RECORDED}

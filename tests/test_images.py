@@ -16,9 +16,11 @@ import pytest
 from flax import nnx
 
 from attention_jax import data
+from attention_jax.analysis import saved_run
 from attention_jax.data import image_builders, strips
-from attention_jax.decoding import beam, greedy, loading
-from attention_jax.evaluation import evaluators, plots, saved_run
+from attention_jax.decoding import beam, greedy
+from attention_jax.evaluation import evaluators, plots
+from attention_jax.loaded import loading
 from attention_jax.models import encoders, images, transformer
 from attention_jax.models import model as model_lib
 from attention_jax.models.attention import Attention

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from attention_jax.evaluation import compare, stats
-from attention_jax.evaluation import implicit_study
+from attention_jax.analysis import compare, stats
+from attention_jax.analysis import implicit_study
 
 
 def test_paired_t_test_against_scipy():

@@ -102,7 +102,7 @@ def test_find_cycle_finds_cycles():
 def test_no_import_cycle_among_the_package_modules():
   edges, _ = graph()
   assert len(edges) > 30
-  assert 'attention_jax.decoding.inference' in edges['attention_jax.decoding.translator']
+  assert 'attention_jax.decoding.inference' in edges['attention_jax.loaded.translator']
   assert find_cycle(edges) is None, f'import cycle: {" -> ".join(find_cycle(edges))}'
 
 
@@ -188,8 +188,8 @@ def test_a_cycle_among_folders_is_named_with_the_imports_that_make_it():
 def test_no_two_folders_import_each_other_directly_or_through_a_cycle():
   links = package_folder_links()
   folders = {f for link in links for f in link}
-  assert {TOP, 'models', 'state', 'decoding', 'training', 'sweeps'} <= folders, folders
-  assert ('decoding', 'state') in links            # a link the scan must see
+  assert {TOP, 'models', 'state', 'decoding', 'loaded', 'training', 'analysis', 'sweeps'} <= folders, folders
+  assert ('loaded', 'state') in links              # a link the scan must see
   cycle = folder_cycle(links)
   assert cycle is None, cycle
 
@@ -241,6 +241,19 @@ def test_every_folder_imports_only_folders_below_it_in_the_order_docs_layout_dra
                                 f'not exist, and not {sorted(actual - set(order))}')
   wrong = upward_links(package_folder_links(), order)
   assert not wrong, f'imports up (or across) the order of docs/layout.md: {wrong}'
+
+
+def test_the_seams_analysis_above_training_loaded_runs_above_the_decoding_kernels():
+  """The after-the-fact analysis stands above training (which never imports it), the loaded
+  run above the decoding kernels, and the kernels import nothing of implicit attention."""
+  with open(os.path.join(ROOT, 'docs', 'layout.md'), encoding='utf-8') as f:
+    order = drawn_order(f.read())
+  assert order['analysis'] > order['training'] > order['evaluation'], order
+  assert order['loaded'] > order['decoding'] > order['implicit'], order
+  links = package_folder_links()
+  assert ('decoding', 'implicit') not in links, links[('decoding', 'implicit')]
+  assert not [a for a, b in links if b == 'analysis'], 'a folder imports analysis/'
+  assert ('analysis', 'loaded') in links and ('loaded', 'decoding') in links   # seen by the scan
 
 
 def test_every_module_says_what_it_is_for_in_its_docstring():
@@ -347,3 +360,62 @@ def test_no_two_public_classes_of_the_package_share_a_name():
   assert len(where) > 40
   shared = {cls: mods for cls, mods in where.items() if len(mods) > 1}
   assert not shared, f'classes of one name in several modules: {shared}'
+
+
+# the dates task's examples (inputs and outputs in docstrings) are the only dates in the code:
+# when a comment says what was measured or tried, and when, that belongs in the docs' "What
+# was tried" tables or in git
+EXAMPLE_DATES = {'2026-11-22', '1999-11-03'}
+
+
+def test_no_code_comment_or_docstring_carries_a_date():
+  found = []
+  for path in glob.glob(os.path.join(ROOT, PACKAGE, '**', '*.py'), recursive=True):
+    with open(path, encoding='utf-8') as f:
+      for n, line in enumerate(f, 1):
+        for date in re.findall(r'\b20\d\d-\d\d(?:-\d\d)?\b', line):
+          if date not in EXAMPLE_DATES:
+            found.append(f'{os.path.relpath(path, ROOT)}:{n}: {date}')
+  assert not found, found
+
+
+# the dates task's examples (inputs and outputs in docstrings) are the only dates in the code:
+# when a comment says what was measured or tried, and when, that belongs in the docs' "What
+# was tried" tables or in git
+EXAMPLE_DATES = {'2026-11-22', '1999-11-03'}
+
+
+def test_no_code_comment_or_docstring_carries_a_date():
+  found = []
+  for path in glob.glob(os.path.join(ROOT, PACKAGE, '**', '*.py'), recursive=True):
+    with open(path, encoding='utf-8') as f:
+      for n, line in enumerate(f, 1):
+        for date in re.findall(r'\b20\d\d-\d\d(?:-\d\d)?\b', line):
+          if date not in EXAMPLE_DATES:
+            found.append(f'{os.path.relpath(path, ROOT)}:{n}: {date}')
+  assert not found, found
+
+
+def _branches(path: str, test) -> list[str]:
+  """'line: source' of each comparison in the module at `path` for which test(node) holds."""
+  src = open(os.path.join(ROOT, PACKAGE, path), encoding='utf-8').read()
+  return [f'{n.lineno}: {ast.unparse(n)}' for n in ast.walk(ast.parse(src))
+          if isinstance(n, ast.Compare) and test(n)]
+
+
+def test_the_parts_own_their_branches_no_arch_names_in_the_model_config_no_method_classes_in_attribution():
+  """An arch says its own describe / variant / cache and memory widths / encoder rules
+  (models/model.py asks ARCHS[arch]); an attribution method says what one sentence holds
+  (Method.held, Method.bytes_per_row): a new arch or method edits neither module."""
+  def arch_name(n):   # <anything>.arch == / != 'a string'
+    sides = [n.left, *n.comparators]
+    return (any(isinstance(s, ast.Attribute) and s.attr == 'arch' for s in sides)
+            and any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in sides))
+  assert not _branches('models/model.py', arch_name)
+
+  def class_identity(n):   # cls is SomeMethod
+    return any(isinstance(op, (ast.Is, ast.IsNot)) for op in n.ops) and any(
+        isinstance(s, ast.Name) and s.id == 'cls' for s in [n.left, *n.comparators])
+  assert not _branches('implicit/attribution.py', class_identity)
+  # the scan sees such branches
+  assert _branches('models/transformer.py', lambda n: True)

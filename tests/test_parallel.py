@@ -16,8 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = r'''
 import functools, sys, jax, jax.numpy as jnp, numpy as np, ml_collections
 import attention_jax as aj
+from attention_jax import devices
 from attention_jax.decoding import inference
-from attention_jax.state import devices
 from attention_jax.training import data_parallel, train
 OBJ = train.objective.Objective()
 assert jax.device_count() == 8, jax.devices()
@@ -112,7 +112,7 @@ def test_shard_map_and_single_device_agree_for_a_transformer_and_an_image_model(
 def test_cpu_devices_split_the_cpu_unless_the_user_did():
   """devices.cpu_devices(n) before JAX starts: n CPU devices (0: one per core the process may
   use); JAX_NUM_CPU_DEVICES set by the user wins (-> None); a bad n is named."""
-  probe = ('import os, jax; from attention_jax.state import devices; '
+  probe = ('import os, jax; from attention_jax import devices; '
            'print(devices.cpu_devices(int(os.environ["N"])), len(jax.devices("cpu")), '
            'len(os.sched_getaffinity(0)))')
   env = {k: v for k, v in os.environ.items() if k != 'JAX_NUM_CPU_DEVICES'}
@@ -125,13 +125,13 @@ def test_cpu_devices_split_the_cpu_unless_the_user_did():
     assert out.returncode == 0, out.stderr[-2000:]
     got, devices, cores = out.stdout.split()
     assert f'{got} {devices}' == (want or f'{cores} {cores}')
-  from attention_jax.state import devices
+  from attention_jax import devices
   with pytest.raises(ValueError, match='non-negative integer.*-1'):
     devices.cpu_devices(-1)
 
 
 def test_unknown_parallel_mode_is_named():
-  from attention_jax.state import devices
+  from attention_jax import devices
   with pytest.raises(ValueError, match="'ring'.*shard_map"):
     devices.resolve('ring')
 

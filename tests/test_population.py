@@ -18,9 +18,9 @@ import pytest
 from attention_jax import data
 from attention_jax import workdir as workdir_lib
 from attention_jax.models.model import ModelConfig
-from attention_jax.sweeps import sweep_file
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import templates
+from attention_jax.sweeps import sweep_file
 from attention_jax.training import objective, population, population_run, steps, train
 from experiments.configs import dates, reverse
 
@@ -51,7 +51,8 @@ def _setup(data_cfg, arch, setting):
 MESH_SCRIPT = r'''
 import jax, jax.numpy as jnp, ml_collections, numpy as np
 import attention_jax as aj
-from attention_jax.state import devices, templates
+from attention_jax import devices
+from attention_jax.state import templates
 from attention_jax.training import objective, population, steps, train
 assert jax.device_count() == 8, jax.devices()
 shape = lambda n: tuple(devices.population_mesh(n).shape.values())

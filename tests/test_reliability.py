@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attention_jax as aj
-from attention_jax.evaluation import saved_run
+from attention_jax.analysis import saved_run
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.training import train
 from experiments.configs import dates

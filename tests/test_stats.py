@@ -8,7 +8,8 @@ import pytest
 import sacrebleu
 from sacrebleu import significance
 
-from attention_jax.evaluation import metrics, records, stats
+from attention_jax.analysis import stats
+from attention_jax.evaluation import metrics, records
 
 WORDS = 'the a cat dog sat on mat red blue green house tree'.split()
 
@@ -131,7 +132,7 @@ def test_bleu_significance_agrees_with_sacrebleu():
 
 def test_sacrebleu_counts_ties_as_not_extreme():
   """Why the sentence test is scipy's: sacrebleu 2.6 calls two identical systems different
-  (p = 1/10,001). If this fails, sacrebleu has changed: revisit attention_jax/evaluation/stats.py."""
+  (p = 1/10,001). If this fails, sacrebleu has changed: revisit attention_jax/analysis/stats.py."""
   refs, a = corpus(50, 0.3, 5)
   _, scores = significance.PairedTest([('b', a), ('a', list(a))], {'BLEU': sacrebleu.BLEU()},
                                       [refs], test_type='ar')()

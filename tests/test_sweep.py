@@ -13,12 +13,13 @@ import jax
 import numpy as np
 import pytest
 
+from attention_jax import devices
 from attention_jax import workdir as workdir_lib
-from attention_jax.decoding import loading
-from attention_jax.evaluation import records, stats
+from attention_jax.analysis import stats
+from attention_jax.evaluation import records
+from attention_jax.loaded import loading
 from attention_jax.models import multihead
 from attention_jax.sweeps import local_executor, sweep_file
-from attention_jax.state import devices
 from helpers import TINY_SWEEP, hold_env, run_module, sweep_cmd, wait_held
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -18,11 +18,11 @@ from flax import nnx
 
 import attention_jax as aj
 from attention_jax import data
-from attention_jax.decoding import greedy as decode_lib
+from attention_jax import devices
 from attention_jax.decoding import ahead, compile_cache, inference, shapes
-from attention_jax.decoding import translator as translator_lib
+from attention_jax.decoding import greedy as decode_lib
+from attention_jax.loaded import translator as translator_lib
 from attention_jax.models.model import ModelConfig
-from attention_jax.state import devices
 from attention_jax.training import train
 from experiments import translate as translate_cmd
 from experiments.configs import dates
@@ -612,8 +612,8 @@ def test_a_translation_imports_no_data_building_or_plotting_and_every_name_resol
   """`aj` and `aj.data` import each name when first used: loading a run and translating
   (what `translate` imports) imports neither TFDS, Matplotlib nor SciPy (about 0.7 s of a
   process's start); every name of both __all__ resolves, and an unknown one is named."""
-  code = ('import sys; from attention_jax.decoding import compile_cache, loading; '
-          'from attention_jax.state import devices; import attention_jax as aj; '
+  code = ('import sys; from attention_jax.decoding import compile_cache; from attention_jax.loaded import loading; '
+          'from attention_jax import devices; import attention_jax as aj; '
           'aj.Translator, aj.load, aj.data.EOS, aj.data.decode_limit(8); '
           'print(sorted(m for m in ("tensorflow_datasets", "matplotlib", "scipy") '
           'if m in sys.modules))')

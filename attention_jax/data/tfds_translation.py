@@ -54,7 +54,7 @@ def read_all(source) -> list[Any]:
   """Every record of a data source, in index order (read in chunks)."""
   n = len(source)
   out = []
-  try:  # batched reads are ~3x faster than one by one
+  try:  # batched reads are faster than one by one
     for start in range(0, n, _CHUNK):
       out.extend(source.__getitems__(list(range(start, min(n, start + _CHUNK)))))
     return out

@@ -84,7 +84,7 @@ def greedy(model, src: jax.Array, max_len: int, limit: jax.Array | None = None,
   limit [B] int32 (<= max_len; default max_len): sentence b stops after limit[b] symbols
   without EOS. Stops early when every sentence has ended; shapes never depend on that.
   with_weights False: weights [B, L, 0], nothing kept (a translation that does not show its
-  attention: about 10% less decoding for a CPU's RNN, docs/performance.md); same tokens.
+  attention decodes faster: docs/performance.md); same tokens.
   """
   st = _greedy(model, src, max_len, limit, 0.0, None, with_weights)
   return st.tokens, st.weights

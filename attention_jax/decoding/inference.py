@@ -25,8 +25,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.decoding import beam as beam_lib
 from attention_jax.decoding import greedy as decode_lib
+from attention_jax.devices import AXIS, local_mesh, rows_apart
 from attention_jax.symbols import BOS
-from attention_jax.state.devices import AXIS, local_mesh, rows_apart
 
 
 def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,

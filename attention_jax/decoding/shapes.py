@@ -15,14 +15,11 @@ rows, else to one of ROWS_PER_OCTAVE row counts per octave:
   tail_rows(5, most=8, rows=93)   # -> 8: 3 padding rows of 93
 
 A call whose sources have at most L tokens compiles at most len(buckets(L)) + 1 programs per
-decoding setting (26 -> 14 for L = 256; the 2,000-line file of docs/performance.md: 22 -> 9
-for the RNN, 17 -> 12 for the Transformer, a call of 1,024 lines at a time). Only a last
-chunk pads rows (under 1 / ROWS_PER_OCTAVE of the call's); a source is padded to its bucket
-(at most GROWTH - 1 of its length, plus the rounding to MULTIPLE) or, in a chunk across a
-bucket's edge, to a bucket above: on that file the RNN's chunks decode 0.7% more rows x
-steps x length than with every bucket's own chunks and tail (as until 2026-11-28), the
-Transformer's 1.5% fewer (fewer padding rows); tests/test_translate.py checks that outputs
-do not depend on it.
+decoding setting. Only a last chunk pads rows (under 1 / ROWS_PER_OCTAVE of the call's); a
+source is padded to its bucket (at most GROWTH - 1 of its length, plus the rounding to
+MULTIPLE) or, in a chunk across a bucket's edge, to a bucket above, which costs about as
+much work as it saves padding rows (docs/performance.md, "What was tried");
+tests/test_translate.py checks that outputs do not depend on it.
 """
 
 from __future__ import annotations
@@ -88,10 +85,9 @@ def kv_segments(beam: int, cores: int | None = None) -> tuple[int, int] | None:
   cores (default: os.sched_getaffinity's); None: the model's defaults (at most 3 segments,
   none under 64 positions). Beam search on one core takes KV_SEGMENTS_ONE_CORE_BEAM, finer:
   there each step reorders the beam's whole cache, so shorter caches early on save more
-  than the extra loops cost to compile (11% of the one-core beam-5 bench's decoding, whose
-  warm time is nearly all decoding); greedy decoding, which reorders nothing, and two or
-  more cores, where compiling takes a core of its own, keep the defaults (finer there: one
-  core greedy 7.2 -> 8.1 s, two cores beam 5 first call 66 -> 95 s; docs/performance.md)."""
+  than the extra loops cost to compile; greedy decoding, which reorders nothing, and two or
+  more cores, where compiling takes a core of its own, keep the defaults (finer is slower
+  there: docs/performance.md, "What was tried")."""
   cores = _cores(cores)
   return KV_SEGMENTS_ONE_CORE_BEAM if beam > 1 and cores == 1 else None
 
@@ -142,7 +138,7 @@ def cache_rows(row_bytes: int, budget: int, least: int = CACHE_LEAST_ROWS) -> in
   """The rows one device decodes at a time when each reads `row_bytes` per step: the largest
   power of two whose rows fit `budget` bytes, at least `least` (a step's fixed cost then
   dominates). A CPU decoding loop is bound by reading the attention's memory every step:
-  kept in the core's cache it runs 1.4-2.1x faster than streamed from RAM (docs/performance.md)."""
+  kept in the core's cache it runs faster than streamed from RAM (docs/performance.md)."""
   if row_bytes < 1 or budget < 1 or least < 1:
     raise ValueError(f'row_bytes, budget and least must be positive, got {row_bytes!r}, '
                      f'{budget!r}, {least!r}')

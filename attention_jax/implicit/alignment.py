@@ -156,7 +156,7 @@ def magnitudes(attributors: dict, params, src, tin, tout, seconds: dict,
   *positions]}, the explicit weights [B, T, S'] float64); each method's seconds added to
   `seconds`. With `opts` (the attributors'), the rows go in chunks of at most PASSES backward
   passes in flight (rows x T x attribution.held), a power of two: a method's memory grows
-  with them (32 rows of 40-token verses through 8 integrated-gradients nodes asked for 34 GB);
+  with them (a whole batch of integrated gradients does not fit: docs/alignment.md);
   with `real` [B] (the batch's weight > 0), a chunk of filler rows alone is not computed (its
   magnitudes are 0)."""
   maps, explicit = {}, None

@@ -7,8 +7,8 @@ whole sequence at once, outside the time loop; only h W_h runs per step.
 `run` (a whole sequence) has its own backward pass, as cuDNN's RNNs do: the reverse-time
 loop computes only what is sequential (the carry's cotangent and the gates' cotangent
 d(h W_h) of each step); the weight gradient dW_h = Σ_t h_{t-1}ᵀ d(h_{t-1} W_h) is one large
-matmul after the loop, instead of a small matmul accumulated at every step. On the 2-core
-CPU a 128-unit LSTM over 72 steps (batch 64) ran forward + backward in 40 ms instead of 75.
+matmul after the loop, instead of a small matmul accumulated at every step (about twice as
+fast on a CPU: docs/performance.md, "What was tried").
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class Cell(nnx.Module):
 
   def project(self, x: jax.Array) -> jax.Array:
     """x [..., in_dim] -> xp [..., G], the input part of every gate. One 2-D matmul: its
-    weight gradient then contracts a single axis, which XLA's CPU backend does faster
-    (char encoder: 12 -> 8 ms) than contracting batch and time separately."""
+    weight gradient then contracts a single axis, which XLA's CPU backend does faster than
+    contracting batch and time separately (docs/performance.md, "What was tried")."""
     return self.w_x(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
 
   def zero_carry(self, batch: int) -> Any:

@@ -19,7 +19,7 @@ costs one new key, not a pass over the prefix.
 `fused`: where no weights are asked for and no dropout applies to them, a scaled_dot /
 softmax attention computed in one call (`__call__`: self-attention, the encoder's and the
 teacher-forced decoder's) goes through `jax.nn.dot_product_attention`, XLA's fused attention
-(cuDNN's flash attention on a GPU where it applies). On the CPU it measured slower than the
+(cuDNN's flash attention on a GPU where it applies). On the CPU it is slower than the
 per-head path (docs/performance.md, "The Transformer against OpenNMT-py's"), so
 `fused_attention=None` (auto) uses it on GPUs and TPUs only.
 

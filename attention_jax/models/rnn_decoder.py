@@ -112,7 +112,7 @@ class Decoder(nnx.Module):
     With soft attention the memory's gradient is deferred (`_memory_scan`): the reverse
     loop only emits d_c_t and d_e_t, and d(keys) = Σ_t a_tᵀ d_c_t, d(pre) = Σ_t d_e_t φ(q_t)ᵀ
     (bilinear scores) are batched matmuls after it, instead of [B, S, K] outer products
-    accumulated at every step (the char train step ran 4-7% faster here).
+    accumulated at every step (faster: docs/performance.md, "What was tried").
     """
     if not self.attention.deferrable:   # (soft modes ignore the sampling key)
       return self.scan(carry, xp, mem, key)

@@ -77,8 +77,7 @@ def match(query: jax.Array, keys: jax.Array) -> jax.Array:
 
   A few queries per sentence (1 < T <= GROUP_MAX: beam search reads a sentence's K
   hypotheses at once) read the keys laid out [B, D, S], which XLA's CPU dot multiplies
-  faster: char general beam-5 decoding ran 1.04-1.41x faster (median 1.19x, 8 interleaved
-  pairs). The barrier keeps XLA from folding the transpose back into the dot; loop-invariant
+  faster (docs/performance.md, "What was tried"). The barrier keeps XLA from folding the transpose back into the dot; loop-invariant
   code motion hoists it (the keys do not change) out of the decoding loop."""
   if 1 < query.shape[1] <= GROUP_MAX:
     keys_t = jax.lax.optimization_barrier(jnp.swapaxes(keys, 1, 2))       # [B, D, S]
@@ -215,8 +214,7 @@ def _additive_energies(q, pre, cov, w_c, v):
   """v · tanh(q + pre [+ cov w_c]): q [B, T, A], pre [B, S, A], cov [B, T, S] -> [B, T, S].
   jax.checkpoint: the backward pass recomputes the [B, T, S, A] tanh instead of storing it
   (inside the decoder loop that is [T, B, S, A] in all, hundreds of MB for the char
-  benchmark); recomputing is cheaper than the memory traffic: train step 1.16-1.25x faster
-  (interleaved A/B, char and base, both decoders)."""
+  benchmark); recomputing is cheaper than the memory traffic (docs/performance.md)."""
   x = q[:, :, None, :] + pre[:, None, :, :]                                 # [B, T, S, A]
   if w_c is not None:
     x = x + cov[..., None].astype(x.dtype) * w_c.astype(x.dtype)[None, None, None]

@@ -1,2 +1,2 @@
 """A run's state plumbing, below both training and decoding: train-state templates
-(templates.py), checkpoints (checkpoint.py), devices and meshes (devices.py)."""
+(templates.py) and checkpoints (checkpoint.py). Devices and meshes: attention_jax/devices.py."""

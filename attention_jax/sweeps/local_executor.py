@@ -9,10 +9,10 @@ import socket
 import subprocess
 import time
 
+from attention_jax import devices as devices_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.sweeps import attempts
 from attention_jax.sweeps import sweep_file as sweep_lib
-from attention_jax.state import devices as devices_lib
 
 
 def accelerators() -> list[str]:

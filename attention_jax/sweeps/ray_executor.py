@@ -36,10 +36,10 @@ import sys
 import time
 import uuid
 
+from attention_jax import devices
 from attention_jax import workdir as workdir_lib
 from attention_jax.sweeps import attempts
 from attention_jax.sweeps import sweep_file as sweep_lib
-from attention_jax.state import devices
 
 # exits that say the process was killed or preempted, not that the run is wrong
 RETRIED_EXITS = (128 + signal.SIGKILL, 128 + signal.SIGTERM)
@@ -182,7 +182,7 @@ def check_shared_storage(ray, sweep_dir: str, cwd: str, timeout: float = 600.0) 
   """Every alive node must see the driver's sweep root and project: one probe task per node
   (scheduled on it, no resources). Raises OSError naming the first node that cannot;
   returns the nodes' hosts. `timeout` is generous: a probe's worker imports the package
-  (JAX among it), which took over 120 s on a heavily loaded core."""
+  (JAX among it), which takes minutes on a heavily loaded core."""
   from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
   probe_dir = os.path.join(sweep_dir, PROBE_DIR)
   os.makedirs(probe_dir, exist_ok=True)

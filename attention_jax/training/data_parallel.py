@@ -12,7 +12,7 @@ import functools
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from attention_jax.state.devices import AXIS, make_mesh
+from attention_jax.devices import AXIS, make_mesh
 from attention_jax.training import steps as steps_lib
 
 

@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from attention_jax import devices
 from attention_jax.models.model import ModelConfig
-from attention_jax.state import devices
 from attention_jax.state import templates
 from attention_jax.training import objective
 from attention_jax.training import steps

@@ -45,9 +45,9 @@ import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax import data as data_lib
+from attention_jax import devices
 from attention_jax import workdir as workdir_lib
 from attention_jax.state import checkpoint as ckpt_lib
-from attention_jax.state import devices
 from attention_jax.training import loop
 from attention_jax.training import objective
 from attention_jax.training import population

@@ -17,13 +17,13 @@ import ml_collections
 import sacrebleu
 
 from attention_jax import data as data_lib
+from attention_jax import devices
 from attention_jax import workdir as workdir_lib
 from attention_jax.data import fields as data_fields
 from attention_jax.decoding import inference
 from attention_jax.evaluation import evaluators
 from attention_jax.evaluation import scoring
 from attention_jax.models import attention
-from attention_jax.state import devices
 from attention_jax.state import templates
 from attention_jax.state.templates import init_state, model_config
 from attention_jax.training import data_parallel

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attention_jax.decoding import loading
 from attention_jax.implicit import attribution
+from attention_jax.loaded import loading
 from attention_jax.models.model import ModelConfig, build
 from attention_jax.symbols import BOS, EOS
 from experiments.configs import reverse

@@ -16,7 +16,7 @@ import time
 from absl import flags
 from playwright.sync_api import sync_playwright
 
-from attention_jax.evaluation import explorer
+from attention_jax.analysis import explorer
 from experiments import cli
 
 flags.DEFINE_string('run', None, 'A finished run.', required=True)

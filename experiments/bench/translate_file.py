@@ -19,8 +19,9 @@ import time
 
 import jax
 
-from attention_jax.decoding import compile_cache, loading
-from attention_jax.state import devices
+from attention_jax import devices
+from attention_jax.decoding import compile_cache
+from attention_jax.loaded import loading
 from experiments.bench.measure import suppress_eos
 
 STARTED = 'ATTENTION_JAX_BENCH_STARTED'   # time.time() when the parent started the process

@@ -22,7 +22,7 @@ import plotly
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from attention_jax.evaluation import compare as compare_lib
+from attention_jax.analysis import compare as compare_lib
 
 ASSETS = 'assets'
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,8 +49,7 @@ td.right a{color:#1a7f37;text-decoration:none} td.wrong a{color:#c62828;text-dec
 
 # Plotly's cartesian partial bundle (heatmaps, lines, bars: all the explorer draws), the
 # official build of the plotly.js version the plotly package ships (PLOTLY_JS; its LICENSE
-# beside it): 1.5 MB, parsed in a third of the time of the full 4.6 MB bundle
-# (docs/explorer.md). Without it, the plotly package's full bundle is written instead.
+# beside it): a third of the full bundle, parsed in a third of its time (docs/explorer.md). Without it, the plotly package's full bundle is written instead.
 PLOTLY_JS = ('plotly-cartesian.min.js', '4.1.1')
 
 

@@ -4,13 +4,13 @@
 #   nohup bash launch.sh alignment-study [ROOT] > alignment_study.log 2>&1 &
 # Every step is skipped when done or resumes where it stopped, so the same command after a
 # kill, or in a later session, goes on (a killed training loses at most its last 500 steps):
-#   1. the classical aligners (experiments/bench/aligners.py: eflomal 4/4, IBM 1 and 2), trained
+#   1. the classical aligners (experiments/studies/aligners.py: eflomal 4/4, IBM 1 and 2), trained
 #      on the corpus and scored on the test verses (and on those among the first $NUM, if set);
 #   2. per variant of experiments/configs/greek_english.py's get_sweep, in its order: its
 #      $SEEDS seeds trained as one population (experiments.sweep --only), then, for the
 #      unsupervised variants, each seed's attribution maps on the test verses (evaluate
 #      --word_alignment_methods: about 15 minutes a run on 2 cores, 5 of them compiling);
-#   3. the sweep report, with word_alignment.md (attention_jax/evaluation/alignment_study.py).
+#   3. the sweep report, with word_alignment.md (attention_jax/analysis/alignment_study.py).
 set -euo pipefail
 case "${1:-}" in
   -h|--help|--helpfull)   # the usage: this header
@@ -40,7 +40,7 @@ sys.exit(0 if rows and all(sys.argv[2] == '0' or sys.argv[2] in r.get('subsets',
 PY
 then
   say "the classical aligners -> $DIR/aligners.json"
-  python -m experiments.bench.aligners --out="$DIR/aligners.json" --table="$DIR/aligners.md" \
+  python -m experiments.studies.aligners --out="$DIR/aligners.json" --table="$DIR/aligners.md" \
       --eflomal_prefixes=4:4 --raw= $([[ $NUM == 0 ]] || echo "--subsets=$NUM")
 fi
 

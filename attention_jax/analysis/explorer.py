@@ -18,11 +18,11 @@ import shutil
 import tempfile
 from typing import Sequence
 
-from attention_jax.decoding import loading
-from attention_jax.evaluation import explorer_data
-from attention_jax.evaluation import explorer_page
-from attention_jax.evaluation import explorer_words
+from attention_jax.analysis import explorer_data
+from attention_jax.analysis import explorer_page
+from attention_jax.analysis import explorer_words
 from attention_jax.implicit import attribution
+from attention_jax.loaded import loading
 from attention_jax.models import encoders
 
 DEFAULT_METHODS = ('gradient', 'gradient_x_input')

@@ -10,7 +10,7 @@ deviation and 95% t interval, overall and per source-length bucket. For every gr
 the baseline (the best group on the first metric, unless named): the difference, its interval
 over seeds (Welch) and over sentences (bootstrap), p over seeds (Welch's t-test) and over
 sentences (paired approximate randomisation by default), both Holm-adjusted over the family
-of comparisons on that metric, and one plain sentence. See attention_jax.evaluation.stats for
+of comparisons on that metric, and one plain sentence. See attention_jax.analysis.stats for
 the tests.
 """
 
@@ -25,10 +25,10 @@ from typing import Sequence
 import numpy as np
 
 from attention_jax import workdir as workdir_lib
+from attention_jax.analysis import stats
 from attention_jax.data import fields as data_fields
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import records as records_lib
-from attention_jax.evaluation import stats
 
 ALPHA = 0.05
 # data fields that do not change which sentences a split holds

@@ -2,7 +2,7 @@
 midpoint rule, Gauss-Legendre and the adaptive rule (--rules), on a trained run's test
 sentences (docs/implicit_attention.md).
 
-  python -m experiments.bench.ig_rules --run=runs/reverse --num=20 --max_len=24
+  python -m experiments.studies.ig_rules --run=runs/reverse --num=20 --max_len=24
 
 For each sentence (the model's greedy output, teacher-forced) the error is
 max_t |Σ_s IG_ts - (f_t(x) - f_t(b))| / max_t |f_t(x) - f_t(b)|, f_t = log p(y_t | y_<t, x),
@@ -27,8 +27,8 @@ from flax import nnx
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.data import batching
-from attention_jax.decoding import loading
 from attention_jax.implicit import attribution
+from attention_jax.loaded import loading
 from attention_jax.symbols import BOS, EOS
 
 flags.DEFINE_string('run', None, 'A trained run (token source).', required=True)

@@ -1,5 +1,5 @@
 """Reload a trained run in one call and translate, with beam search, n-best lists and attention
-weights (evaluating a run: evaluation/saved_run.py).
+weights (evaluating a run: analysis/saved_run.py).
 
   t = attention_jax.load('runs/dates_additive')      # best checkpoint (or step=N)
   t.translate(['22. November 2026'])                  # -> ['2026-11-22'] (greedy)
@@ -61,11 +61,12 @@ from attention_jax.decoding import greedy as decode_lib
 from attention_jax.decoding import inference
 from attention_jax.decoding import shapes
 from attention_jax.implicit import attribution
+from attention_jax.implicit import saliency as saliency_lib
+from attention_jax.implicit.saliency import Saliency
 from attention_jax.models import encoders
 from attention_jax.models import images as images_lib
 from attention_jax.models import scores as scores_lib
 from attention_jax.models.model import ModelConfig
-from attention_jax.symbols import BOS
 
 
 @dataclasses.dataclass
@@ -77,18 +78,6 @@ class Hypotheses:
   src_tokens: list[str]            # S source pieces, '</s>' last
   tgt_tokens: list[list[str]]      # T_i output pieces of each output, '</s>' last if ended
   ids: list[np.ndarray] = dataclasses.field(default_factory=list)  # [T_i] their token ids
-
-
-@dataclasses.dataclass
-class Saliency:
-  """One source's attribution (Translator.saliency)."""
-  output: str                      # the output attributed (decoded, or the reference)
-  method: str
-  scores: np.ndarray               # [T, S] tokens; images [T, H, W] pixels or [T, H', W'] grid
-  weights: np.ndarray              # [T, S] the explicit attention (images [T, H', W'])
-  log_probs: np.ndarray            # [T] log p(y_t | y_<t, x) of each output token
-  src_tokens: list[str]            # S source pieces, '</s>' last ([] for images)
-  tgt_tokens: list[str]            # T output pieces, '</s>' last if it ended
 
 
 def _on_cpu() -> bool:
@@ -138,7 +127,7 @@ class Translator:
               with_weights: bool = True):
     """The jit-compiled n-best decode function (inference.make_decoder), one per setting;
     beam search on one CPU core with finer KV cache segments (shapes.kv_segments)."""
-    # finer KV cache segments for beam search on one CPU core (measured there; GPUs and
+    # finer KV cache segments for beam search on one CPU core (faster there only; GPUs and
     # TPUs keep the model's defaults)
     kv = shapes.kv_segments(beam) if _on_cpu() else None
     key = (beam, float(alpha), nbest, with_weights, kv)
@@ -456,14 +445,7 @@ class Translator:
     beam search) unless a `reference` is given; both are teacher-forced. Source policy as
     `attend` (an empty text gives empty arrays); image models take an image (file path or
     array)."""
-    attribution.check(method, self.config.source)
-    try:
-      opts = attribution.Options(**options)
-    except TypeError:
-      valid = [f.name for f in dataclasses.fields(attribution.Options)]
-      raise TypeError(f'saliency: unknown option(s) {sorted(set(options) - set(valid))}; '
-                      f'valid: {", ".join(valid)}') from None
-    attribution.check_options(opts, self.config.source)
+    opts = saliency_lib.options(method, self.config.source, **options)
     if reference is not None and not isinstance(reference, str):
       raise TypeError(f'saliency(reference): must be a str, got {type(reference).__name__}')
     if self.config.source == 'tokens':
@@ -488,15 +470,9 @@ class Translator:
       ids = self.decode([source], beam, alpha)[0].ids[0]
     else:
       ids = np.asarray(self.tgt_tok.encode(reference) + [data_lib.EOS], np.int32)
-    t = -(-len(ids) // 8) * 8                                # a multiple of 8: few compiles
-    tgt_out = np.zeros((1, t), np.int32)
-    tgt_out[0, :len(ids)] = ids
-    tgt_in = np.zeros((1, t), np.int32)
-    tgt_in[0, :len(ids)] = np.concatenate([[BOS], ids[:-1]])
-    a = jax.device_get(self.attributor(method, opts)(self.params, src, tgt_in, tgt_out))
-    n = len(ids)
+    a = saliency_lib.attribute_output(self.attributor(method, opts), self.params, src, ids)
     return Saliency(self.tgt_tok.decode(ids.tolist()), method,
-                    np.asarray(trim(a.scores[0][:n]), np.float32),
-                    np.asarray(weights_of(a.weights[0][:n]), np.float32),
-                    np.asarray(a.log_probs[0][:n], np.float32), src_tokens,
+                    np.asarray(trim(a.scores), np.float32),
+                    np.asarray(weights_of(a.weights), np.float32),
+                    np.asarray(a.log_probs, np.float32), src_tokens,
                     [self.tgt_tok.id_to_piece(int(i)) for i in ids])

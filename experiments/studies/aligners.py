@@ -1,8 +1,8 @@
-"""Classical word aligners (attention_jax/evaluation/aligners.py: eflomal, IBM 1, IBM 2) on the
+"""Classical word aligners (attention_jax/analysis/aligners.py: eflomal, IBM 1, IBM 2) on the
 greek_english task: what unsupervised aligners reach on the test verses whose manual
 alignments also score a model's attention (implicit/word_alignment.py, the same scoring).
 
-  python -m experiments.bench.aligners --data_dir=/tmp/tfds --out=aligners.json \
+  python -m experiments.studies.aligners --data_dir=/tmp/tfds --out=aligners.json \
       --table=aligners.md --links_dir=aligner_links
 
 Each aligner is trained on all 7,936 verse pairs (train, validation and test: unsupervised
@@ -29,8 +29,8 @@ from absl import app, flags
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.analysis import aligners as aligners_lib
 from attention_jax.data import pharaoh
-from attention_jax.evaluation import aligners as aligners_lib
 from attention_jax.implicit import word_alignment
 from experiments import cli
 from experiments.configs import greek_english

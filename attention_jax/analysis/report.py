@@ -1,7 +1,7 @@
 """The report of a sweep directory (runs/<sweep>/<variant>[/seed_<k>], finished runs): every
 variant's mean, standard deviation and 95% interval over seeds, overall and per source-length
 bucket, and every variant against the best one (or the sweep file's BASELINE) with intervals,
-p-values over seeds and over sentences, Holm-adjusted (attention_jax.evaluation.compare), and the
+p-values over seeds and over sentences, Holm-adjusted (attention_jax.analysis.compare), and the
 markdown of any comparison (`markdown`, also what `bash launch.sh compare` prints). Writes
 
   summary.md        the tables, one plain sentence per comparison, and how it was tested
@@ -14,11 +14,11 @@ markdown of any comparison (`markdown`, also what `bash launch.sh compare` print
   <metric>_by_length.png   the primary metric by source length, intervals as bands
   implicit_attention.md, implicit_attention.csv, implicit_tests.csv   where the runs measured
                     attributions against gold alignments (eval.attribution): the
-                    implicit-attention study (attention_jax/evaluation/implicit_study.py)
+                    implicit-attention study (attention_jax/analysis/implicit_study.py)
   word_alignment.md where the runs measured word alignments against word-level gold
                     (eval.word_alignment; greek_english): the alignment study's tables
-                    (attention_jax/evaluation/alignment_study.py), with the classical
-                    aligners' rows when aligners.json (experiments/bench/aligners.py) is there
+                    (attention_jax/analysis/alignment_study.py), with the classical
+                    aligners' rows when aligners.json (experiments/studies/aligners.py) is there
 
 Tasks with several references per source (G2P) lead with word error rate (WER), others with
 BLEU.
@@ -33,11 +33,11 @@ import os
 import numpy as np
 
 from attention_jax import workdir as workdir_lib
-from attention_jax.evaluation import compare as compare_lib
+from attention_jax.analysis import alignment_study
+from attention_jax.analysis import compare as compare_lib
+from attention_jax.analysis import implicit_study
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import plots
-from attention_jax.evaluation import alignment_study
-from attention_jax.evaluation import implicit_study
 
 
 
@@ -121,7 +121,7 @@ def write(sweep_dir: str, split: str = 'test', baseline: str | None = None,
       paths['implicit_tests'] = _write_csv(os.path.join(sweep_dir, 'implicit_tests.csv'),
                                            study['tests'])
   if any('word_alignment' in r.split(split) for g in groups for r in g.runs):
-    aligners_path = os.path.join(sweep_dir, ALIGNERS_FILE)   # experiments/bench/aligners.py
+    aligners_path = os.path.join(sweep_dir, ALIGNERS_FILE)   # experiments/studies/aligners.py
     aligners = None
     if os.path.exists(aligners_path):
       with open(aligners_path) as f:

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from attention_jax.evaluation import stats
+from attention_jax.analysis import stats
 from attention_jax.implicit.alignment import EXPLICIT, RANDOM
 
 FIGURES = ('alignment_accuracy', 'gold_mass', 'aopc', 'kendall_tau', 'jsd')

@@ -11,7 +11,7 @@ import time
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.decoding import compile_cache
-from attention_jax.decoding.translator import Translator
+from attention_jax.loaded.translator import Translator
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from attention_jax.evaluation import explorer_data
+from attention_jax.analysis import explorer_data
 from attention_jax.implicit import attribution
 from attention_jax.implicit import word_alignment as wa
 from attention_jax.implicit import word_maps

@@ -1,4 +1,4 @@
-// The attention explorer's own script (attention_jax/evaluation/explorer_page.py writes it
+// The attention explorer's own script (attention_jax/analysis/explorer_page.py writes it
 // beside each page): the sentence table's sorting and filters, and a clicked sentence's maps
 // drawn with Plotly from data/<id>.js (loaded by a <script> tag: works from file://).
 'use strict';

@@ -2,7 +2,7 @@
 soft (expected) context, a sampled position and the argmax position, and the entropy and the
 largest weight of the attention, on a run's validation split (docs/images.md).
 
-  python -m experiments.bench.attention_use --run=runs/digit_strips_hard --batches=4
+  python -m experiments.studies.attention_use --run=runs/digit_strips_hard --batches=4
 
 Equal losses for the three contexts and an entropy near log S (uniform over the S positions)
 mean the decoder does not use what it attends to: it reads the source through its initial
@@ -23,7 +23,7 @@ from flax import nnx
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
-from attention_jax.decoding import loading
+from attention_jax.loaded import loading
 from attention_jax.models import attention
 from attention_jax.training import objective
 

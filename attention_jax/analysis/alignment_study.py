@@ -1,7 +1,7 @@
 """The word-alignment study's table: each variant's test BLEU and chrF, and per map its test
 precision, recall and AER against the manual alignments (the word_alignment evaluator's
 figures in each run's results), means over seeds with 95% t intervals; classical aligners'
-rows (evaluation/aligners.py's JSON) beside them; the best unsupervised neural map against
+rows (analysis/aligners.py's JSON) beside them; the best unsupervised neural map against
 the best aligner, and guided alignment against the unsupervised model (Welch over seeds).
 
   s = summarise(compare.sweep_groups('runs/greek_english'), aligners=json.load(...))
@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from attention_jax import workdir as workdir_lib
-from attention_jax.evaluation import stats
+from attention_jax.analysis import stats
 
 FIGURES = ('aer', 'precision', 'recall')
 GUIDED_PREFIX = 'guided'       # variants trained with the gold (supervised): not unsupervised
@@ -53,7 +53,7 @@ def summarise(groups, aligners: dict | None = None, split: str = 'test') -> dict
            for m in v['maps']]
   for n in sorted({v['maps'][m]['sentences'] for v, m in unsup}, reverse=True):
     # the best unsupervised map among those measured on n sentences, and its gap to the best
-    # aligner's figures on the same sentences (experiments/bench/aligners.py --subsets)
+    # aligner's figures on the same sentences (experiments/studies/aligners.py --subsets)
     v, m = min(((v, m) for v, m in unsup if v['maps'][m]['sentences'] == n),
                key=lambda vm: vm[0]['maps'][vm[1]]['aer']['mean'])
     best = {'variant': v['variant'], 'map': m, **v['maps'][m]}
@@ -100,7 +100,7 @@ def word_alignments(run, split: str = 'test') -> dict:
 
 
 def aligners_of(rows: Sequence[dict], best_only: bool = True) -> dict:
-  """experiments/bench/aligners.py's JSON rows (aligner, setting, direction, precision, recall,
+  """experiments/studies/aligners.py's JSON rows (aligner, setting, direction, precision, recall,
   aer, per_run, sentences, subsets) -> {'<aligner> <setting> <direction>': {figures, 'seeds':
   per-run figures, 'sentences', 'subsets': {N: the same on the test verses among the first N}};
   best_only: each aligner's row of lowest AER alone."""

@@ -20,13 +20,13 @@ from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.data import fields as data_fields
 from attention_jax.data import textfiles
-from attention_jax.decoding import ensemble
 from attention_jax.evaluation import evaluators as evaluators_lib
-from attention_jax.evaluation import scoring
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import plots
 from attention_jax.evaluation import records as records_lib
+from attention_jax.evaluation import scoring
 from attention_jax.implicit import alignment
+from attention_jax.loaded import ensemble
 
 
 def _read_pairs(src: str, ref: str) -> tuple[list[tuple[str, str]], list[list[str]] | None]:

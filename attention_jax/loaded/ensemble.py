@@ -32,7 +32,7 @@ from flax import nnx
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
-from attention_jax.decoding import loading, translator
+from attention_jax.loaded import loading, translator
 from attention_jax.models import attention, contract
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib

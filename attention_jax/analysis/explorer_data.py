@@ -27,9 +27,9 @@ import numpy as np
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
+from attention_jax.analysis import compare as compare_lib
 from attention_jax.data import batching
 from attention_jax.decoding import inference
-from attention_jax.evaluation import compare as compare_lib
 from attention_jax.evaluation import records as records_lib
 from attention_jax.implicit import attribution
 from attention_jax.models import encoders
