@@ -379,23 +379,6 @@ def test_no_code_comment_or_docstring_carries_a_date():
   assert not found, found
 
 
-# the dates task's examples (inputs and outputs in docstrings) are the only dates in the code:
-# when a comment says what was measured or tried, and when, that belongs in the docs' "What
-# was tried" tables or in git
-EXAMPLE_DATES = {'2026-11-22', '1999-11-03'}
-
-
-def test_no_code_comment_or_docstring_carries_a_date():
-  found = []
-  for path in glob.glob(os.path.join(ROOT, PACKAGE, '**', '*.py'), recursive=True):
-    with open(path, encoding='utf-8') as f:
-      for n, line in enumerate(f, 1):
-        for date in re.findall(r'\b20\d\d-\d\d(?:-\d\d)?\b', line):
-          if date not in EXAMPLE_DATES:
-            found.append(f'{os.path.relpath(path, ROOT)}:{n}: {date}')
-  assert not found, found
-
-
 def _branches(path: str, test) -> list[str]:
   """'line: source' of each comparison in the module at `path` for which test(node) holds."""
   src = open(os.path.join(ROOT, PACKAGE, path), encoding='utf-8').read()

@@ -137,14 +137,8 @@ class ModelConfig:
     if not name:
       return
     cls = encoders.lookup(name)
-    if self.arch == 'transformer' and cls.source == 'tokens':
-      raise ValueError(f"model.encoder={self.encoder!r} reads tokens; the transformer's token "
-                       f"encoder is model.encoder='' (image encoders: "
-                       f"{', '.join(encoders.names('images'))})")
+    ARCHS[self.arch].check_encoder(self, cls)
     if cls.source == 'images':
-      if self.share_embeddings and self.arch == 'transformer':
-        raise ValueError('model.share_embeddings needs token sources; the source is images '
-                         f'(model.encoder={self.encoder!r})')
       if self.attention_mode in ('local_m', 'local_p'):
         raise ValueError(
             f'model.attention_mode={self.attention_mode!r} places a window p_t ± D on a 1-D '
@@ -155,25 +149,18 @@ class ModelConfig:
 
   @property
   def source_encoder(self) -> str:
-    """The encoder's registry name ('' resolves to the arch's own token encoder)."""
-    return self.encoder or ('transformer' if self.arch == 'transformer' else 'rnn')
+    """The encoder's name ('' resolves to the arch's own token encoder: its `encoder_name`)."""
+    return self.encoder or ARCHS[self.arch].encoder_name
 
   @property
   def source(self) -> str:
-    """'tokens' or 'images': what the model reads."""
-    name = self.source_encoder
-    return 'tokens' if name == 'transformer' else encoders.lookup(name).source
+    """'tokens' or 'images': what the model reads ('' encoder: the arch's token encoder)."""
+    return encoders.lookup(self.encoder).source if self.encoder else 'tokens'
 
   def describe(self) -> str:
     """One line naming the architecture, for logs."""
-    if self.arch == 'transformer':
-      src = '' if self.source == 'tokens' else f'{self.encoder} image encoder, '
-      return (f'{src}transformer ({self.transformer_layers}+{self.transformer_layers} layers, '
-              f'd_model {self.d_model}, {self.heads} heads, {self.positions} positions), '
-              f'{self.self_attention_score} self- / {self.cross_attention_score} '
-              f'cross-attention')
     src = '' if self.source == 'tokens' else f'{self.encoder} image encoder, '
-    return f'{src}{self.decoder} decoder, {self.score} score, {self.cell} cells'
+    return src + ARCHS[self.arch].describe(self)
 
   @property
   def stochastic(self) -> bool:
@@ -189,20 +176,14 @@ class ModelConfig:
 
   @property
   def cache_width(self) -> int:
-    """Numbers a decoder keeps per output position and hypothesis: a Transformer's keys
-    (d_model per layer, after each head's precompute) and values; 0 for the RNN."""
-    if self.arch != 'transformer':
-      return 0
-    return 2 * self.transformer_layers * self.d_model
+    """Numbers a decoder keeps per output position and hypothesis (the arch's cache_width)."""
+    return ARCHS[self.arch].cache_width(self)
 
   @property
   def memory_width(self) -> int:
-    """Numbers the attention reads per source position (grid cell) and decoding step: the
-    annotations (RNN decoders: key_dim); a Transformer's cross-attention keys and values of
-    every layer (2 x layers x d_model)."""
-    if self.arch == 'transformer':
-      return 2 * self.transformer_layers * self.d_model
-    return self.key_dim
+    """Numbers the attention reads per source position (grid cell) and decoding step (the
+    arch's memory_width)."""
+    return ARCHS[self.arch].memory_width(self)
 
   @property
   def compute_dtype(self) -> Any:
@@ -210,10 +191,8 @@ class ModelConfig:
 
   @property
   def variant(self) -> str:
-    """A short name of the attention under study: score/decoder, or transformer/cross score."""
-    if self.arch == 'transformer':
-      return f'transformer/{self.cross_attention_score}'
-    return f'{self.score}/{self.decoder}'
+    """A short name of the attention under study (the arch's variant: score/decoder, ...)."""
+    return ARCHS[self.arch].variant(self)
 
   @classmethod
   def from_dict(cls, d: Mapping[str, Any], **overrides) -> 'ModelConfig':
@@ -311,6 +290,29 @@ class Seq2Seq(nnx.Module, contract.EncoderDecoder):
             'context_gate')
   image_fields = ('image_dim',)     # the annotation size K an image encoder gives the decoder
   token_encoder = 'rnn'
+  encoder_name = 'rnn'              # ModelConfig.source_encoder of model.encoder=''
+
+  @staticmethod
+  def describe(cfg: ModelConfig) -> str:
+    return f'{cfg.decoder} decoder, {cfg.score} score, {cfg.cell} cells'
+
+  @staticmethod
+  def variant(cfg: ModelConfig) -> str:
+    return f'{cfg.score}/{cfg.decoder}'
+
+  @staticmethod
+  def cache_width(cfg: ModelConfig) -> int:
+    """The RNN decoder keeps no cache per output position."""
+    return 0
+
+  @staticmethod
+  def memory_width(cfg: ModelConfig) -> int:
+    """The annotations the attention reads: key_dim per source position."""
+    return cfg.key_dim
+
+  @staticmethod
+  def check_encoder(cfg: ModelConfig, encoder: type) -> None:
+    """Any registered encoder can feed the RNN decoder."""
 
   @classmethod
   def check(cls, cfg: ModelConfig) -> None:

@@ -178,7 +178,40 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
             'share_embeddings', 'tie_output')
   image_fields = ()
   token_encoder = ''   # its own, inside this class (model.encoder='')
+  encoder_name = 'transformer'   # ModelConfig.source_encoder of model.encoder=''
   check = staticmethod(check)
+
+  @staticmethod
+  def describe(cfg) -> str:
+    return (f'transformer ({cfg.transformer_layers}+{cfg.transformer_layers} layers, '
+            f'd_model {cfg.d_model}, {cfg.heads} heads, {cfg.positions} positions), '
+            f'{cfg.self_attention_score} self- / {cfg.cross_attention_score} cross-attention')
+
+  @staticmethod
+  def variant(cfg) -> str:
+    return f'transformer/{cfg.cross_attention_score}'
+
+  @staticmethod
+  def cache_width(cfg) -> int:
+    """Keys (d_model per layer, after each head's precompute) and values per output position."""
+    return 2 * cfg.transformer_layers * cfg.d_model
+
+  @staticmethod
+  def memory_width(cfg) -> int:
+    """Cross-attention keys and values of every layer per source position."""
+    return 2 * cfg.transformer_layers * cfg.d_model
+
+  @staticmethod
+  def check_encoder(cfg, encoder: type) -> None:
+    """Its token encoder is its own (model.encoder=''); an image encoder replaces it, and
+    then there are no source embeddings to share."""
+    if encoder.source == 'tokens':
+      raise ValueError(f"model.encoder={cfg.encoder!r} reads tokens; the transformer's token "
+                       f"encoder is model.encoder='' (image encoders: "
+                       f"{', '.join(encoders.names('images'))})")
+    if cfg.share_embeddings:
+      raise ValueError('model.share_embeddings needs token sources; the source is images '
+                       f'(model.encoder={cfg.encoder!r})')
 
   def __init__(self, cfg, *, rngs: nnx.Rngs):
     cfg.require_arch('transformer', 'Transformer')
