@@ -33,7 +33,7 @@ if 'xla_gpu_deterministic_ops' not in os.environ.get('XLA_FLAGS', ''):
 __getattr__, __dir__, __all__ = lazy.exports(__name__, {
     'attention_jax.decoding.beam': ['beam_search'],
     'attention_jax.loaded.ensemble': ['Ensemble', 'EnsembleTranslator', 'load',
-                                        'load_ensemble'],
+                                      'load_ensemble'],
     'attention_jax.decoding.greedy': ['greedy'],
     'attention_jax.loaded.translator': ['Hypotheses', 'Translator'],
     'attention_jax.analysis.explorer': ['explore'],

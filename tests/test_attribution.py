@@ -470,7 +470,7 @@ def test_bad_methods_and_options_are_one_line_naming_the_valid_ones():
                                        r'images: zero, mean'):
     attribution.check_options(attribution.Options(erase='unk'), 'images')
   model = model_of(**model_lib.migrate({**IMAGE, 'encoder': 'cnn'}))
-  with pytest.raises(ValueError, match=r"baseline 'pad' is for token sources"):
+  with pytest.raises(ValueError, match=r"baseline 'pad' does not apply to images; valid for images: zero"):
     attribute(model, images((8, 12)), TGT_IN[:1], TGT_OUT[:1], 'integrated_gradients',
               baseline='pad')
 

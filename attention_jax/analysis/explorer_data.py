@@ -34,6 +34,7 @@ from attention_jax.evaluation import records as records_lib
 from attention_jax.implicit import attribution
 from attention_jax.models import encoders
 from attention_jax.models import images as images_lib
+from attention_jax.models import sources as sources_lib
 from attention_jax.symbols import BOS
 
 SCALE = 1000   # maps are stored as ints in 1/SCALE
@@ -291,7 +292,7 @@ def sentence_details(translator, summary: dict, task, methods: Sequence[str], be
   (explorer_words.word_alignments, with details of these ids): the reference's word alignment
   as 'words' (explorer_words.detail)."""
   rows = sorted(summary['sentences'], key=lambda r: r['id'])[:limit]
-  split, images = summary['split'], summary['source'] == 'images'
+  split, images = summary['split'], sources_lib.lookup(summary['source']).grid
   ids = [r['id'] for r in rows]
   sources = ([task.image(split, i) for i in ids] if images
              else [task.texts(split)[i][0] for i in ids])

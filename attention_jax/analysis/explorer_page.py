@@ -23,6 +23,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from attention_jax.analysis import compare as compare_lib
+from attention_jax.models import sources
 
 ASSETS = 'assets'
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -172,7 +173,7 @@ def run_body(s: dict, methods: Sequence[str], beam: int, detailed: int, back: st
              + '</select></label> <label>head <select id="head">'
              + ''.join(f'<option value="{i}">{i}</option>' for i in range(s['heads']))
              + '</select></label>')
-  if s['source'] == 'images':
+  if sources.lookup(s['source']).grid:
     maps = ('<div><button id="prev-token">◀ token</button> <button id="next-token">token ▶'
             '</button> <span id="token-label"></span></div><div class="maps stack">'
             '<div id="overlay"></div>'
@@ -229,7 +230,7 @@ def write_run_page(folder: str, summary: dict, details: dict[int, dict], root: s
   for i, d in details.items():
     with open(os.path.join(folder, 'data', f'{i}.js'), 'w', encoding='utf-8') as f:
       f.write(_detail_js(d))
-  data = {'run': summary['name'], 'images': summary['source'] == 'images',
+  data = {'run': summary['name'], 'images': sources.lookup(summary['source']).grid,
           'detailed': sorted(details),
           'rows': {r['id']: {'src': r['src'], 'ref': r['ref']} for r in summary['sentences']}}
   path = os.path.join(folder, 'index.html')

@@ -204,8 +204,8 @@ class AgainstGold(Evaluator):
       value = self.opts[name]
       if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f'eval.{name} must be a positive integer, got {value!r}')
-    if task is not None and methods and not (
-        task.has_alignment and task.source == 'tokens' or getattr(task, 'has_boxes', False)):
+    if task is not None and methods and not (task.has_alignment
+                                             or getattr(task, 'has_boxes', False)):
       raise ValueError(f'eval.attribution={spec!r} measures attributions against gold '
                        f'alignments, which task {task.name!r} does not have (copy, reverse, '
                        "sort and digit_strips' boxes have them); set eval.attribution=''")
@@ -223,7 +223,7 @@ class AgainstGold(Evaluator):
     if ctx.when == 'final':
       print(f'attributing {common["num"]} test sentences ({self.opts["attribution"]})',
             flush=True)
-    if ctx.task.source != 'tokens':
+    if getattr(ctx.task, 'has_boxes', False):   # images with each output's box: pointing game
       grid = encoders.grid_shape(ctx.mcfg, ctx.task.image_shape)
       report = alignment.attribute_images(ctx.graphdef, ctx.params, ctx.task, ctx.split,
                                           methods, grid, **common)

@@ -20,6 +20,7 @@ from flax import nnx
 from attention_jax.decoding import greedy as decode_lib
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import records as records_lib
+from attention_jax.models import sources
 
 
 def report_keys(*reports: dict) -> list[str]:
@@ -63,13 +64,13 @@ def score_split(params, task, split: str, *, tf_fn: Callable, decode_fn: Callabl
   all_refs = task.references(split)   # several references per source (G2P), or None
   total, rows, kept, per_sentence = None, [], [], []
   align_hits = align_total = 0
+  kind = sources.lookup(task.source)
   for batch in task.eval_batches(split, batch_size):
     sums, argmax = tf_fn(params, batch)
     total = metrics_lib.add(total, sums)
     gold = task.batch_alignment(batch)
     # the output limit: from the source length (an image: from the longest training target)
-    max_len = decode_lib.max_output_len(
-        batch['src'].shape[1] if task.source == 'tokens' else task.max_tgt_len, factor)
+    max_len = decode_lib.max_output_len(kind.decode_basis(batch['src'], task.max_tgt_len), factor)
     tokens, weights = jax.device_get(decode_fn(params, batch['src'], max_len, factor))
     argmax = np.asarray(argmax)
     for r in np.nonzero(batch['weight'] > 0)[0]:
@@ -89,7 +90,7 @@ def score_split(params, task, split: str, *, tf_fn: Callable, decode_fn: Callabl
                            'ref': ref, 'refs': rows[-1][5],
                            'align': [hits, total_steps] if gold is not None else None})
       if len(kept) < keep_outputs:
-        image = None if task.source == 'tokens' else batch['src'][r]
+        image = kind.shown(batch['src'][r])
         kept.append((src_text, hyp, ref, tokens[r], weights[r], image))
   report = metrics_lib.summarise(total)
   hyps, refs = [x[1] for x in rows], [x[2] for x in rows]

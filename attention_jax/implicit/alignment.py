@@ -205,7 +205,7 @@ def attribute_split(graphdef, params, task, split: str, methods: Sequence[str], 
   Maps: each method, 'attention' (the explicit weights), 'random' (a random ranking: the
   chance level of every figure) and, for a Transformer, 'attention_L<n>' (layer n's mean over
   heads) and 'attention_L<n>H<h>' (one head). Bands: `bands(train_max_len)`."""
-  if not task.has_alignment or task.source != 'tokens':
+  if not task.has_alignment:
     raise ValueError(f'task {task.name!r} has no gold alignments: alignment figures need a '
                      'token task that has them (copy, reverse, sort)')
   for m in methods:

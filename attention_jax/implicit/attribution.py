@@ -47,19 +47,18 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from attention_jax import registry, symbols
+from attention_jax import registry
 from attention_jax.implicit.quadrature import REFINE_SPLIT, RULES, check_refine_nodes, quadrature, refine
-from attention_jax.models import encoders
+from attention_jax.models import sources
 
 METHODS: dict[str, type['Method']] = {}
 register_method = registry.registrar(METHODS, 'attribution method')
-BASELINES = ('zero', 'pad')
+BASELINES = tuple(dict.fromkeys(b for k in sources.SOURCES.values() for b in k.baselines))
 # erasure's value of an erased position, per source: the zero embedding or the PAD / UNK
 # token's; a grid cell's pixels black or the image's mean pixel (grey)
-ERASE = {'tokens': ('zero', 'pad', 'unk'), 'images': ('zero', 'mean')}
+ERASE = {name: kind.erasures for name, kind in sources.SOURCES.items()}
 ERASURES = tuple(dict.fromkeys(v for values in ERASE.values() for v in values))
 ERASE_BATCH = 64   # erased copies run at once (vmapped) per example; more run in turn
 AT_ONCE = 8        # Jacobians (quadrature nodes, noise samples) computed at once per example
@@ -104,8 +103,10 @@ class Options:
 
 def check_options(opts: Options, source: str) -> Options:
   """opts, or ValueError where a value does not apply to `source` ('tokens' or 'images')."""
-  if source == 'images' and opts.baseline != 'zero':
-    raise ValueError(f"baseline {opts.baseline!r} is for token sources; images: 'zero' (black)")
+  kind = sources.lookup(source)
+  if opts.baseline not in kind.baselines:
+    raise ValueError(f'baseline {opts.baseline!r} does not apply to {source}; valid for '
+                     f'{source}: {", ".join(kind.baselines)}')
   if opts.erase not in ERASE[source]:
     raise ValueError(f'erase {opts.erase!r} is not for {source} sources; valid for '
                      f'{source}: {", ".join(ERASE[source])}')
@@ -315,22 +316,6 @@ def _token_log_probs(logits: jax.Array, tgt_out: jax.Array) -> jax.Array:
   return jnp.take_along_axis(lp, tgt_out[..., None], axis=-1)[0, :, 0]
 
 
-def _embedded(model, value: str, x0: jax.Array) -> jax.Array:
-  """'zero', 'pad' or 'unk' -> that vector at every position of x0 [S, E]: [S, E]."""
-  if value == 'zero':
-    return jnp.zeros_like(x0)
-  token = jnp.full((1, 1), symbols.PAD if value == 'pad' else symbols.UNK, jnp.int32)
-  return jnp.broadcast_to(model.source_embeddings(token)[0, 0], x0.shape).astype(x0.dtype)
-
-
-def _cells(cfg, real: jax.Array) -> jax.Array:
-  """real [H, W] -> [S', H, W] bool: the real pixels of each grid cell (s = i * W' + j)."""
-  h, w = real.shape
-  gh, gw = encoders.grid_shape(cfg, (h, w))
-  cell = (np.arange(h) * gh // h)[:, None] * gw + (np.arange(w) * gw // w)[None]   # [H, W]
-  return (np.arange(gh * gw)[:, None, None] == cell[None]) & real[None]
-
-
 def probe(model, src: jax.Array, tgt_in: jax.Array, tgt_out: jax.Array,
           opts: Options = Options()) -> Probe:
   """One example (src [S] ids or an image [H, W(, C)]; tgt_in, tgt_out [T]) -> its Probe."""
@@ -340,30 +325,12 @@ def probe(model, src: jax.Array, tgt_in: jax.Array, tgt_out: jax.Array,
   def out(logits, read):
     return _token_log_probs(logits, tout), read.weights[0].astype(jnp.float32)
 
-  if model.cfg.source == 'tokens':
-    x0 = model.source_embeddings(src1)[0].astype(jnp.float32)                 # [S, E]
-    real = src != 0
-    base = _embedded(model, opts.baseline, x0)
-    erased = _embedded(model, opts.erase, x0)                                   # [S, E]
-    units = jnp.eye(src.shape[0], dtype=bool) & real[None]                     # [S, S]
-    f = lambda x: out(*model.forward(src1, tin, source_shift=(x - x0)[None]))
-  else:
-    img = (src[..., None] if src.ndim == 2 else src).astype(jnp.float32)       # [H, W, C]
-    real = img[..., 0] >= 0
-    x0 = jnp.where(real[..., None], img, 0.0)
-    base = jnp.zeros_like(x0)
-    mean = jnp.sum(x0, axis=(0, 1)) / jnp.maximum(jnp.sum(real), 1)            # [C]
-    erased = jnp.zeros_like(x0) if opts.erase == 'zero' else jnp.broadcast_to(mean, x0.shape)
-    units = _cells(model.cfg, real)                                             # [S', H, W]
-
-    def f(x):   # padding stays padding (-1); a real pixel pushed below 0 (SmoothGrad's
-      # noise) is read as 0, not as padding (the model reads pixels < 0 as padding)
-      x = jnp.where(real[..., None], jnp.where(x >= 0, x, 0.0), img)
-      return out(*model.forward((x if src.ndim == 3 else x[..., 0])[None], tin))
+  x = sources.of(model.cfg).probe_inputs(model, src, tin, opts.baseline, opts.erase)
+  f = lambda v: out(*x.forward(v))
   annotations, mask = model.encode(src1)
   memory = lambda shift: out(*model.forward(src1, tin, memory_shift=shift[None]))
-  return Probe(f, x0, real, base, memory, annotations[0].astype(jnp.float32), mask[0], erased,
-               units, tgt_out != 0)
+  return Probe(f, x.x0, x.real, x.baseline, memory, annotations[0].astype(jnp.float32), mask[0],
+               x.erased, x.units, tgt_out != 0)
 
 
 def attribute(model, src, tgt_in, tgt_out, method: str, opts: Options = Options()) -> Attribution:

@@ -33,7 +33,7 @@ from flax import nnx
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
 from attention_jax.loaded import loading, translator
-from attention_jax.models import attention, contract
+from attention_jax.models import attention, contract, sources
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib
 
@@ -198,7 +198,7 @@ def load_ensemble(workdirs: Sequence[str], step: int | Sequence[int | None] | No
   members = [loading.load(w, step=s, compilation_cache=compilation_cache)
              for w, s in zip(workdirs, steps)]
   for w, t in zip(workdirs, members):
-    if t.config.source != 'tokens':
+    if not sources.of(t.config).ensembles:
       raise EnsembleMismatch(f'cannot ensemble {w!r}: it reads {t.config.source}; ensembles of '
                              'image runs are not supported')
   return EnsembleTranslator(members, workdirs)

@@ -13,7 +13,7 @@ from flax import nnx
 
 from attention_jax import registry
 from attention_jax.models import (attention, cells, contract, encoders, images, rnn_encoder,
-                                  scores, transformer)
+                                  scores, sources, transformer)
 from attention_jax.models.layers import dropout
 from attention_jax.models.rnn_decoder import DECODERS
 
@@ -138,12 +138,7 @@ class ModelConfig:
       return
     cls = encoders.lookup(name)
     ARCHS[self.arch].check_encoder(self, cls)
-    if cls.source == 'images':
-      if self.attention_mode in ('local_m', 'local_p'):
-        raise ValueError(
-            f'model.attention_mode={self.attention_mode!r} places a window p_t ± D on a 1-D '
-            f'source; an image encoder ({self.encoder!r}) gives a 2-D grid, where that window '
-            'is not defined here: use global, hard, hard_st or the sparsemax normaliser')
+    sources.lookup(cls.source).check(self)
     if hasattr(cls, 'check'):
       cls.check(self)
 
@@ -159,8 +154,7 @@ class ModelConfig:
 
   def describe(self) -> str:
     """One line naming the architecture, for logs."""
-    src = '' if self.source == 'tokens' else f'{self.encoder} image encoder, '
-    return src + ARCHS[self.arch].describe(self)
+    return sources.of(self).describe(self) + ARCHS[self.arch].describe(self)
 
   @property
   def stochastic(self) -> bool:
@@ -169,10 +163,8 @@ class ModelConfig:
 
   @property
   def key_dim(self) -> int:
-    """Size K of the encoder annotations h̄_s (RNN decoders)."""
-    if self.source == 'images':
-      return self.image_dim
-    return self.enc_hidden * (2 if self.bidirectional else 1)
+    """Size K of the encoder annotations h̄_s (RNN decoders): the source kind's."""
+    return sources.of(self).key_dim(self)
 
   @property
   def cache_width(self) -> int:
@@ -235,7 +227,7 @@ def reads(arch: str, encoder: str = '') -> frozenset[str]:
   out = set(COMMON_FIELDS) | set(cls.fields)
   if name:
     enc = encoders.lookup(name)
-    out |= set(enc.fields) | (set(cls.image_fields) if enc.source == 'images' else set())
+    out |= set(enc.fields) | set(cls.source_fields.get(enc.source, ()))
   return frozenset(out)
 
 
@@ -288,7 +280,7 @@ class Seq2Seq(nnx.Module, contract.EncoderDecoder):
   fields = ('emb_dim', 'cell', 'dec_hidden', 'dec_layers', 'decoder', 'score', 'attn_dim',
             'input_feeding', 'attention_mode', 'window', 'coverage', 'hard_temperature',
             'context_gate')
-  image_fields = ('image_dim',)     # the annotation size K an image encoder gives the decoder
+  source_fields = {'images': ('image_dim',)}   # the annotation size K an image encoder gives
   token_encoder = 'rnn'
   encoder_name = 'rnn'              # ModelConfig.source_encoder of model.encoder=''
 

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax.models import attention, contract, encoders, layers, multihead
+from attention_jax.models import attention, contract, encoders, layers, multihead, sources
 from attention_jax.models.layers import dropout
 
 POSITIONS = ('sinusoidal', 'learned', 'none')
@@ -176,7 +176,7 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
   fields = ('d_model', 'heads', 'ff_dim', 'transformer_layers', 'positions', 'max_positions',
             'norm_first', 'attention_dropout', 'self_attention_score', 'cross_attention_score',
             'share_embeddings', 'tie_output')
-  image_fields = ()
+  source_fields: dict = {}   # no field more for any source kind
   token_encoder = ''   # its own, inside this class (model.encoder='')
   encoder_name = 'transformer'   # ModelConfig.source_encoder of model.encoder=''
   check = staticmethod(check)
@@ -205,7 +205,7 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
   def check_encoder(cfg, encoder: type) -> None:
     """Its token encoder is its own (model.encoder=''); an image encoder replaces it, and
     then there are no source embeddings to share."""
-    if encoder.source == 'tokens':
+    if sources.lookup(encoder.source).own_encoder:
       raise ValueError(f"model.encoder={cfg.encoder!r} reads tokens; the transformer's token "
                        f"encoder is model.encoder='' (image encoders: "
                        f"{', '.join(encoders.names('images'))})")
@@ -220,8 +220,7 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
     embed = lambda v: nnx.Embed(v, d, dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
     # the source encoder: the token encoder's parameters live here (src_embed, enc_layers,
     # enc_norm: the names saved runs have), another encoder's in `source`
-    self.source = None if cfg.source == 'tokens' else encoders.lookup(cfg.encoder).build(
-        cfg, dim=d, rngs=rngs)
+    self.source = encoders.lookup(cfg.encoder).build(cfg, dim=d, rngs=rngs) if cfg.encoder else None
     tokens = self.source is None
     self.src_embed = embed(cfg.src_vocab) if tokens or cfg.share_embeddings else None
     self.tgt_embed = None if cfg.share_embeddings else embed(cfg.tgt_vocab)

@@ -20,7 +20,7 @@ from attention_jax import workdir as workdir_lib
 from attention_jax.data import fields as data_fields
 from attention_jax.evaluation import evaluators as evaluators_lib
 from attention_jax.evaluation import scoring
-from attention_jax.models import encoders
+from attention_jax.models import encoders, sources
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import templates
@@ -99,7 +99,7 @@ def check_source(task, mcfg: ModelConfig) -> None:
   """The model reads what the task gives (token ids or images), or a clear error."""
   if task.source != mcfg.source:
     valid = ', '.join(encoders.names(task.source)) + (
-        " (or '' for the arch's own)" if task.source == 'tokens' else '')
+        " (or '' for the arch's own)" if sources.lookup(task.source).own_encoder else '')
     raise ValueError(f'data.name={task.name!r} gives {task.source} as sources, but '
                      f'model.encoder={mcfg.encoder!r} reads {mcfg.source}; valid encoders for '
                      f'{task.source}: {valid}')
