@@ -8,7 +8,7 @@ r"""Speed benchmark: train throughput, achieved FLOP/s, compile time, decoding s
 
 Synthetic random-token batches of fixed shapes (no data set): for each (config, score,
 decoder) it measures
-  compile_s        lowering + XLA compile of the train step (`Steps.of(...).train`)
+  compile_s        lowering + XLA compile of the train step (`Compiled.of(...).train`)
   tokens_per_s     real (non-PAD) target tokens per second of train steps: the median of
                    several timed windows after warm-up, each ended by `block_until_ready`
   flops_per_step   counted on the train step's jaxpr: 2·M·N·K per dot, 1 per element of every
@@ -154,7 +154,7 @@ def bench_variant(shape: Shape, score: str, decoder: str, settings: Settings) ->
   cfg, graphdef, state, batch_np = variant(shape, score, decoder, settings)
   batch = jax.device_put(batch_np)
   tokens = int((batch_np['tgt_out'] != 0).sum())
-  steps = train.Steps.of(graphdef, cfg)
+  steps = train.Compiled.of(graphdef, cfg)
 
   t0 = time.perf_counter()
   if hasattr(steps.train, 'lower'):

@@ -40,7 +40,7 @@ def main(argv):
   devices.init_distributed(FLAGS.coordinator, FLAGS.num_processes, FLAGS.process_id)
   try:
     if FLAGS.config.train.get('population', 1) > 1:   # seeds as one program, <workdir>/seed_k
-      population_run.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
+      population_run.train_population(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
     else:
       train.train_and_evaluate(FLAGS.config, FLAGS.workdir, overwrite=FLAGS.overwrite)
   except preemption.Interrupted as e:

@@ -89,7 +89,7 @@ def profile(config: str, score: str, decoder: str, steps: int = 5,
   cfg, graphdef, state, batch = benchmark.variant(shape, score, decoder, settings)
   batch = jax.device_put(batch)
   if what == 'train':
-    compiled = train.Steps.of(graphdef, cfg).train.lower(state, batch).compile()
+    compiled = train.Compiled.of(graphdef, cfg).train.lower(state, batch).compile()
 
     def run():
       nonlocal state

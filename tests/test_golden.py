@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from attention_jax.data import batching
-from attention_jax.training import steps, train
+from attention_jax.state import templates
+from attention_jax.training import train, update
 from experiments.configs import dates
 
 IMAGE = {'encoder': 'cnn', 'cnn_layers': 2, 'cnn_width': 8, 'image_dim': 16}
@@ -93,8 +94,8 @@ def figures(overrides: dict, n: int = 5) -> dict[str, list[float]]:
   cfg.parallel = 'single'
   cfg.model.update(overrides)
   mcfg = train.model_config(cfg, VOCAB, VOCAB)
-  graphdef, state = steps.init_state(mcfg, steps.make_optimizer(cfg.train), cfg.seed)
-  step = train.Steps.of(graphdef, cfg).train
+  graphdef, state = templates.init_state(mcfg, update.make_optimizer(cfg.train), cfg.seed)
+  step = train.Compiled.of(graphdef, cfg).train
   batch = golden_batch()
   if mcfg.source == 'images':   # the same targets, read from fixed random 16 x 32 images
     batch['src'] = np.random.default_rng(0).random((ROWS, 16, 32), dtype=np.float32)

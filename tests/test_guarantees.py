@@ -27,7 +27,7 @@ import helpers
 from attention_jax import workdir as workdir_lib
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import templates
-from attention_jax.training import objective, steps, train
+from attention_jax.training import objective, train, update
 
 ROOT = helpers.ROOT
 
@@ -241,7 +241,7 @@ def test_a_non_finite_step_leaves_parameters_optimiser_state_and_ema_unchanged()
   tgt = rng.integers(3, 10, (8, 6)).astype(np.int32)
   batch = {'src': src, 'tgt_in': tgt, 'tgt_out': tgt, 'weight': np.ones(8, np.float32),
            'index': np.arange(8, dtype=np.int32)}
-  step = jax.jit(functools.partial(steps.train_step, graphdef, tx, objective.Objective(), 0,
+  step = jax.jit(functools.partial(update.train_step, graphdef, tx, objective.Objective(), 0,
                                    ema_decay=0.5))
   state = step(state, batch)[0]   # (the warmup's first step has a learning rate of 0)
   before = jax.tree.map(np.asarray, state)

@@ -23,7 +23,7 @@ import attention_jax as aj
 from attention_jax.data import tasks
 from attention_jax.data import tokenizers as tok_lib
 from attention_jax.models.attention import Read
-from attention_jax.training import objective, session, steps, train
+from attention_jax.training import objective, session, train, update
 from experiments.configs import common, greek_english
 from helpers import covering
 
@@ -175,7 +175,7 @@ def one_step(mc, obj):
   state before, the state after, metrics, the attention maps before the step: forward's
   read.weights [B, T, S] and layer_weights [B, N, H, T, S] or None)."""
   graphdef, state = train.init_state(mc, TX, 0)
-  step = jax.jit(functools.partial(steps.train_step, graphdef, TX, obj, 0))
+  step = jax.jit(functools.partial(update.train_step, graphdef, TX, obj, 0))
 
   @jax.jit
   def maps(params):
@@ -416,11 +416,11 @@ SHARD_SCRIPT = r'''
 import functools, sys, jax, jax.numpy as jnp, numpy as np, ml_collections
 sys.path.insert(0, 'tests')
 import test_guided_alignment as t
-from attention_jax.training import data_parallel, objective, steps, train
+from attention_jax.training import data_parallel, objective, train, update
 assert jax.device_count() == 2, jax.devices()
 obj = objective.Objective(guided_alignment_weight=1.0)
 graphdef, state = train.init_state(t.rnn_config('additive', 'bahdanau'), t.TX, 0)
-single = jax.jit(functools.partial(steps.train_step, graphdef, t.TX, obj, 0))
+single = jax.jit(functools.partial(update.train_step, graphdef, t.TX, obj, 0))
 sharded = data_parallel.shard_map_train_step(graphdef, t.TX, obj, 0)
 b = t.batch(t.gold_rows())
 one, m1 = single(jax.tree.map(jnp.array, state), b)

@@ -1,4 +1,4 @@
-"""Hard attention's gradient estimators (training/objective.py, steps.train_step), as a
+"""Hard attention's gradient estimators (training/objective.py, update.train_step), as a
 specification: on a tiny model whose expectation over the sampled positions can be
 enumerated, the mean of each estimator over many draws is the exact gradient (unbiased), the
 variance reducers reduce the variance, and `hard_expected_p=1` is soft attention's gradient.
@@ -9,7 +9,7 @@ so p(s) = Π_t a_{t,s_t}), logits_{b,t} = (h̄_{b,s_t} + h̄_{b,s_{t-1}}) W [V]:
 affects its own token and the next (as input feeding does), so a reward that missed a later
 token would be biased. Its objective J = E_s[log p(y | s, x)] is a sum over (s_t, s_{t-1})
 pairs, computed exactly.
-Each estimate is the gradient that steps.train_step applies (SGD with rate 1: old - new).
+Each estimate is the gradient that update.train_step applies (SGD with rate 1: old - new).
 """
 
 import dataclasses
@@ -23,7 +23,7 @@ from flax import nnx
 
 from attention_jax.models import attention
 from attention_jax.models.attention import Read
-from attention_jax.training import objective, steps
+from attention_jax.training import objective, update
 
 B, T, S, K, V = 2, 3, 4, 3, 5
 SRC = jnp.array([[1, 2, 3, 4], [2, 4, 1, 0]], jnp.int32)      # the second sentence padded
@@ -95,7 +95,7 @@ def estimates(n: int, mode='hard', baseline=0.0, **fields):
   obj = objective.Objective(**fields)
 
   def one(seed):
-    new, _ = steps.train_step(graphdef, tx, obj, seed, state, BATCH)
+    new, _ = update.train_step(graphdef, tx, obj, seed, state, BATCH)
     return [o - n for o, n in zip(jax.tree.leaves(state['params']),
                                   jax.tree.leaves(new['params']))]
   g = jax.jit(jax.vmap(one))(jnp.arange(n))
@@ -169,7 +169,7 @@ def test_hard_expected_p_1_is_soft_attention_through_a_bahdanau_decoder():
     if m == 'hard':
       state['baseline'] = jnp.float32(-3.0)
     obj = objective.Objective(hard_expected_p=1.0 if m == 'hard' else 0.0)
-    step = jax.jit(lambda st, b, g=graphdef, o=obj: steps.train_step(g, tx, o, 7, st, b))
+    step = jax.jit(lambda st, b, g=graphdef, o=obj: update.train_step(g, tx, o, 7, st, b))
     new, _ = step(state, BATCH)     # (jitted: eagerly, each of its operations compiles alone)
     out[m] = flat(jax.tree.map(lambda o, n: o - n, jax.tree.leaves(params),
                                jax.tree.leaves(new['params'])))

@@ -25,8 +25,9 @@ from attention_jax.models import encoders, images, transformer
 from attention_jax.models import model as model_lib
 from attention_jax.models.attention import Attention
 from attention_jax.models.model import ModelConfig, build
+from attention_jax.state import templates
 from attention_jax.training import objective, train
-from attention_jax.training import steps as steps_lib
+from attention_jax.training import update
 from experiments import data_info
 from experiments.configs import common, digit_strips, image_dates
 from helpers import covering, run_module, smoke
@@ -340,13 +341,13 @@ def test_train_step_with_the_regulariser_and_gate_lowers_the_loss():
   differentiable end to end and goes down."""
   cfg = config('cnn', 'bahdanau', context_gate=True)
   obj = dataclasses.replace(objective.Objective(), doubly_stochastic_weight=1.0)
-  tx = steps_lib.OptimizerConfig(lr=3e-3, warmup_steps=0, decay='constant', steps=None,
+  tx = update.OptimizerConfig(lr=3e-3, warmup_steps=0, decay='constant', steps=None,
                                  weight_decay=0.0, clip_norm=1.0).build()
-  graphdef, state = steps_lib.init_state(cfg, tx, 0)
+  graphdef, state = templates.init_state(cfg, tx, 0)
   src, _ = batch_of((8, 16), (4, 8), seed=6)
   batch = {'src': src, 'tgt_in': jnp.asarray([[1, 4, 5, 6], [1, 7, 8, 0]]),
            'tgt_out': jnp.asarray([[4, 5, 6, 3], [7, 8, 3, 0]]), 'weight': jnp.ones((2,))}
-  step = jax.jit(lambda s, b: steps_lib.train_step(graphdef, tx, obj, 0, s, b))
+  step = jax.jit(lambda s, b: update.train_step(graphdef, tx, obj, 0, s, b))
   losses = []
   for _ in range(6):
     state, m = step(state, batch)

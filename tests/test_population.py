@@ -21,7 +21,7 @@ from attention_jax.models.model import ModelConfig
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import templates
 from attention_jax.sweeps import sweep_file
-from attention_jax.training import objective, population, population_run, steps, train
+from attention_jax.training import objective, population, population_run, train, update
 from experiments.configs import dates, reverse
 
 import helpers
@@ -45,7 +45,7 @@ def _setup(data_cfg, arch, setting):
   cfg.model.update(MODELS[arch], dropout=dropout)
   task = data.load_task(cfg.data)
   mcfg = train.model_config(cfg, task.src_tok.vocab_size, task.tgt_tok.vocab_size)
-  return cfg, task, mcfg, steps.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
+  return cfg, task, mcfg, update.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
 
 
 MESH_SCRIPT = r'''
@@ -53,7 +53,7 @@ import jax, jax.numpy as jnp, ml_collections, numpy as np
 import attention_jax as aj
 from attention_jax import devices
 from attention_jax.state import templates
-from attention_jax.training import objective, population, steps, train
+from attention_jax.training import objective, population, train, update
 assert jax.device_count() == 8, jax.devices()
 shape = lambda n: tuple(devices.population_mesh(n).shape.values())
 assert (shape(4), shape(3), shape(16), shape(1)) == ((4, 2), (1, 8), (8, 1), (1, 8))
@@ -69,7 +69,7 @@ def batch(n_src):   # 16 rows, some padded
   return {'src': src, 'tgt_in': tgt, 'tgt_out': tgt, 'weight': np.ones(16, np.float32),
           'index': np.arange(16, dtype=np.int32)}
 graphdef = templates.init_state(mcfg, tx, 0)[0]
-one_device = jax.jit(lambda seed, st, b: steps.train_step(graphdef, tx, obj, seed, st, b))
+one_device = jax.jit(lambda seed, st, b: update.train_step(graphdef, tx, obj, seed, st, b))
 for seeds in ((1, 2, 3, 4), (1, 2, 3)):   # meshes 4 x 2 and 1 x 8
   batches = [[batch(7 + (k + i) % 2) for k in range(len(seeds))] for i in range(4)]
   alone = []
@@ -129,7 +129,7 @@ def test_member_k_is_the_run_of_seed_k_alone(data_cfg, arch, setting):
   alone_losses, alone_params = [], []
   graphdef = templates.init_state(mcfg, tx, SEEDS[0])[0]
   # the seed an argument (jax.random.key(seed) as of a Python int): one program for all seeds
-  step = jax.jit(lambda seed, st, b: steps.train_step(graphdef, tx, obj, seed, st, b))
+  step = jax.jit(lambda seed, st, b: update.train_step(graphdef, tx, obj, seed, st, b))
   for seed in SEEDS:
     state = templates.init_state(mcfg, tx, seed)[1]
     it = task.train_iterator(cfg.data.batch_size, seed=seed)
@@ -216,7 +216,7 @@ def _params(workdir: str, step: int):
   key = json.dumps(run.model_config(), sort_keys=True)
   if key not in _TEMPLATES:
     _TEMPLATES[key] = templates.init_state(ModelConfig.from_dict(run.model_config()),
-                                       steps.make_optimizer(_config('').train), 0)[1]
+                                       update.make_optimizer(_config('').train), 0)[1]
   ckpts = ckpt_lib.Checkpoints(run)
   try:
     return ckpt_lib.restore(ckpts.latest, step, _TEMPLATES[key])[0]['params']
@@ -392,7 +392,7 @@ def test_members_saved_at_different_steps_resume_from_the_step_they_all_hold(pop
   _, sweep_dir, _ = pop_sweep
   shutil.copytree(sweep_dir / 'additive', tmp_path / 'pop')
   shutil.rmtree(workdir_lib.Run(str(tmp_path / 'pop' / 'seed_2')).latest_dir + '/8')
-  population_run.train_and_evaluate(_config(data_dir, seed=1, **{'train.population': 2}),
+  population_run.train_population(_config(data_dir, seed=1, **{'train.population': 2}),
                                      str(tmp_path / 'pop'))
   assert 'seed_1: from step 4, the newest step all members hold (its newest is 8)' in (
       capsys.readouterr().out)
@@ -435,14 +435,14 @@ def test_a_member_with_a_non_finite_step_does_not_stop_the_others(pop_sweep, dat
   cfg = _config(data_dir, seed=1, **{'train.population': 2, 'train.skip_nonfinite': skip})
   workdir = tmp_path / 'pop'
   if skip:
-    population_run.train_and_evaluate(cfg, str(workdir))
+    population_run.train_population(cfg, str(workdir))
     assert workdir_lib.Run(str(workdir / 'seed_2')).results()['nonfinite_skipped'] == 1
     assert not np.allclose(jax.tree.leaves(_params(str(workdir / 'seed_2'), 8))[0],
                            jax.tree.leaves(_params(str(sweep_dir / 'additive' / 'seed_2'), 8))[0])
   else:
     with pytest.raises(FloatingPointError, match=r'1 of 2 members stopped .*seed_2: non-finite '
                                                  r'training loss nan .* at step 6'):
-      population_run.train_and_evaluate(cfg, str(workdir))
+      population_run.train_population(cfg, str(workdir))
     assert not workdir_lib.Run(str(workdir / 'seed_2')).finished
     assert _steps(str(workdir / 'seed_2')) == [4]
   assert workdir_lib.Run(str(workdir / 'seed_1')).results()['nonfinite_skipped'] == 0
@@ -459,19 +459,19 @@ def test_bad_population_input_is_one_line_before_any_work(data_dir, tmp_path):
   """population < 1, a population under pmap, `--population` without seeds, a member's
   folder in use: one line each, nothing written."""
   with pytest.raises(ValueError, match=r'^train.population must be a positive integer .*got 0$'):
-    population_run.train_and_evaluate(_config(data_dir, **{'train.population': 0}),
+    population_run.train_population(_config(data_dir, **{'train.population': 0}),
                                        str(tmp_path / 'a'))
   with pytest.raises(ValueError, match="parallel='pmap' does not compose"):
-    population_run.train_and_evaluate(
+    population_run.train_population(
         _config(data_dir, parallel='pmap', **{'train.population': 2}), str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
   with pytest.raises(ValueError, match='train.population=2 trains several seeds: use '
-                                       'attention_jax.training.population_run.train_and_evaluate'):
+                                       'attention_jax.training.population_run.train_population'):
     train.train_and_evaluate(_config(data_dir, **{'train.population': 2}), str(tmp_path / 'a'))
   assert not (tmp_path / 'a').exists()
   with workdir_lib.WorkdirLock(str(tmp_path / 'b' / 'seed_2')):
     with pytest.raises(workdir_lib.WorkdirInUse, match='seed_2 is in use'):
-      population_run.train_and_evaluate(_config(data_dir, seed=1, **{'train.population': 2}),
+      population_run.train_population(_config(data_dir, seed=1, **{'train.population': 2}),
                                          str(tmp_path / 'b'))
   assert os.listdir(tmp_path / 'b') == ['seed_2']   # seed_1: not left behind
   out = helpers.run_module('experiments.main', '--config=experiments/configs/dates.py:smoke',

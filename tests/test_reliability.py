@@ -214,7 +214,7 @@ def test_signal_saves_a_checkpoint_exits_and_the_same_command_resumes_bit_identi
 # ---- non-finite training --------------------------------------------------------------------------
 def poison_step(monkeypatch, at: int):
   """The train step returns a non-finite loss (and leaves the state unchanged) at call `at`."""
-  real_of = train.Steps.of
+  real_of = train.Compiled.of
 
   def of(graphdef, cfg):
     steps = real_of(graphdef, cfg)
@@ -233,7 +233,7 @@ def poison_step(monkeypatch, at: int):
                                      train=poisoned_train)
     return poisoned
 
-  monkeypatch.setattr(train.Steps, 'of', of)
+  monkeypatch.setattr(train.Compiled, 'of', of)
 
 
 def test_non_finite_loss_stops_naming_step_loss_and_examples(monkeypatch, data_dir, tmp_path):

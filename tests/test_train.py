@@ -342,23 +342,23 @@ def test_resume_refuses_another_config_but_accepts_fields_the_run_predates():
 
 
 def test_the_compiled_steps_are_keyed_by_the_spec_they_are_built_from():
-  """Steps is built from a StepSpec alone (so an option it depends on cannot be missing from
+  """Compiled is built from a StepSpec alone (so an option it depends on cannot be missing from
   its cache key): the same spec reuses the compiled steps, an option outside it (how often
   to evaluate) too, and a changed optimiser, objective or seed gets new ones."""
-  assert list(inspect.signature(train.Steps.__init__).parameters) == ['self', 'spec']
+  assert list(inspect.signature(train.Compiled.__init__).parameters) == ['self', 'spec']
   cfg = dates.get_config('smoke')
   graphdef, _ = templates.abstract_params(train.model_config(cfg, 20, 20))
-  first = train.Steps.of(graphdef, cfg)
-  assert train.Steps.of(graphdef, cfg) is first
+  first = train.Compiled.of(graphdef, cfg)
+  assert train.Compiled.of(graphdef, cfg) is first
   cfg.train.eval_every += 1
-  assert train.Steps.of(graphdef, cfg) is first
+  assert train.Compiled.of(graphdef, cfg) is first
   for section, field, value in (('train', 'lr', 1e-4), ('train', 'label_smoothing', 0.1),
                                 ('train', 'ema_decay', 0.9), (None, 'seed', 7)):
     changed = dates.get_config('smoke')
     (changed if section is None else changed[section])[field] = value
-    assert train.Steps.of(graphdef, changed) is not first, field
+    assert train.Compiled.of(graphdef, changed) is not first, field
   constant = dates.get_config('smoke')
   constant.train.decay = 'constant'
-  again = train.Steps.of(graphdef, constant)
+  again = train.Compiled.of(graphdef, constant)
   constant.train.steps += 100   # a constant rate does not read the total
-  assert train.Steps.of(graphdef, constant) is again
+  assert train.Compiled.of(graphdef, constant) is again

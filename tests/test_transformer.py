@@ -12,7 +12,7 @@ from flax import nnx
 import attention_jax as aj
 from attention_jax.data.tokenizers import BOS, EOS, PAD
 from attention_jax.decoding import beam as beam_lib
-from attention_jax.decoding import greedy as decode_lib
+from attention_jax.decoding import greedy
 from attention_jax.models import multihead, transformer
 from attention_jax.models.transformer import sinusoids
 
@@ -138,7 +138,7 @@ def test_kv_cache_decoding_equals_the_teacher_forced_pass(kw):
   prefix = [y]
   for _ in range(L):
     carry, logp, w = _step(m, carry, y, mem)
-    y = jnp.argmax(decode_lib.emittable(logp), -1).astype(jnp.int32)
+    y = jnp.argmax(greedy.emittable(logp), -1).astype(jnp.int32)
     steps_logp.append(logp)
     steps_w.append(w)
     prefix.append(y)
@@ -147,7 +147,7 @@ def test_kv_cache_decoding_equals_the_teacher_forced_pass(kw):
   np.testing.assert_allclose(np.stack(steps_logp, 1), np.asarray(jax.nn.log_softmax(logits)),
                              atol=1e-5)
   np.testing.assert_allclose(np.stack(steps_w, 1), np.asarray(w_full), atol=1e-5)
-  tokens, _ = jax.jit(lambda s: decode_lib.greedy(m, s, L))(SRC)
+  tokens, _ = jax.jit(lambda s: greedy.greedy(m, s, L))(SRC)
   np.testing.assert_array_equal(np.asarray(tokens[:, 0]), np.asarray(prefix[1]))
 
 
@@ -155,7 +155,7 @@ def test_beam_of_one_is_greedy_and_beam_finds_no_worse():
   """Beam 1 gives greedy's tokens and weights; beam 4's best output has the score a
   teacher-forced pass gives it, and no lower a one than greedy's output."""
   m = model(seed=2)
-  g_tok, g_w = jax.jit(lambda s: decode_lib.greedy(m, s, 8))(SRC)
+  g_tok, g_w = jax.jit(lambda s: greedy.greedy(m, s, 8))(SRC)
   b_tok, _, b_w = jax.jit(lambda s: beam_lib.beam_search(m, s, beam_size=1, max_len=8))(SRC)
   np.testing.assert_array_equal(np.asarray(g_tok), np.asarray(b_tok))
   np.testing.assert_allclose(np.asarray(g_w), np.asarray(b_w), atol=1e-6)
@@ -411,12 +411,12 @@ def test_decoding_in_segments_returns_what_one_loop_does(kw, monkeypatch):
   m = model(seed=5, **kw)
   m.out.bias[...] = m.out.bias[...].at[EOS].set(-1e9)
   src = jnp.array(GOLDEN_SRC, jnp.int32)
-  assert decode_lib.segments(m, 40) == (16, 24, 40)
+  assert greedy.segments(m, 40) == (16, 24, 40)
 
-  assert decode_lib.segments(m, 40, (8, 6)) == (8, 16, 24, 40)   # beam search on one core
+  assert greedy.segments(m, 40, (8, 6)) == (8, 16, 24, 40)   # beam search on one core
 
   def run(kv=None):
-    g_tok, g_w = jax.jit(lambda s: decode_lib.greedy(m, s, 40))(src)
+    g_tok, g_w = jax.jit(lambda s: greedy.greedy(m, s, 40))(src)
     tok, sc, w = jax.jit(lambda s: beam_lib.beam_search(m, s, beam_size=3, max_len=40,
                                                         alpha=0.0, nbest=3,
                                                         kv_segments=kv))(src)
@@ -424,7 +424,7 @@ def test_decoding_in_segments_returns_what_one_loop_does(kw, monkeypatch):
 
   seg, finer = run(), run((8, 6))
   monkeypatch.setattr(transformer.Transformer, 'cache_lengths', lambda self, n: (n,))
-  assert decode_lib.segments(m, 40) == (40,)
+  assert greedy.segments(m, 40) == (40,)
   one = run()
   assert (np.asarray(seg[0]) != PAD).all()   # ran to the limit, through every segment
   for got in (seg, finer):

@@ -20,7 +20,7 @@ import attention_jax as aj
 from attention_jax import data
 from attention_jax import devices
 from attention_jax.decoding import ahead, compile_cache, inference, shapes
-from attention_jax.decoding import greedy as decode_lib
+from attention_jax.decoding import greedy
 from attention_jax.loaded import translator as translator_lib
 from attention_jax.models.model import ModelConfig
 from attention_jax.training import train
@@ -95,7 +95,7 @@ def test_beam_1_equals_greedy(run, translator):
   texts = [t for t in TEXTS if t.strip()]
   src = translator._encode(texts)
   tokens, _ = greedy(translator.params, src,
-                     decode_lib.max_output_len(src.shape[1], translator._factor),
+                     greedy.max_output_len(src.shape[1], translator._factor),
                      translator._factor)                            # each row's own limit
   expected = [translator.tgt_tok.decode(row.tolist()) for row in np.asarray(tokens)]
   assert translator.translate(texts, beam=1) == expected
@@ -407,7 +407,7 @@ def test_compiling_ahead_cancels_what_a_stopped_decode_queued_and_reports_errors
 def chunk_bytes(t, rows: int, length: int, hyps: int) -> int:
   """The bytes of a chunk's attention weights [rows x hyps, steps, length] and decoder caches
   [rows x hyps, steps, cache_width] (float32): what MEMORY_BUDGET bounds."""
-  steps = decode_lib.max_output_len(length, t._factor)
+  steps = greedy.max_output_len(length, t._factor)
   return 4 * rows * hyps * steps * (length + sum(c.cache_width for c in t.model_configs))
 
 
@@ -464,7 +464,7 @@ def test_kv_cache_segments_change_no_output(translator, monkeypatch):
     return t.decode([LONG, TEXTS[0], LONG[:30]], beam=3, nbest=2)
 
   default = decode(None)
-  assert all(len(ids) == decode_lib.max_output_len(len(h.src_tokens), 1.5)
+  assert all(len(ids) == greedy.max_output_len(len(h.src_tokens), 1.5)
              for h in default for ids in h.ids)   # ran to the limit
   for kv in (shapes.kv_segments(3, 1), (8, 6)):
     for a, b in zip(default, decode(kv)):
@@ -502,7 +502,7 @@ def test_row_buckets_are_few_per_octave_and_pad_under_an_eighth():
 def row_bytes(t, length: int, hyps: int) -> int:
   """The bytes a source padded to `length` has its attention read each decoding step: its
   memory [length, memory_width] and its hypotheses' KV caches [steps, cache_width], float32."""
-  steps = decode_lib.max_output_len(length, t._factor)
+  steps = greedy.max_output_len(length, t._factor)
   return 4 * sum(length * c.memory_width + hyps * steps * c.cache_width
                  for c in t.model_configs)
 

@@ -24,7 +24,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.decoding import beam as beam_lib
-from attention_jax.decoding import greedy as decode_lib
+from attention_jax.decoding import greedy
 from attention_jax.devices import AXIS, local_mesh, rows_apart
 from attention_jax.symbols import BOS
 
@@ -54,11 +54,11 @@ def make_decoder(graphdef, beam: int = 1, alpha: float = 0.6, nbest: int = 0,
   def decode(params, src, max_len, factor=None):
     model = nnx.merge(graphdef, params)
     limit = (None if factor is None
-             else decode_lib.output_limits(model.source_mask(src), factor, max_len))
+             else greedy.output_limits(model.source_mask(src), factor, max_len))
     if beam == 1:   # beam search of one beam is greedy: its smaller loop, with the score
       if nbest:
-        return decode_lib.greedy_scored(model, src, max_len, limit, alpha, with_weights)
-      return decode_lib.greedy(model, src, max_len, limit, with_weights)
+        return greedy.greedy_scored(model, src, max_len, limit, alpha, with_weights)
+      return greedy.greedy(model, src, max_len, limit, with_weights)
     if not nbest:
       tokens, _, weights = beam_lib.beam_search(model, src, beam_size=beam, max_len=max_len,
                                                 alpha=alpha, limit=limit,

@@ -17,7 +17,7 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from attention_jax.decoding import greedy as decode_lib
+from attention_jax.decoding import greedy
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import records as records_lib
 from attention_jax.models import sources
@@ -70,7 +70,7 @@ def score_split(params, task, split: str, *, tf_fn: Callable, decode_fn: Callabl
     total = metrics_lib.add(total, sums)
     gold = task.batch_alignment(batch)
     # the output limit: from the source length (an image: from the longest training target)
-    max_len = decode_lib.max_output_len(kind.decode_basis(batch['src'], task.max_tgt_len), factor)
+    max_len = greedy.max_output_len(kind.decode_basis(batch['src'], task.max_tgt_len), factor)
     tokens, weights = jax.device_get(decode_fn(params, batch['src'], max_len, factor))
     argmax = np.asarray(argmax)
     for r in np.nonzero(batch['weight'] > 0)[0]:

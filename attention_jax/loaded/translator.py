@@ -57,7 +57,7 @@ import numpy as np
 from attention_jax import data as data_lib
 from attention_jax.data.batching import round_up
 from attention_jax.decoding import ahead
-from attention_jax.decoding import greedy as decode_lib
+from attention_jax.decoding import greedy
 from attention_jax.decoding import inference
 from attention_jax.decoding import shapes
 from attention_jax.implicit import attribution
@@ -239,7 +239,7 @@ class Translator:
     ids = {i: self.src_tok.encode(texts[i]) + [data_lib.EOS] for i in todo}
     todo.sort(key=lambda i: len(ids[i]))            # similar lengths share a chunk
     plan = list(self._chunks(todo, [len(ids[i]) for i in todo], beam * nbest))
-    shape = lambda n, length: (n, length, decode_lib.max_output_len(length, self._factor),
+    shape = lambda n, length: (n, length, greedy.max_output_len(length, self._factor),
                                self._factor)
     programs = None
     if self.compile_ahead and hasattr(fn, 'lower'):
@@ -298,7 +298,7 @@ class Translator:
     cell = encoders.lookup(self.config.encoder).cell_size(self.config)
     fn = self.decoder(beam, alpha, nbest, with_weights)
     max_tgt = int(self.run_config.get('data', {}).get('max_tgt_len', 128))
-    max_len = decode_lib.max_output_len(max_tgt, self._factor)
+    max_len = greedy.max_output_len(max_tgt, self._factor)
     out = []
     for start in range(0, len(imgs), self.chunk_size):
       chunk = imgs[start:start + self.chunk_size]
@@ -323,7 +323,7 @@ class Translator:
     """Whether the attention weights [rows x hyps, L, S] and decoder caches [rows x hyps, L,
     cache_width] of a chunk of sources padded to `length` fit MEMORY_BUDGET."""
     return (rows * hyps * (length + sum(c.cache_width for c in self.model_configs))
-            * decode_lib.max_output_len(length, self._factor) * 4 <= self.MEMORY_BUDGET)
+            * greedy.max_output_len(length, self._factor) * 4 <= self.MEMORY_BUDGET)
 
   def _cache_cap(self, length: int, hyps: int) -> int:
     """The most rows of a chunk of sources padded to `length` under cache_budget: each of
@@ -332,7 +332,7 @@ class Translator:
     Transformer's KV caches per hypothesis); no cap without a cache_budget."""
     if self.cache_budget is None:
       return self.chunk_size
-    steps = decode_lib.max_output_len(length, self._factor)
+    steps = greedy.max_output_len(length, self._factor)
     row_bytes = 4 * sum(length * c.memory_width + hyps * steps * c.cache_width
                         for c in self.model_configs)
     return jax.local_device_count() * shapes.cache_rows(row_bytes, self.cache_budget)

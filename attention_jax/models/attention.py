@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax import registry
-from attention_jax.models import scores as scores_lib
 from attention_jax.models import layers
+from attention_jax.models import scores as scores_lib
 
 NEG = -1e30
 
@@ -104,7 +104,7 @@ class Tap(NamedTuple):
 
 class Sample(NamedTuple):
   """What a sampling mode draws with in training: a key, and which examples read the
-  expected (soft) context instead of a sample (Xu et al. 2015 §4.1; steps.train_step draws
+  expected (soft) context instead of a sample (Xu et al. 2015 §4.1; update.train_step draws
   them with probability train.hard_expected_p). Passed where a plain sampling key may be."""
   key: jax.Array
   expected: jax.Array   # [B] bool

@@ -41,7 +41,6 @@ class Encoded(NamedTuple):
 
 ENCODERS: dict[str, type] = {}
 register_encoder = registry.registrar(ENCODERS, 'encoder')
-SOURCES = ('tokens', 'images')
 
 
 def lookup(name: str) -> type:

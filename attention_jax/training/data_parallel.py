@@ -1,4 +1,4 @@
-"""Data-parallel train steps: one per-device train step (steps.train_step with
+"""Data-parallel train steps: one per-device train step (update.train_step with
 axis_name='data'), run either under `jax.jit` + `jax.shard_map` over a device mesh (the
 default with more than one device) or under the classic `jax.pmap`. Parameters are
 replicated, the batch is split along its first axis; both give the same parameters as one
@@ -13,14 +13,14 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attention_jax.devices import AXIS, make_mesh
-from attention_jax.training import steps as steps_lib
+from attention_jax.training import update
 
 
 def shard_map_train_step(graphdef, tx, obj, seed: int, mesh=None, ema_decay: float = 0.0):
   """-> jit(shard_map(train_step)): (state, batch [B, ...]) -> (state, metrics), state
   replicated, batch split over the mesh's 'data' axis, buffers donated."""
   mesh = mesh or make_mesh()
-  step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
+  step = functools.partial(update.train_step, graphdef, tx, obj, seed,
                            axis_name=AXIS, ema_decay=ema_decay)
   # check_vma=False: the RNN scans start from replicated zero carries that become per-device
   f = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()),
@@ -44,7 +44,7 @@ def pmap_train_step(graphdef, tx, obj, seed: int, ema_decay: float = 0.0):
   """-> pmap(train_step): (state, batch [B, ...]) -> (state, metrics) on host-shaped trees;
   the state is broadcast to every device (in_axes None) and device 0's copy comes back."""
   n = jax.device_count()
-  step = functools.partial(steps_lib.train_step, graphdef, tx, obj, seed,
+  step = functools.partial(update.train_step, graphdef, tx, obj, seed,
                            axis_name=AXIS, ema_decay=ema_decay)
   pmapped = jax.pmap(step, axis_name=AXIS, in_axes=(None, 0))
 

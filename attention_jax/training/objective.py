@@ -17,7 +17,7 @@ REINFORCE term is the score-function estimator of ∇ E_s[log p(y | s, x)], unbi
 baseline that does not depend on the sample (tests/test_hard_estimators.py checks this).
 Three variance reducers (Objective's fields):
 - `hard_expected_p`: the share of examples that read the expected (soft) context, with no
-  REINFORCE term (Xu et al. 2015 §4.1 use 0.5); drawn per example in steps.train_step;
+  REINFORCE term (Xu et al. 2015 §4.1 use 0.5); drawn per example in update.train_step;
   `hard_soft_steps` W > 0 puts every example on the soft context for the first W steps, then
   hard_expected_p (a curriculum, not in Xu et al.: attention first learns where to look from
   the soft context's gradient, before samples of it are trained on; a share of samples from

@@ -2,7 +2,7 @@
 
 Attention studies are many small models (variants x seeds), each of which uses a sliver of an
 accelerator. A population stacks the members' train states along a leading member axis and
-runs steps.train_step under `jax.vmap` over (seed, state, batch): one compiled step trains
+runs update.train_step under `jax.vmap` over (seed, state, batch): one compiled step trains
 every member, each with its own initial parameters, dropout keys (fold_in(key(seed), step), as
 alone) and batches (its own batch order, data seeded by its seed). Member k computes what the
 run of seed k computes alone, up to float rounding (tests/test_population.py), with one
@@ -41,7 +41,7 @@ from attention_jax import devices
 from attention_jax.models.model import ModelConfig
 from attention_jax.state import templates
 from attention_jax.training import objective
-from attention_jax.training import steps
+from attention_jax.training import update
 
 
 def init_population(mcfg: ModelConfig, tx, seeds: Sequence[int], ema: bool = False):
@@ -59,9 +59,9 @@ def init_population(mcfg: ModelConfig, tx, seeds: Sequence[int], ema: bool = Fal
 def population_step(graphdef, tx, obj: objective.Objective, seeds: jax.Array, states, batches,
                     ema_decay: float = 0.0):
   """seeds [N] int32, states and batches with a leading member axis -> (new states, metrics
-  {name: [N]}): steps.train_step of each member, vmapped. A member whose step is non-finite
+  {name: [N]}): update.train_step of each member, vmapped. A member whose step is non-finite
   keeps its state (metrics['finite'][k] = 0); the others step on."""
-  one = functools.partial(steps.train_step, graphdef, tx, obj, ema_decay=ema_decay)
+  one = functools.partial(update.train_step, graphdef, tx, obj, ema_decay=ema_decay)
   return jax.vmap(lambda seed, state, batch: one(seed, state, batch))(seeds, states, batches)
 
 

@@ -99,8 +99,8 @@ def check(cfg: ml_collections.ConfigDict) -> None:
   mesh_of(cfg)   # the batch splits over the mesh's 'data' axis
 
 
-def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
-                       overwrite: bool = False) -> list[dict]:
+def train_population(cfg: ml_collections.ConfigDict, workdir: str,
+                     overwrite: bool = False) -> list[dict]:
   """Trains the population of cfg (train.population members) into <workdir>/seed_<k>,
   resuming where its members hold checkpoints; returns each member's results (as written to
   its run directory), in seed order. Holds every member's workdir lock throughout (another
@@ -174,7 +174,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
   one = member_config(cfg, seeds[0])
   with one.unlocked():
     one.parallel = 'single'   # evaluation and decoding of one member on the members' device
-  steps = train.Steps.of(graphdef, one)
+  steps = train.Compiled.of(graphdef, one)
   mesh = mesh_of(cfg)
   step_fn = population.make_population_step(graphdef, tx, objective.Objective.of(t),
                                             ema_decay=t.ema_decay, mesh=mesh)

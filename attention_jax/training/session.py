@@ -224,7 +224,7 @@ class Session:
 
   def start(self, steps) -> None:
     """Accepted: its config is written (a refused resume changes nothing), TensorBoard opened,
-    evaluation bound to `steps`' compiled evaluation and decoding (train.Steps)."""
+    evaluation bound to `steps`' compiled evaluation and decoding (train.Compiled)."""
     cfg, t = self.cfg, self.cfg.train
     if lead():
       self.run.write_config(cfg.to_json(indent=2), self.mcfg.to_dict())

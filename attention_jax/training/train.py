@@ -1,5 +1,5 @@
 """Training a run alone: its config checked before any work, the jit-compiled steps of its
-model (Steps: train, teacher-forced evaluation, decoding), and train_and_evaluate, which sets
+model (Compiled: train, teacher-forced evaluation, decoding), and train_and_evaluate, which sets
 the run up and hands it to the one training loop (loop.py) as a population of one. The pure
 train step is in steps.py, a run's bookkeeping in session.py, data parallelism in
 data_parallel.py; a population of seeds is set up in population_run.py.
@@ -32,9 +32,9 @@ from attention_jax.training import objective
 from attention_jax.training.session import (  # (re-exported)
     Session, check_same_config, check_source, config_differences, format_table, lead, log,
     prepare_workdir)
-from attention_jax.training.steps import SCHEDULES, OptimizerConfig, make_optimizer, train_step
+from attention_jax.training.update import SCHEDULES, OptimizerConfig, make_optimizer, train_step
 
-__all__ = ['SCHEDULES', 'OptimizerConfig', 'Session', 'StepSpec', 'Steps', 'check_same_config',
+__all__ = ['SCHEDULES', 'OptimizerConfig', 'Session', 'StepSpec', 'Compiled', 'check_same_config',
            'check_source', 'config_differences', 'format_table', 'init_state', 'make_optimizer',
            'model_config', 'prepare_workdir', 'train_step', 'train_and_evaluate', 'check_config',
            'check_fields']
@@ -108,7 +108,7 @@ def check_fields(cfg: ml_collections.ConfigDict) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class StepSpec:
-  """Everything a run's compiled steps are built from, and nothing else: Steps is built from
+  """Everything a run's compiled steps are built from, and nothing else: Compiled is built from
   this object alone, so it is also the cache key (an option the steps depend on cannot be
   left out of the key: the steps could not read it)."""
   graphdef: Any
@@ -126,16 +126,16 @@ class StepSpec:
                cfg.train.ema_decay)
 
 
-class Steps:
+class Compiled:
   """The jit-compiled steps of one model (compiled once per bucket shape).
 
-  `Steps.of` reuses the compiled steps of an identical StepSpec within one process (resumed
+  `Compiled.of` reuses the compiled steps of an identical StepSpec within one process (resumed
   runs, tests, in-process sweeps), instead of compiling them again.
   """
   _cache: dict = {}
 
   @classmethod
-  def of(cls, graphdef, cfg) -> 'Steps':
+  def of(cls, graphdef, cfg) -> 'Compiled':
     spec = StepSpec.of(graphdef, cfg)
     if spec not in cls._cache:
       cls._cache.clear()  # keep one model's executables alive, not every model's
@@ -167,11 +167,11 @@ class Steps:
 
 # ---- a run alone in the loop ----------------------------------------------------------
 class Single:
-  """loop.Stepper of a run alone: its state, stepped by train.Steps (jax.jit on one device,
+  """loop.Stepper of a run alone: its state, stepped by train.Compiled (jax.jit on one device,
   shard_map or pmap over several)."""
   members = 1
 
-  def __init__(self, steps: Steps, state):
+  def __init__(self, steps: Compiled, state):
     self.steps, self.state = steps, state
 
   def templates(self) -> list:
@@ -197,12 +197,12 @@ def train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str,
 
   Holds the workdir's lock (workdir.WorkdirLock) throughout: a second run on the same
   workdir fails at once with WorkdirInUse and changes nothing in it. A population
-  (train.population > 1) trains with population_run.train_and_evaluate instead.
+  (train.population > 1) trains with population_run.train_population instead.
   """
   check_config(cfg)
   if cfg.train.get('population', 1) > 1:
     raise ValueError(f'train.population={cfg.train.population} trains several seeds: use '
-                     'attention_jax.training.population_run.train_and_evaluate '
+                     'attention_jax.training.population_run.train_population '
                      '(experiments/main.py does)')
   data_lib.fetch(cfg.data)   # what the task needs from outside, before the workdir is touched
   with memory_explained(cfg):
@@ -240,7 +240,7 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
   t, d = cfg.train, cfg.data
   s = Session(cfg, workdir, overwrite)
   graphdef, state = init_state(s.mcfg, OptimizerConfig.of(t).build(), cfg.seed, ema=s.use_ema)
-  steps = Steps.of(graphdef, cfg)
+  steps = Compiled.of(graphdef, cfg)
   s.open()
   stepper = Single(steps, state)
   stepper.load(loop.resume([s], stepper.templates()))

@@ -23,7 +23,7 @@ from absl import app, flags
 
 from attention_jax import data
 from attention_jax.state import templates
-from attention_jax.training import objective, population, steps, train
+from attention_jax.training import objective, population, train, update
 from experiments.bench.measure import count_flops, machine_info, matmul_flops_per_s
 from experiments.configs import reverse
 
@@ -96,7 +96,7 @@ def sizes(arch: str, members: list[int], n_steps: int, data_dir: str | None = No
   first), 'tokens_per_s_per_member', 'gflops_per_s'}: how far one program of N members fills
   the device (bench's population rows)."""
   cfg, task, mcfg = setup(arch, data_dir)
-  tx, obj = steps.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
+  tx, obj = update.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
   rows = []
   for n in members:
     if n < 1:
@@ -117,7 +117,7 @@ def compare(arch: str, members: int, n_steps: int, data_dir: str | None = None) 
   """-> {'alone': {...}, 'population': {...}, 'speedup_*'}: seconds (compile and steps),
   target tokens per second and GFLOP/s of each way of training `members` seeds n_steps each."""
   cfg, task, mcfg = setup(arch, data_dir)
-  tx, obj = steps.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
+  tx, obj = update.make_optimizer(cfg.train), objective.Objective.of(cfg.train)
   seeds = list(range(1, members + 1))
   b = cfg.data.batch_size
   out = {'arch': arch, 'members': members, 'steps': n_steps, 'batch_size': b}
@@ -125,7 +125,7 @@ def compare(arch: str, members: int, n_steps: int, data_dir: str | None = None) 
   runs = []
   for seed in seeds:   # as a sweep runs them: each run its own compiled step
     graphdef, state = templates.init_state(mcfg, tx, seed)
-    train_step = train.Steps.of(graphdef, _with_seed(cfg, seed)).train
+    train_step = train.Compiled.of(graphdef, _with_seed(cfg, seed)).train
     held = {'state': state}
 
     def step(batch, held=held, train_step=train_step):
@@ -134,7 +134,7 @@ def compare(arch: str, members: int, n_steps: int, data_dir: str | None = None) 
 
     def flops_of(batch, held=held, graphdef=graphdef, seed=seed):
       return sum(count_flops(jax.make_jaxpr(
-          lambda st, bt: steps.train_step(graphdef, tx, obj, seed, st, bt))(held['state'], batch)))
+          lambda st, bt: update.train_step(graphdef, tx, obj, seed, st, bt))(held['state'], batch)))
     it = task.train_iterator(b, seed=seed)
     runs.append(_train(n_steps, lambda it=it: next(it), step, flops_of))
   alone = {k: sum(r[k] for r in runs) for k in runs[0]}

@@ -23,7 +23,7 @@ from absl import app, flags
 from flax import nnx
 
 from attention_jax.decoding import beam as beam_lib
-from attention_jax.decoding import greedy as decode_lib
+from attention_jax.decoding import greedy
 from attention_jax.models import transformer
 from attention_jax.models.model import build
 from attention_jax.symbols import EOS
@@ -57,7 +57,7 @@ def model_of(config: str):
   model = build(mcfg, rngs=nnx.Rngs(0))
   model.out.bias[...] = model.out.bias[...].at[EOS].set(-1e9)   # every output to its limit
   src = workload.make_batch(shape, seed=0)['src']
-  return model, jnp.asarray(src), decode_lib.max_output_len(src.shape[1], 2.0)
+  return model, jnp.asarray(src), greedy.max_output_len(src.shape[1], 2.0)
 
 
 def measure(config: str, policy: str, decoding: str, calls: int) -> dict:
@@ -66,12 +66,12 @@ def measure(config: str, policy: str, decoding: str, calls: int) -> dict:
   if POLICIES[policy] is not None:
     transformer.Transformer.cache_lengths = lambda self, n: POLICIES[policy](n)
   try:
-    ends = decode_lib.segments(model, max_len)
+    ends = greedy.segments(model, max_len)
     graphdef, params = nnx.split(model)
     def run(p, s):
       m = nnx.merge(graphdef, p)
       if decoding == 'greedy':
-        return decode_lib.greedy(m, s, max_len)[0]
+        return greedy.greedy(m, s, max_len)[0]
       return beam_lib.beam_search(m, s, beam_size=5, max_len=max_len, alpha=0.6)[0]
     t0 = time.perf_counter()
     compiled = jax.jit(run).lower(params, src).compile()

@@ -1,4 +1,4 @@
-"""The optimiser and the pure train step.
+"""One update of the parameters: the optimiser (its schedules) and the pure train step.
 
 The train state (state/templates.py) is a plain pytree {'step', 'params', 'opt'} (plus 'baseline' for the hard
 attention modes, 'ema' with train.ema_decay > 0); the model is rebuilt inside the step with
@@ -19,7 +19,6 @@ import optax
 from flax import nnx
 
 from attention_jax.models import attention
-from attention_jax.state.templates import init_state  # noqa: F401  (steps.init_state: tests/test_golden.py)
 from attention_jax.training import objective
 
 
