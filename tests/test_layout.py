@@ -402,3 +402,25 @@ def test_the_parts_own_their_branches_no_arch_names_in_the_model_config_no_metho
   assert not _branches('implicit/attribution.py', class_identity)
   # the scan sees such branches
   assert _branches('models/transformer.py', lambda n: True)
+
+
+# the source modality's own code: the source kinds, a loaded run's inputs per kind, and the
+# encoders that declare what they read
+MODALITY = {'models/sources.py', 'loaded/inputs.py', 'models/images.py', 'models/rnn_encoder.py',
+            'models/encoders.py'}
+
+
+def test_only_the_modality_s_own_code_branches_on_tokens_against_images():
+  """Everything else asks the source kind (models/sources.py) or a loaded run's inputs
+  (loaded/inputs.py) instead of comparing with 'tokens' or 'images' (25 such comparisons in
+  11 modules before the seam)."""
+  def names_a_kind(n):
+    return any(isinstance(s, ast.Constant) and s.value in ('tokens', 'images')
+               for s in [n.left, *n.comparators])
+  found = {}
+  for path in glob.glob(os.path.join(ROOT, PACKAGE, '**', '*.py'), recursive=True):
+    rel = os.path.relpath(path, os.path.join(ROOT, PACKAGE))
+    if rel not in MODALITY and (hits := _branches(rel, names_a_kind)):
+      found[rel] = hits
+  assert not found, found
+  assert _branches('models/sources.py', lambda n: True)   # the scan reads the seam itself

@@ -91,10 +91,10 @@ def test_nbest_lines_are_distinct_sorted_and_led_by_the_beam_output(run, transla
 
 
 def test_beam_1_equals_greedy(run, translator):
-  greedy = inference.make_decoder(translator.graphdef, beam=1)   # decode.greedy
+  decode = inference.make_decoder(translator.graphdef, beam=1)   # greedy.greedy
   texts = [t for t in TEXTS if t.strip()]
   src = translator._encode(texts)
-  tokens, _ = greedy(translator.params, src,
+  tokens, _ = decode(translator.params, src,
                      greedy.max_output_len(src.shape[1], translator._factor),
                      translator._factor)                            # each row's own limit
   expected = [translator.tgt_tok.decode(row.tolist()) for row in np.asarray(tokens)]

@@ -63,9 +63,8 @@ from attention_jax.decoding import shapes
 from attention_jax.implicit import attribution
 from attention_jax.implicit import saliency as saliency_lib
 from attention_jax.implicit.saliency import Saliency
-from attention_jax.models import encoders
+from attention_jax.loaded import inputs as inputs_lib
 from attention_jax.models import images as images_lib
-from attention_jax.models import scores as scores_lib
 from attention_jax.models.model import ModelConfig
 
 
@@ -163,11 +162,7 @@ class Translator:
   def check(self, texts: Sequence[str], name=lambda i: f'texts[{i}]') -> None:
     """Raises ValueError/TypeError for inputs that translate() would refuse, naming the
     first by name(i) (i: its index in texts), before anything is decoded."""
-    if self.config.source == 'images':   # file paths: each read and checked, one line each
-      self._read_images(texts, name)
-      return
-    self._check_texts(texts, 'check(texts)')
-    self._check_lengths(texts, [i for i, t in enumerate(texts) if t.strip()], name)
+    self.inputs.check(self, texts, name)
 
   def _check_lengths(self, texts: Sequence[str], rows: Sequence[int],
                      name=lambda i: f'texts[{i}]') -> None:
@@ -184,22 +179,13 @@ class Translator:
       raise ValueError(f'{name(i)} has {longest:,} tokens; the limit is {self.max_input_len} '
                        f'(t.max_input_len, 4x the training maximum, at least 512): split it or '
                        'raise t.max_input_len')
-    for cfg in self.model_configs:   # (the Transformer's scores are all content scores)
-      if cfg.arch == 'rnn':
-        scores_lib.SCORES[cfg.score].check_source_length(longest + 1, cfg.max_src_len)  # + EOS
+    for cfg in self.model_configs:
+      cfg.check_source_length(longest + 1)   # + EOS
     if self.max_train_len is not None and longest > self.max_train_len:
       n = sum(x > self.max_train_len for x in lengths)
       warnings.warn(f'{n} input(s) longer than the training maximum of {self.max_train_len} '
                     f'tokens (longest {longest}); translating them anyway', RuntimeWarning,
                     stacklevel=4)
-
-  @staticmethod
-  def _check_texts(texts, name: str = 'translate(texts)') -> None:
-    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
-      raise TypeError(f'{name}: texts must be a list of str, got {type(texts).__name__}')
-    for i, t in enumerate(texts):
-      if not isinstance(t, str):
-        raise TypeError(f'{name}: texts[{i}] is {type(t).__name__}, not str')
 
   def _hypotheses(self, tokens, scores, weights, src_tokens: list[str],
                   source_weights) -> Hypotheses:
@@ -226,44 +212,12 @@ class Translator:
     Image models: a list of images (file paths or arrays); weights [T_i, H', W'].
     with_weights False: weights [T_i, 0], none kept while decoding (translate(): less work
     a step); the same outputs and scores."""
-    if self.config.source == 'images':
-      return self._decode_images(texts, beam, alpha, nbest, with_weights)
-    self._check_texts(texts, 'decode(texts)')
-    fn = self.decoder(beam, alpha, nbest, with_weights)
-    out: list[Hypotheses | None] = [None] * len(texts)
-    todo = [i for i, t in enumerate(texts) if t.strip()]
-    for i in set(range(len(texts))) - set(todo):
-      out[i] = Hypotheses([''] * nbest, [0.0] * nbest, [np.zeros((0, 0), np.float32)] * nbest,
-                          [], [[] for _ in range(nbest)], [np.zeros(0, np.int32)] * nbest)
-    self._check_lengths(texts, todo)
-    ids = {i: self.src_tok.encode(texts[i]) + [data_lib.EOS] for i in todo}
-    todo.sort(key=lambda i: len(ids[i]))            # similar lengths share a chunk
-    plan = list(self._chunks(todo, [len(ids[i]) for i in todo], beam * nbest))
-    shape = lambda n, length: (n, length, greedy.max_output_len(length, self._factor),
-                               self._factor)
-    programs = None
-    if self.compile_ahead and hasattr(fn, 'lower'):
-      key = (beam, float(alpha), nbest, with_weights)
-      if key not in self._programs:
-        self._programs[key] = ahead.Programs(fn)
-      programs = self._programs[key]
-      programs.schedule(self.params, [shape(*s) for _, s in plan])
-    try:
-      for rows, (n, length) in plan:
-        src = self._batch([ids[i] for i in rows], n, length)
-        self.shapes_used.add((beam, float(alpha), nbest) + src.shape)
-        result = (programs.get(self.params, shape(n, length))(self.params, src) if programs
-                  else fn(self.params, src, *shape(n, length)[2:]))
-        tokens, scores, weights = jax.device_get(result)
-        for r, i in enumerate(rows):
-          src_tokens = self.src_tok.pieces(texts[i]) + ['</s>']
-          out[i] = self._hypotheses(tokens[r], scores[r], weights[r], src_tokens,
-                                    lambda w, s=len(src_tokens): w[:, :s])
-    except BaseException:
-      if programs:   # a stopped decode (an error, Ctrl-C) leaves no compiling queued
-        programs.cancel()
-      raise
-    return out
+    return self.inputs.decode(self, texts, beam, alpha, nbest, with_weights)
+
+  def empty_hypotheses(self, nbest: int) -> Hypotheses:
+    """The nbest empty outputs (score 0) of an empty or whitespace-only text."""
+    return Hypotheses([''] * nbest, [0.0] * nbest, [np.zeros((0, 0), np.float32)] * nbest,
+                      [], [[] for _ in range(nbest)], [np.zeros(0, np.int32)] * nbest)
 
   @property
   def max_image_shape(self) -> tuple[int, int]:
@@ -276,48 +230,7 @@ class Translator:
   def read_image(self, source) -> np.ndarray:
     """An image (file path or array) as this model reads it: [H, W(, C)] float32 in [0, 1]
     (ValueError naming the problem: unreadable, out of range, over max_image_shape)."""
-    return self._read_images([source], lambda i: 'image')[0]
-
-  def _read_images(self, sources, name=lambda i: f'images[{i}]') -> list[np.ndarray]:
-    """Every image read and checked (readable, within max_image_shape) before any is
-    decoded; a failure is one ValueError naming name(i) and the file."""
-    imgs = []
-    for i, s in enumerate(sources):
-      try:
-        imgs.append(images_lib.read_image(s, self.config.image_channels, self.max_image_shape))
-      except (OSError, ValueError) as e:
-        raise ValueError(f'{name(i)}: {e}') from None
-    return imgs
-
-  def _decode_images(self, sources, beam: int, alpha: float, nbest: int,
-                     with_weights: bool = True) -> list[Hypotheses]:
-    if isinstance(sources, (str, bytes, np.ndarray)) or not isinstance(sources, Sequence):
-      raise TypeError(f'this model reads images: pass a list of images (file paths or arrays), '
-                      f'got {type(sources).__name__}')
-    imgs = self._read_images(sources)
-    cell = encoders.lookup(self.config.encoder).cell_size(self.config)
-    fn = self.decoder(beam, alpha, nbest, with_weights)
-    max_tgt = int(self.run_config.get('data', {}).get('max_tgt_len', 128))
-    max_len = greedy.max_output_len(max_tgt, self._factor)
-    out = []
-    for start in range(0, len(imgs), self.chunk_size):
-      chunk = imgs[start:start + self.chunk_size]
-      src = images_lib.pad_batch(chunk, cell)
-      tokens, scores, weights = jax.device_get(fn(self.params, src, max_len, self._factor))
-      for r, im in enumerate(chunk):
-        out.append(self._hypotheses(tokens[r], scores[r], weights[r], [],
-                                    self._own_cells(im, src.shape[1:3])))
-    return out
-
-  def _own_cells(self, image: np.ndarray, padded: tuple[int, int]):
-    """-> a function of weights [T, S] over the grid of a batch padded to `padded` (H, W)
-    pixels -> [T, H', W'] over `image`'s own cells (top left)."""
-    enc = encoders.lookup(self.config.encoder)
-    cell = enc.cell_size(self.config)
-    grid = enc.grid_shape(self.config, padded)
-    gh, gw = enc.grid_shape(self.config, (-(-image.shape[0] // cell) * cell,
-                                          -(-image.shape[1] // cell) * cell))
-    return lambda w: w.reshape(len(w), *grid)[:, :gh, :gw]
+    return inputs_lib.ImageInputs.read(self, [source], lambda i: 'image')[0]
 
   def _fits(self, rows: int, length: int, hyps: int) -> bool:
     """Whether the attention weights [rows x hyps, L, S] and decoder caches [rows x hyps, L,
@@ -386,8 +299,7 @@ class Translator:
     else beam search with length penalty alpha). nbest > 1: a list of [(output, score)]
     per input, best first. Image models: a list of images (file paths or arrays). Decodes
     without attention weights (decode(texts) gives them), which it does not return."""
-    if self.config.source == 'tokens':
-      self._check_texts(texts)
+    self.inputs.check_list(texts, 'translate(texts)')
     hyps = self.decode(texts, beam, alpha, nbest, with_weights=False)
     if nbest == 1:
       return [h.outputs[0] for h in hyps]
@@ -398,11 +310,7 @@ class Translator:
 
     An empty or whitespace-only text gives ('', an empty [0, 0] array, [], []).
     Image models: an image (file path or array) -> weights [T, H', W'] over its grid."""
-    if self.config.source == 'images':
-      h = self.decode([text], beam, alpha)[0]
-      return h.outputs[0], h.weights[0], h.src_tokens, h.tgt_tokens[0]
-    if not isinstance(text, str):
-      raise TypeError(f'attend(text): text must be a str, got {type(text).__name__}')
+    self.inputs.check_one(text, 'attend(text)')
     h = self.decode([text], beam, alpha)[0]
     return h.outputs[0], h.weights[0], h.src_tokens, h.tgt_tokens[0]
 
@@ -411,24 +319,13 @@ class Translator:
     cross-attention of each of a Transformer's N decoder layers and H heads over its output
     (an RNN's single attention as [1, 1, T, S]); `attend` gives the last layer's mean.
     Image models: an image (file path or array) -> weights [N, H, T, H', W'] over its grid."""
-    if self.config.source == 'images':
-      h = self.decode([text], beam, alpha)[0]
-      if not h.tgt_tokens[0]:
-        return h.outputs[0], np.zeros((0, 0, 0, 0, 0), np.float32), [], []
-      image = self._read_images([text])[0]
-      enc = encoders.lookup(self.config.encoder)
-      src = images_lib.pad_batch([image], enc.cell_size(self.config))[0]
-      w = inference.layer_weights(self.graphdef, self.params, src, h.ids[0])
-      grid = enc.grid_shape(self.config, src.shape[:2])
-      return h.outputs[0], w.reshape(*w.shape[:3], *grid), h.src_tokens, h.tgt_tokens[0]
-    if not isinstance(text, str):
-      raise TypeError(f'attend_heads(text): text must be a str, got {type(text).__name__}')
+    self.inputs.check_one(text, 'attend_heads(text)')
     h = self.decode([text], beam, alpha)[0]
     if not h.tgt_tokens[0]:
-      return h.outputs[0], np.zeros((0, 0, 0, 0), np.float32), h.src_tokens, h.tgt_tokens[0]
-    src = self._encode([text])[0][:len(h.src_tokens)]
-    return (h.outputs[0], inference.layer_weights(self.graphdef, self.params, src, h.ids[0]),
-            h.src_tokens, h.tgt_tokens[0])
+      return (h.outputs[0], np.zeros(self.inputs.empty_heads, np.float32), h.src_tokens,
+              h.tgt_tokens[0])
+    return (h.outputs[0], self.inputs.layer_weights(self, text, h), h.src_tokens,
+            h.tgt_tokens[0])
 
   def attributor(self, method: str, options: attribution.Options):
     """The jit-compiled attribution function (attribution.make_attributor), one per setting."""
@@ -448,31 +345,23 @@ class Translator:
     opts = saliency_lib.options(method, self.config.source, **options)
     if reference is not None and not isinstance(reference, str):
       raise TypeError(f'saliency(reference): must be a str, got {type(reference).__name__}')
-    if self.config.source == 'tokens':
-      if not isinstance(source, str):
-        raise TypeError(f'saliency(text): text must be a str, got {type(source).__name__}')
-      if not source.strip():
-        empty = np.zeros((0, 0), np.float32)
-        return Saliency('', method, empty, empty, np.zeros(0, np.float32), [], [])
-      self._check_lengths([source], [0], lambda i: 'saliency(text)')
-      src = self._encode([source])
-      src_tokens = self.src_tok.pieces(source) + ['</s>']
-      trim = lambda a: a[..., :len(src_tokens)]
-      weights_of = trim
-    else:
-      image = source = self._read_images([source], lambda i: 'saliency(image)')[0]
-      cell = encoders.lookup(self.config.encoder).cell_size(self.config)
-      src, src_tokens = images_lib.pad_batch([image], cell), []
-      weights_of = self._own_cells(image, src.shape[1:3])
-      trim = (weights_of if attribution.lookup(method).over == 'memory'
-              else lambda a: a[:, :image.shape[0], :image.shape[1]])
+    one = self.inputs.one(self, source, f'saliency({self.inputs.one_input})')
+    if one is None:   # an empty text: nothing to attribute
+      empty = np.zeros((0, 0), np.float32)
+      return Saliency('', method, empty, empty, np.zeros(0, np.float32), [], [])
     if reference is None:   # (an image decoded as the array read above: not read again)
-      ids = self.decode([source], beam, alpha)[0].ids[0]
+      ids = self.decode([one.source], beam, alpha)[0].ids[0]
     else:
       ids = np.asarray(self.tgt_tok.encode(reference) + [data_lib.EOS], np.int32)
-    a = saliency_lib.attribute_output(self.attributor(method, opts), self.params, src, ids)
+    a = saliency_lib.attribute_output(self.attributor(method, opts), self.params, one.src, ids)
+    over_memory = attribution.lookup(method).over == 'memory'
     return Saliency(self.tgt_tok.decode(ids.tolist()), method,
-                    np.asarray(trim(a.scores), np.float32),
-                    np.asarray(weights_of(a.weights), np.float32),
-                    np.asarray(a.log_probs, np.float32), src_tokens,
+                    np.asarray((one.own if over_memory else one.crop)(a.scores), np.float32),
+                    np.asarray(one.own(a.weights), np.float32),
+                    np.asarray(a.log_probs, np.float32), one.src_tokens,
                     [self.tgt_tok.id_to_piece(int(i)) for i in ids])
+
+  @property
+  def inputs(self) -> type[inputs_lib.Inputs]:
+    """What this run reads, per source kind: checking, reading, batching (inputs.py)."""
+    return inputs_lib.inputs_for(self.config)

@@ -177,6 +177,11 @@ class ModelConfig:
     arch's memory_width)."""
     return ARCHS[self.arch].memory_width(self)
 
+  def check_source_length(self, length: int) -> None:
+    """ValueError where the model cannot read `length` source positions (EOS included): part
+    of the model's contract (the arch's check_source_length), so decoding asks the model."""
+    ARCHS[self.arch].check_source_length(self, length)
+
   @property
   def compute_dtype(self) -> Any:
     return DTYPES[self.dtype]
@@ -305,6 +310,11 @@ class Seq2Seq(nnx.Module, contract.EncoderDecoder):
   @staticmethod
   def check_encoder(cfg: ModelConfig, encoder: type) -> None:
     """Any registered encoder can feed the RNN decoder."""
+
+  @staticmethod
+  def check_source_length(cfg: ModelConfig, length: int) -> None:
+    """The score's bound (the location score's output layer has max_src_len positions)."""
+    scores.SCORES[cfg.score].check_source_length(length, cfg.max_src_len)
 
   @classmethod
   def check(cls, cfg: ModelConfig) -> None:

@@ -202,6 +202,10 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
     return 2 * cfg.transformer_layers * cfg.d_model
 
   @staticmethod
+  def check_source_length(cfg, length: int) -> None:
+    """Its scores are content scores: any length."""
+
+  @staticmethod
   def check_encoder(cfg, encoder: type) -> None:
     """Its token encoder is its own (model.encoder=''); an image encoder replaces it, and
     then there are no source embeddings to share."""
