@@ -144,8 +144,9 @@ class ModelConfig:
 
   @property
   def source_encoder(self) -> str:
-    """The encoder's name ('' resolves to the arch's own token encoder: its `encoder_name`)."""
-    return self.encoder or ARCHS[self.arch].encoder_name
+    """The encoder's name: model.encoder, else the arch's token encoder, else (a token
+    encoder inside the arch's own class) the arch's name."""
+    return self.encoder or ARCHS[self.arch].token_encoder or self.arch
 
   @property
   def source(self) -> str:
@@ -287,7 +288,6 @@ class Seq2Seq(nnx.Module, contract.EncoderDecoder):
             'context_gate')
   source_fields = {'images': ('image_dim',)}   # the annotation size K an image encoder gives
   token_encoder = 'rnn'
-  encoder_name = 'rnn'              # ModelConfig.source_encoder of model.encoder=''
 
   @staticmethod
   def describe(cfg: ModelConfig) -> str:

@@ -178,7 +178,6 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
             'share_embeddings', 'tie_output')
   source_fields: dict = {}   # no field more for any source kind
   token_encoder = ''   # its own, inside this class (model.encoder='')
-  encoder_name = 'transformer'   # ModelConfig.source_encoder of model.encoder=''
   check = staticmethod(check)
 
   @staticmethod
