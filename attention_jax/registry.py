@@ -1,9 +1,12 @@
-"""Registries by name (scores, cells, decoders): `register` adds a class, `lookup` finds one
-and fails with the list of valid names."""
+"""Registries by name (scores, cells, decoders, encoders, architectures): `register` adds a
+class, `lookup` finds one and fails with the list of valid names. A class that declares the
+config fields it reads (`cls.Fields`, a fields.Fields dataclass) becomes their owner."""
 
 from __future__ import annotations
 
 from typing import Callable
+
+from attention_jax import fields
 
 
 def registrar(table: dict[str, type], kind: str) -> Callable[[str], Callable[[type], type]]:
@@ -13,6 +16,8 @@ def registrar(table: dict[str, type], kind: str) -> Callable[[str], Callable[[ty
     def add(cls):
       if name in table:
         raise ValueError(f'{kind} {name!r} is already registered by {table[name].__name__}')
+      if 'Fields' in vars(cls):
+        fields.own(f'{kind} {name}', cls.Fields)
       cls.name = name
       table[name] = cls
       return cls

@@ -119,7 +119,7 @@ def tfds_dir(tmp_path_factory):
 def data_cfg(tfds_dir):
   from experiments.configs import common  # pylint: disable=g-import-not-at-top
   def make(name, **overrides):
-    from attention_jax.data import fields  # pylint: disable=g-import-not-at-top
+    from attention_jax.data import data_fields as fields  # pylint: disable=g-import-not-at-top
     d = common.base_config().data
     small = dict(name=name, data_dir=tfds_dir, num_train=300, num_valid=40, num_test=40,
                  max_len=12, test_max_len=20, batch_size=16)

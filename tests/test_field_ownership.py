@@ -3,8 +3,10 @@ reads: a field the chosen model or task does not read, set to another value than
 is refused in one line on every route (Python API, config file, flag, sweep variant); runs
 saved before (every field in their configs) still load, resume and compare."""
 
+import dataclasses
 import json
 import os
+import pickle
 import runpy
 import shutil
 
@@ -13,9 +15,10 @@ import pytest
 from flax import nnx
 
 import attention_jax as aj
+from attention_jax import fields
 from attention_jax.analysis import compare, saved_run
 from attention_jax.data import batching, cmudict, loaders
-from attention_jax.data import fields as data_fields
+from attention_jax.data import data_fields
 from attention_jax.models import encoders
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
@@ -39,28 +42,68 @@ def one_line(e: pytest.ExceptionInfo) -> str:
 
 
 # ---- the registries' declarations ------------------------------------------------------------
+def reads(arch, encoder, **more):
+  return model_lib.reads({'arch': arch, 'encoder': encoder, **more})
+
+
 @pytest.mark.parametrize('arch,encoder', COMBINATIONS)
 def test_every_combination_reads_the_common_fields_and_builds(arch, encoder):
-  read = model_lib.reads(arch, encoder)
-  assert set(model_lib.COMMON_FIELDS) <= read <= set(FIELDS)
+  read = reads(arch, encoder)
+  assert set(model_lib.Common.names()) <= read <= set(FIELDS)
   cfg = ModelConfig(src_vocab=5, tgt_vocab=6, arch=arch, encoder=encoder)
   assert aj.build(cfg, rngs=nnx.Rngs(0)) is not None
+  assert set(cfg.to_dict()) == read            # a config holds the fields its model reads
 
 
 @pytest.mark.parametrize('name', FIELDS)
 def test_every_model_field_is_read_by_some_combination(name):
-  assert any(name in model_lib.reads(a, e) for a, e in COMBINATIONS), name
+  assert any(name in reads(a, e) for a, e in COMBINATIONS), name
 
 
 @pytest.mark.parametrize('owner', [*model_lib.ARCHS.values(), *encoders.ENCODERS.values()],
                          ids=lambda c: c.__name__)
-def test_each_registry_entry_declares_model_fields_only(owner):
-  assert owner.fields and set(owner.fields) <= set(FIELDS)
+def test_each_registry_entry_owns_its_fields_as_a_frozen_dataclass(owner):
+  names = owner.Fields.names()
+  assert names and set(names) <= set(FIELDS)
+  typed = owner.Fields()
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    setattr(typed, names[0], typed.defaults()[names[0]])
+  assert owner.Fields in fields.OWNERS['model'].values()
+
+
+def test_a_key_shared_by_two_owners_must_have_one_default():
+  @dataclasses.dataclass(frozen=True)
+  class Other(fields.Fields):
+    d_model: int = fields.positive(64)      # the Transformer's is 128
+  with pytest.raises(ValueError) as e:
+    fields.own('encoder other', Other)
+  assert one_line(e).startswith('model.d_model: encoder other gives it the default 64, ')
+  assert 'encoder other' not in fields.OWNERS['model']
+
+  @dataclasses.dataclass(frozen=True)
+  class Agreeing(fields.Fields):
+    d_model: int = fields.positive(128)
+  fields.own('encoder agreeing', Agreeing)
+  del fields.OWNERS['model']['encoder agreeing']
+
+
+def test_a_config_is_a_frozen_value():
+  a = ModelConfig(src_vocab=5, tgt_vocab=6, score='general')
+  assert a == a.replace() and hash(a) == hash(ModelConfig(src_vocab=5, tgt_vocab=6,
+                                                          score='general'))
+  assert a != a.replace(score='dot') and a.replace(score='dot').score == 'dot'
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    a.score = 'dot'
+  assert pickle.loads(pickle.dumps(a)) == a
+  assert a.d_model == 128                        # a field no chosen part reads: its default
+  with pytest.raises(AttributeError, match="ModelConfig has no field 'scor'"):
+    _ = a.scor
+  assert a.fields_of(model_lib.Seq2Seq).score == 'general'
 
 
 @pytest.mark.parametrize('arch,encoder', COMBINATIONS)
 def test_a_field_the_model_does_not_read_is_refused_in_one_line(arch, encoder):
-  read, defaults = model_lib.reads(arch, encoder), ModelConfig.defaults()
+  read, defaults = reads(arch, encoder), ModelConfig.defaults()
   unread = [k for k in defaults if k not in read]
   assert unread
   name = unread[0]

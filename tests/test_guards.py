@@ -262,5 +262,5 @@ def test_a_model_flag_the_architecture_does_not_read_is_one_line_before_any_work
       "error: model.arch='transformer', model.encoder='' does not read model.score='general' "
       "(model.cross_attention_score in place of model.score); leave it at its default. It "
       'reads: ' + ', '.join(f for f in ['src_vocab', 'tgt_vocab', *model_lib.ModelConfig.defaults()]
-                            if f in model_lib.reads('transformer')))
+                            if f in model_lib.reads({'arch': 'transformer'})))
   assert not (tmp_path / 'run').exists()

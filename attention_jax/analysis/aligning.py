@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from attention_jax.data import fields as data_fields
+from attention_jax.data import data_fields
 from attention_jax.data import tasks
 from attention_jax.implicit import attribution
 from attention_jax.implicit import word_alignment as wa

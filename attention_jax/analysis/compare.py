@@ -26,7 +26,7 @@ import numpy as np
 
 from attention_jax import workdir as workdir_lib
 from attention_jax.analysis import stats
-from attention_jax.data import fields as data_fields
+from attention_jax.data import data_fields
 from attention_jax.evaluation import metrics as metrics_lib
 from attention_jax.evaluation import records as records_lib
 

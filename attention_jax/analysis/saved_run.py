@@ -18,7 +18,7 @@ import numpy as np
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
-from attention_jax.data import fields as data_fields
+from attention_jax.data import data_fields
 from attention_jax.data import textfiles
 from attention_jax.evaluation import evaluators as evaluators_lib
 from attention_jax.evaluation import metrics as metrics_lib

@@ -13,7 +13,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from attention_jax.data import bible, builders, cmudict, image_builders, textfiles, tfds_translation
-from attention_jax.data import fields as data_fields
+from attention_jax.data import data_fields
 
 SPLITS = ('train', 'validation', 'test')
 

@@ -20,12 +20,12 @@ import hashlib
 import numpy as np
 from absl import logging
 
-from attention_jax.data import batching, builders, cmudict, fields, loaders, pharaoh, strips
+from attention_jax.data import batching, builders, cmudict, data_fields, loaders, pharaoh, strips
 from attention_jax.data import tokenizers as tok_lib
 from attention_jax.data.batching import decode_limit  # re-exported
 
 SPLITS = loaders.SPLITS
-FIELD_DEFAULTS = fields.DEFAULTS   # every data field's default (data/fields.py)
+FIELD_DEFAULTS = data_fields.DEFAULTS   # every data field's default (data/data_fields.py)
 WORD_GOLD_TASKS = ('greek_english',)   # the built-in tasks whose examples carry gold word links
 
 
@@ -389,7 +389,7 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
   with a checkpoint (`load_tokenizers(workdir)`).
   """
   d = data_cfg
-  fields.check(d)   # no field the task does not read set
+  data_fields.check(d)   # no field the task does not read set
   texts, extras, location, images = loaders.load(d)
   if not texts['train']:
     raise ValueError(f'{d.name}: the training split is empty')
@@ -399,7 +399,7 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
                                       vocab_size=d.vocab_size, seed=seed)
     tgt_tok = tok_lib.train_tokenizer(d.get('tgt_tokenizer') or d.tokenizer,
                                       [t for _, t in train],
-                                      vocab_size=fields.get(d, 'tgt_vocab_size') or d.vocab_size,
+                                      vocab_size=data_fields.get(d, 'tgt_vocab_size') or d.vocab_size,
                                       seed=seed)
   else:
     src_tok, tgt_tok = tokenizers
@@ -408,5 +408,5 @@ def load_task(data_cfg, *, seed: int = 0, tokenizers: tuple | None = None) -> Ta
                     d.name, d.tokenizer)
   return Task(d.name, texts, src_tok, tgt_tok, max_src_len=int(d.max_src_len),
               max_tgt_len=int(d.max_tgt_len), num_buckets=int(d.num_buckets),
-              bucket_multiple=int(fields.get(d, 'bucket_multiple')),
+              bucket_multiple=int(data_fields.get(d, 'bucket_multiple')),
               extras=extras, location=location, images=images)

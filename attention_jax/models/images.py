@@ -53,6 +53,7 @@ Xu et al. initialise their LSTM from the average annotation vector (§3.1.2).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from typing import Any
@@ -61,6 +62,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+
+from attention_jax import fields
 
 from attention_jax.models import cells, multihead, transformer
 from attention_jax.models.encoders import Encoded, register_encoder
@@ -164,9 +167,22 @@ MAX_SCALE = 4
 @register_encoder('cnn')
 class CNNEncoder(_ImageEncoder):
   """Convolution blocks -> the annotation grid (see the module docstring)."""
-  # the model config fields it reads (model.reads); cell: its row RNN's
-  fields = ('image_channels', 'cnn_layers', 'cnn_width', 'cnn_row_rnn', 'cnn_norm',
-            'cnn_columns', 'cnn_cell_width', 'cnn_positions', 'cell')
+
+  @dataclasses.dataclass(frozen=True)
+  class Fields(fields.Fields):
+    image_channels: int = fields.positive(1, '1 grayscale, 3 RGB')
+    cnn_layers: int = fields.positive(3, 'conv blocks, each halving H and W: cells of 2^L pixels')
+    cnn_width: int = fields.positive(32, 'channels of the first block, doubling per block')
+    cnn_row_rnn: bool = fields.field(False, 'a bidirectional RNN (model.cell) along each row')
+    cnn_norm: bool = fields.field(False, 'LayerNorm over channels after each convolution')
+    cnn_columns: bool = fields.field(False, 'max over each column of the grid: a 1 x W grid')
+    cnn_cell_width: int = fields.field(
+        0, 'pixels per grid cell across (0: 2^cnn_layers, square)',
+        valid='0 or a power of 2 up to 2^cnn_layers')
+    cnn_positions: str = fields.one_of(
+        'annotations', CNN_POSITIONS, "where 2-D positions are added: the annotations, the row "
+        "RNN's input, or nowhere")
+    cell: str = fields.one_of('gru', lambda: cells.CELLS, "the row RNN's cell")
 
   @classmethod
   def cell_size(cls, cfg) -> int:
@@ -189,9 +205,6 @@ class CNNEncoder(_ImageEncoder):
     if cw and (cw & (cw - 1) or cw > cell) or cw < 0:
       raise ValueError(f'model.cnn_cell_width must be 0 (square cells of 2^cnn_layers = {cell} '
                        f'pixels) or a power of 2 up to {cell}, got {cw!r}')
-    if cfg.cnn_positions not in CNN_POSITIONS:
-      raise ValueError(f'unknown model.cnn_positions {cfg.cnn_positions!r}; valid: '
-                       f'{", ".join(CNN_POSITIONS)}')
     if cfg.cnn_positions == 'rnn_input' and not cfg.cnn_row_rnn:
       raise ValueError("model.cnn_positions='rnn_input' adds the positions to the row RNN's "
                        "input: set model.cnn_row_rnn=True, or use 'annotations' or 'none'")
@@ -277,11 +290,17 @@ def stem_widths(layers: int, dim: int) -> tuple[int, ...]:
 class ViTEncoder(_ImageEncoder):
   """[A convolutional stem,] patch embeddings + 2-D positions -> Transformer encoder layers
   (see the module docstring)."""
-  # the model config fields it reads (model.reads): its layers are the Transformer's;
-  # max_positions: the rows and columns of learned positions (model.vit_positions)
-  fields = ('image_channels', 'patch_size', 'vit_stem', 'vit_positions', 'max_positions',
-            'd_model', 'heads', 'ff_dim', 'transformer_layers', 'self_attention_score',
-            'norm_first', 'attention_dropout')
+
+  @dataclasses.dataclass(frozen=True)
+  class Fields(transformer.Layers):
+    """The fields of its Transformer layers (d_model, heads, ...) and its own."""
+    image_channels: int = fields.positive(1, '1 grayscale, 3 RGB')
+    patch_size: int = fields.positive(4, 'p x p pixel patches')
+    vit_stem: int = fields.count(0, 'stride-2 3x3 convolutions before the patches (Xiao et '
+                                 'al. 2021; 0: linear patch embeddings)',
+                                 'stride-2 convolutions before the patches; 0: none')
+    vit_positions: str = fields.one_of('sinusoid_2d', VIT_POSITIONS,
+                                       'fixed sinusoids, or a learned vector per row and column')
 
   @classmethod
   def check(cls, cfg) -> None:
@@ -289,9 +308,6 @@ class ViTEncoder(_ImageEncoder):
     multihead.check(cfg.self_attention_score, cfg.heads, cfg.d_model,
                     "the 'vit' encoder (model.self_attention_score, model.heads)")
     stem = cfg.vit_stem
-    if not isinstance(stem, int) or isinstance(stem, bool) or stem < 0:
-      raise ValueError(f'model.vit_stem must be an integer >= 0 (stride-2 convolutions before '
-                       f'the patches; 0: none), got {stem!r}')
     if cfg.patch_size % 2 ** stem:
       raise ValueError(f'model.vit_stem={stem} halves the image {stem} times (by 2^{stem} = '
                        f'{2 ** stem}) before the patches, and model.patch_size={cfg.patch_size} '

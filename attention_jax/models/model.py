@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax import registry
+from attention_jax import fields, registry
 from attention_jax.models import (attention, cells, contract, encoders, images, rnn_encoder,
                                   scores, sources, transformer)
 from attention_jax.models.layers import dropout
@@ -24,105 +24,91 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
 @dataclasses.dataclass(frozen=True)
+class Common(fields.Fields):
+  """The fields every model reads; each part (ARCHS, encoders.ENCODERS, DECODERS) owns the rest
+  as its `Fields`."""
+  arch: str = fields.one_of('rnn', lambda: ARCHS, 'the architecture')
+  encoder: str = fields.field(
+      '', "the source encoder (encoders.ENCODERS): '' = the arch's own token encoder (rnn: "
+      "'rnn'; transformer: its Transformer encoder); 'cnn' or 'vit' for image sources",
+      lambda name, value: value and encoders.lookup(value),
+      lambda: ["''", *sorted(encoders.ENCODERS)])
+  dropout: float = fields.rate(0.0, 'dropout rate (the experiments use 0.1)')
+  dtype: str = fields.one_of('float32', DTYPES, 'compute dtype (parameters stay float32)')
+  max_src_len: int = fields.positive(128, 'the location score: the size of its output layer')
+  normaliser: str = fields.field('softmax', 'attention weights from scores: softmax | sparsemax',
+                                 lambda name, value: attention.check_normaliser(value),
+                                 'softmax, sparsemax')
+
+
+fields.own('every model', Common)
+VOCABS = ('src_vocab', 'tgt_vocab')   # given by the data, not by the config
+
+
 class ModelConfig:
-  """Everything that fixes the model's architecture and parameter shapes.
+  """Everything that fixes the model's architecture and parameter shapes: the Common fields and
+  the fields of the parts the config chooses (`parts`: the arch, its encoder, its decoder),
+  read as attributes (cfg.score). Frozen, compared and hashed by value.
 
-  Validated on construction: a bad value fails here, before anything is compiled. Each arch
-  and encoder reads its own fields (`reads(arch, encoder)`: its registry entry's `fields`);
-  one it does not read set to another value than its default is refused in one line.
-  """
-  src_vocab: int
-  tgt_vocab: int
-  arch: str = 'rnn'                  # ARCHS: rnn | transformer
-  # the source encoder (encoders.ENCODERS): '' = the arch's own token encoder (rnn: 'rnn';
-  # transformer: its Transformer encoder); 'cnn' or 'vit' for image sources (images.py)
-  encoder: str = ''
-  emb_dim: int = 64
-  enc_hidden: int = 64
-  enc_layers: int = 1
-  bidirectional: bool = True
-  cell: str = 'gru'
-  dec_hidden: int = 128
-  dec_layers: int = 1
-  decoder: str = 'bahdanau'
-  score: str = 'additive'
-  attn_dim: int = 64
-  input_feeding: bool = True
-  attention_mode: str = 'global'     # attention.MODES: global local_m local_p hard hard_st
-  normaliser: str = 'softmax'        # softmax | sparsemax
-  window: int = 5                    # D, the half-width of the local windows
-  coverage: bool = False             # coverage vector in the (additive) score
-  hard_temperature: float = 1.0      # τ of hard_st's Gumbel-softmax
-  self_attention_layers: int = 0     # encoder self-attention layers (0 = off)
-  self_attention_heads: int = 4
-  self_attention_score: str = 'scaled_dot'
-  dropout: float = 0.0               # the experiments use 0.1 (experiments/configs/common.py)
-  max_src_len: int = 128             # location score: the size of its output layer
-  dtype: str = 'float32'             # compute dtype: float32 | bfloat16 (params stay float32)
-  # ---- transformer (arch='transformer') ----
-  d_model: int = 128
-  heads: int = 4
-  ff_dim: int = 512
-  transformer_layers: int = 3        # encoder layers, and as many decoder layers
-  # sinusoidal (defined for every length: sentences longer than the training maximum get
-  # positions the model has never seen, but well defined), learned (a table of max_positions
-  # vectors: positions past the training lengths stay at their random init, and inputs or
-  # output limits past max_positions are refused), none (the encoder sees a bag of tokens)
-  positions: str = 'sinusoidal'
-  max_positions: int = 512           # learned positions: the table's size ('vit' with
-                                     # learned_2d: rows and columns of patches)
-  norm_first: bool = True            # pre-norm (False: post-norm, as Vaswani et al. 2017)
-  attention_dropout: float = 0.0
-  cross_attention_score: str = 'scaled_dot'
-  share_embeddings: bool = False     # one embedding table for source and target
-  tie_output: bool = False           # output projection = target embeddings transposed
-  # ---- image sources (model.encoder = 'cnn' | 'vit'; images.py) ----
-  image_channels: int = 1            # 1 grayscale, 3 RGB
-  image_dim: int = 128               # annotation size K of an image encoder (RNN decoders)
-  cnn_layers: int = 3                # conv blocks, each halving H and W: cells of 2^L pixels
-  cnn_width: int = 32                # channels of the first block, doubling per block
-  cnn_row_rnn: bool = False          # a bidirectional RNN (model.cell) along each grid row
-  cnn_norm: bool = False             # LayerNorm over channels after each convolution
-  cnn_columns: bool = False          # max over each column of the grid: a 1 x W' grid
-  cnn_cell_width: int = 0            # pixels per grid cell across (0: 2^cnn_layers, square)
-  cnn_positions: str = 'annotations'  # 2-D positions added to the annotations, the row RNN's
-                                     # input ('rnn_input') or nowhere ('none')
-  patch_size: int = 4                # 'vit': p x p pixel patches (its layers: d_model, heads,
-                                     # ff_dim, transformer_layers, self_attention_score)
-  vit_stem: int = 0                  # 'vit': stride-2 3x3 convolutions before the patches (a
-                                     # convolutional stem, Xiao et al. 2021; 0: none, linear
-                                     # patch embeddings): patch_size a multiple of 2^vit_stem
-  vit_positions: str = 'sinusoid_2d'  # 'vit': sinusoid_2d (fixed) | learned_2d (a vector per
-                                     # row and per column, up to max_positions of each)
-  # Xu et al. 2015 §4.2.1: the context is scaled by a gate beta_t = sigmoid(w · s_{t-1} + b)
-  context_gate: bool = False
+  Validated on construction: a bad value fails here, before anything is compiled, in one line
+  (each part's Fields checks its values, then the part its combinations); a field the chosen
+  parts do not read, set to another value than its default, is refused naming them
+  (check_read)."""
 
-  def __post_init__(self):
-    """Each field is validated once, by its owner: the fields every model reads here; the
-    fields of the chosen arch and encoder (ARCHS, encoders.ENCODERS: their `fields`) in
-    their `check`. A field the chosen model does not read must keep its default."""
-    for name, valid in (('arch', ARCHS), ('dtype', DTYPES)):
-      if getattr(self, name) not in valid:
-        raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
-                         f'valid: {", ".join(sorted(valid))}')
-    if self.encoder:
-      encoders.lookup(self.encoder)
-    check_read(self.to_dict())
-    read = reads(self.arch, self.encoder)
-    for name, valid in (('cell', cells.CELLS), ('decoder', DECODERS), ('score', scores.SCORES)):
-      if name in read and getattr(self, name) not in valid:
-        raise ValueError(f'unknown model.{name} {getattr(self, name)!r}; '
-                         f'valid: {", ".join(sorted(valid))}')
-    for name in sorted(POSITIVE & read):
-      value = getattr(self, name)
-      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f'model.{name} must be a positive integer, got {value!r}')
-    for name in ('dropout', 'attention_dropout'):
-      if name in read and not 0.0 <= getattr(self, name) < 1.0:
-        raise ValueError(f'model.{name} must be in [0, 1), got {getattr(self, name)!r}')
-    attention.check_normaliser(self.normaliser)
+  def __init__(self, src_vocab: int, tgt_vocab: int, **values: Any):
+    known = ModelConfig.defaults()
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+      raise ValueError(f'unknown model config field(s) {unknown}; valid: {sorted(known)}')
+    given = {'src_vocab': src_vocab, 'tgt_vocab': tgt_vocab, **values}
+    for name in VOCABS:
+      fields.check_positive(f'model.{name}', given[name])
+    common = Common.of(given)
+    check_read(given)
+    typed = {f: f.of(given) for f in field_types(given)}
+    read = {k: v for part in (common, *typed.values()) for k, v in dataclasses.asdict(part).items()}
+    object.__setattr__(self, '_values', {'src_vocab': src_vocab, 'tgt_vocab': tgt_vocab, **read})
+    object.__setattr__(self, '_typed', typed)
     self._check_encoder()
-    ARCHS[self.arch].check(self)
+    arch, *others = parts(given)   # each part checks its combinations of fields, the arch last
+    for owner in (*others, arch):
+      if hasattr(owner, 'check'):
+        owner.check(self)
+
+  # ---- a frozen value -------------------------------------------------------------------
+  def __getattr__(self, name: str) -> Any:
+    """A field's value; a field no chosen part reads has its default."""
+    if name.startswith('_'):
+      raise AttributeError(name)
+    if name in self._values:
+      return self._values[name]
+    known = ModelConfig.defaults()
+    if name in known:
+      return known[name]
+    raise AttributeError(f'ModelConfig has no field {name!r}')
+
+  def __setattr__(self, name: str, value: Any) -> None:
+    raise dataclasses.FrozenInstanceError(f'cannot assign to field {name!r}')
+
+  def __eq__(self, other: Any) -> bool:
+    return isinstance(other, ModelConfig) and self._values == other._values
+
+  def __hash__(self) -> int:
+    return hash(tuple(self._values.items()))
+
+  def __repr__(self) -> str:
+    return f'ModelConfig({", ".join(f"{k}={v!r}" for k, v in self._values.items())})'
+
+  def __reduce__(self):
+    return _rebuild, (self._values,)
+
+  def replace(self, **changes: Any) -> 'ModelConfig':
+    """A copy with `changes` (checked as on construction)."""
+    return ModelConfig(**{**self._values, **changes})
+
+  def fields_of(self, owner: type) -> fields.Fields:
+    """The typed fields of a chosen part (an arch, encoder or decoder class, or a Fields)."""
+    return self._typed[getattr(owner, 'Fields', owner)]
 
   def require_arch(self, arch: str, model: str) -> None:
     """A model class (aj.Seq2Seq, aj.Transformer) given the config of another arch fails in
@@ -139,8 +125,6 @@ class ModelConfig:
     cls = encoders.lookup(name)
     ARCHS[self.arch].check_encoder(self, cls)
     sources.lookup(cls.source).check(self)
-    if hasattr(cls, 'check'):
-      cls.check(self)
 
   @property
   def source_encoder(self) -> str:
@@ -195,78 +179,83 @@ class ModelConfig:
   @classmethod
   def from_dict(cls, d: Mapping[str, Any], **overrides) -> 'ModelConfig':
     """From a config section (unknown keys fail, naming them and the valid ones)."""
-    d = {**dict(d), **overrides}
-    fields = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - fields)
-    if unknown:
-      raise ValueError(f'unknown model config field(s) {unknown}; valid: {sorted(fields)}')
-    return cls(**d)
+    return cls(**{**dict(d), **overrides})
 
-  @classmethod
-  def defaults(cls) -> dict[str, Any]:
-    """The default of every field that has one."""
-    return {f.name: f.default for f in dataclasses.fields(cls)
-            if f.default is not dataclasses.MISSING}
+  @staticmethod
+  def defaults() -> dict[str, Any]:
+    """The default of every registered model field, the Common ones first (every part's; the
+    vocabularies have none)."""
+    return {**Common.defaults(), **fields.defaults('model')}
 
   def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    """The fields the model reads (its vocabularies, the Common fields, its parts')."""
+    return dict(self._values)
 
 
-# ---- which fields a model reads: each arch (ARCHS) and encoder (encoders.ENCODERS) declares
-# its own (`fields`; an arch's `image_fields` only with an image encoder); these every model reads
-COMMON_FIELDS = ('src_vocab', 'tgt_vocab', 'arch', 'encoder', 'dropout', 'dtype', 'max_src_len',
-                 'normaliser')
-POSITIVE = frozenset({  # fields that are positive integers (checked where read)
-    'src_vocab', 'tgt_vocab', 'emb_dim', 'enc_hidden', 'enc_layers', 'dec_hidden', 'dec_layers',
-    'attn_dim', 'max_src_len', 'window', 'self_attention_heads', 'd_model', 'heads', 'ff_dim',
-    'transformer_layers', 'max_positions', 'image_channels', 'image_dim', 'cnn_layers',
-    'cnn_width', 'patch_size'})
-# a field of the other arch with the same role, named when it is set for the wrong one
-_INSTEAD = {('transformer', 'score'): 'cross_attention_score',
-            ('rnn', 'cross_attention_score'): 'score'}
+def _rebuild(values: Mapping[str, Any]) -> ModelConfig:
+  return ModelConfig(**values)
 
 
-def reads(arch: str, encoder: str = '') -> frozenset[str]:
-  """The ModelConfig fields the model of (model.arch, model.encoder) reads."""
-  cls = registry.lookup(ARCHS, 'model.arch', arch)
-  name = encoder or cls.token_encoder     # '' = the arch's own (the Transformer's: inside it)
-  out = set(COMMON_FIELDS) | set(cls.fields)
-  if name:
-    enc = encoders.lookup(name)
-    out |= set(enc.fields) | set(cls.source_fields.get(enc.source, ()))
-  return frozenset(out)
+# ---- which fields a model reads: the Common fields and its parts' --------------------------
+def parts(values: Mapping[str, Any]) -> list[type]:
+  """The parts a model config (its flat section) chooses: the arch, its source encoder
+  (model.encoder, else the arch's token encoder) and the parts the arch's own fields choose
+  (the RNN's decoder). Unknown names fail naming the valid ones."""
+  arch = registry.lookup(ARCHS, 'model.arch', values.get('arch', 'rnn'))
+  name = values.get('encoder', '') or arch.token_encoder
+  return [arch, *([encoders.lookup(name)] if name else []), *arch.chosen(values)]
 
 
-def check_read(fields: Mapping[str, Any]) -> None:
-  """One ValueError line when `fields` (model config fields) set a field the model of their
-  arch and encoder does not read to a value other than its default."""
-  arch, encoder = fields.get('arch', 'rnn'), fields.get('encoder', '')
-  read, defaults = reads(arch, encoder), ModelConfig.defaults()
-  unread = [k for k in defaults if k not in read and k in fields and fields[k] != defaults[k]]
+def field_types(values: Mapping[str, Any]) -> list[type[fields.Fields]]:
+  """The Fields of the parts `values` chooses, and what the arch reads besides for the source
+  kind of its encoder (its source_fields)."""
+  arch, *rest = parts(values)
+  kind = encoders.lookup(values['encoder']).source if values.get('encoder') else 'tokens'
+  return [f.Fields for f in (arch, *rest) if hasattr(f, 'Fields')] + list(
+      arch.source_fields.get(kind, ()))
+
+
+def reads(values: Mapping[str, Any]) -> frozenset[str]:
+  """The ModelConfig fields the model of a config section (its arch, encoder, decoder) reads."""
+  return frozenset(VOCABS) | frozenset(Common.names()) | frozenset(
+      k for f in field_types(values) for k in f.names())
+
+
+def smoke_sizes(values: Mapping[str, Any]) -> dict[str, Any]:
+  """The smoke variant's sizes of the fields the model of `values` reads (its parts' SMOKE)."""
+  return {k: v for f in field_types(values) for k, v in f.SMOKE.items()}
+
+
+def check_read(values: Mapping[str, Any]) -> None:
+  """One ValueError line when `values` (model config fields) set a field the model of their
+  arch and encoder does not read to a value other than its default (an arch's `instead` names
+  its field of the same role)."""
+  arch, encoder = values.get('arch', 'rnn'), values.get('encoder', '')
+  read, defaults = reads(values), ModelConfig.defaults()
+  unread = [k for k in defaults if k not in read and k in values and values[k] != defaults[k]]
   if not unread:
     return
-  instead = [f'model.{_INSTEAD[arch, k]} in place of model.{k}' for k in unread
-             if (arch, k) in _INSTEAD]
+  instead = ARCHS[arch].instead
+  named = [f'model.{instead[k]} in place of model.{k}' for k in unread if k in instead]
   raise ValueError(
       f'model.arch={arch!r}, model.encoder={encoder!r} does not read '
-      + ', '.join(f'model.{k}={fields[k]!r}' for k in unread)
-      + (f' ({"; ".join(instead)})' if instead else '')
+      + ', '.join(f'model.{k}={values[k]!r}' for k in unread)
+      + (f' ({"; ".join(named)})' if named else '')
       + ('; leave them at their defaults' if len(unread) > 1 else '; leave it at its default')
-      + '. It reads: ' + ', '.join(f.name for f in dataclasses.fields(ModelConfig)
-                                   if f.name in read))
+      + '. It reads: ' + ', '.join(k for k in (*VOCABS, *defaults) if k in read))
 
 
-def migrate(fields: Mapping[str, Any]) -> dict[str, Any]:
+def migrate(values: Mapping[str, Any]) -> dict[str, Any]:
   """A saved model config (a run's model config, a checkpoint's, its config's model section)
   without the fields its model does not read: runs saved before each model owned its fields
   hold them all (a transformer of the smoke variant: enc_hidden=16); they now count as their
-  defaults. Unknown keys and unknown archs are kept, to fail where they are used."""
+  defaults. Unknown keys and unknown names are kept, to fail where they are used."""
   try:
-    read = reads(fields.get('arch', 'rnn'), fields.get('encoder', ''))
+    read = reads(values)
   except ValueError:
-    return dict(fields)
+    return dict(values)
   known = ModelConfig.defaults()
-  return {k: v for k, v in fields.items() if k in read or k not in known}
+  return {k: v for k, v in values.items() if k in read or k not in known}
 
 
 def build(cfg: ModelConfig, *, rngs: nnx.Rngs) -> nnx.Module:
@@ -281,13 +270,41 @@ class Seq2Seq(nnx.Module, contract.EncoderDecoder):
   src: token ids [B, S] (0 is padding) or images (encoders.py); S = the memory's length. Pass `dropout_key` to train (dropout on), None to evaluate.
   """
 
-  # the fields it reads (model.check_read): the RNN decoder's; the source encoder's own
-  # (encoders.ENCODERS, default token_encoder); with an image encoder also image_fields
-  fields = ('emb_dim', 'cell', 'dec_hidden', 'dec_layers', 'decoder', 'score', 'attn_dim',
-            'input_feeding', 'attention_mode', 'window', 'coverage', 'hard_temperature',
-            'context_gate')
-  source_fields = {'images': ('image_dim',)}   # the annotation size K an image encoder gives
+  @dataclasses.dataclass(frozen=True)
+  class Fields(fields.Fields):
+    """The RNN decoder's fields (its source encoder's are the encoder's own)."""
+    SMOKE = {'emb_dim': 16, 'attn_dim': 16, 'dec_hidden': 32}
+    emb_dim: int = fields.positive(64, 'target (and RNN source) embedding size')
+    cell: str = fields.one_of('gru', lambda: cells.CELLS, 'the recurrent cell')
+    dec_hidden: int = fields.positive(128, "the decoder's state size")
+    dec_layers: int = fields.positive(1, 'stacked decoder cells')
+    decoder: str = fields.one_of('bahdanau', lambda: DECODERS,
+                                 'Bahdanau et al. 2015 or Luong et al. 2015')
+    score: str = fields.one_of('additive', lambda: scores.SCORES, 'the alignment score')
+    attn_dim: int = fields.positive(64, "the additive score's hidden size")
+    input_feeding: bool = fields.field(True, "Luong: the attentional vector fed to the next step")
+    attention_mode: str = fields.field('global', 'global, local_m, local_p, hard, hard_st',
+                                       valid=lambda: attention.MODES)
+    window: int = fields.positive(5, 'D, the half-width of the local windows')
+    coverage: bool = fields.field(False, 'a coverage vector in the (additive) score')
+    hard_temperature: float = fields.field(1.0, "τ of hard_st's Gumbel-softmax (> 0)")
+    context_gate: bool = fields.field(
+        False, 'Xu et al. 2015 §4.2.1: the context scaled by a gate sigmoid(w · s_{t-1} + b)')
+
+  @dataclasses.dataclass(frozen=True)
+  class ImageFields(fields.Fields):
+    """What the RNN decoder reads besides from an image encoder."""
+    image_dim: int = fields.positive(128, 'the annotation size K of an image encoder')
+
+  source_fields = {'images': (ImageFields,)}   # read besides, per source kind
   token_encoder = 'rnn'
+  instead = {'cross_attention_score': 'score'}   # a transformer's field of the same role
+
+  @staticmethod
+  def chosen(values: Mapping[str, Any]) -> list[type]:
+    """The decoder model.decoder names (an unknown name: none, its field refuses it)."""
+    decoder = DECODERS.get(values.get('decoder', 'bahdanau'))
+    return [decoder] if decoder else []
 
   @staticmethod
   def describe(cfg: ModelConfig) -> str:
@@ -390,3 +407,8 @@ class Seq2Seq(nnx.Module, contract.EncoderDecoder):
 
 
 ARCHS = {'rnn': Seq2Seq, 'transformer': transformer.Transformer}
+for _name, _cls in ARCHS.items():
+  fields.own(f'arch {_name}', _cls.Fields)
+  for _kind, _more in _cls.source_fields.items():
+    for _f in _more:
+      fields.own(f'arch {_name} ({_kind})', _f)

@@ -10,11 +10,14 @@ the source encoder 'rnn' of token sources (encoders.py).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from attention_jax import fields
 
 from attention_jax.models import cells
 from attention_jax.models.encoders import Encoded, register_encoder
@@ -28,16 +31,24 @@ __all__ = ['Encoded', 'Encoder']
 @register_encoder('rnn')
 class Encoder(nnx.Module):
   source = 'tokens'
-  # the model config fields it reads (model.reads)
-  fields = ('emb_dim', 'enc_hidden', 'enc_layers', 'bidirectional', 'cell',
-            'self_attention_layers', 'self_attention_heads', 'self_attention_score', 'attn_dim')
+
+  @dataclasses.dataclass(frozen=True)
+  class Fields(fields.Fields):
+    SMOKE = {'emb_dim': 16, 'enc_hidden': 16, 'attn_dim': 16}
+    emb_dim: int = fields.positive(64, 'source embedding size')
+    enc_hidden: int = fields.positive(64, 'state size of each direction')
+    enc_layers: int = fields.positive(1, 'stacked encoder cells')
+    bidirectional: bool = fields.field(True, 'a backward RNN too (annotations 2 x enc_hidden)')
+    cell: str = fields.one_of('gru', lambda: cells.CELLS, 'the recurrent cell')
+    self_attention_layers: int = fields.count(0, 'self-attention layers over the annotations '
+                                              '(0: none)')
+    self_attention_heads: int = fields.positive(4, "their heads")
+    self_attention_score: str = fields.field('scaled_dot', 'their score')
+    attn_dim: int = fields.positive(64, "the additive score's hidden size")
 
   @classmethod
   def check(cls, cfg) -> None:
-    layers = cfg.self_attention_layers
-    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 0:
-      raise ValueError(f'model.self_attention_layers must be an integer >= 0, got {layers!r}')
-    if layers:
+    if cfg.self_attention_layers:
       self_attention.check(cfg.self_attention_score, cfg.self_attention_heads, cfg.key_dim)
 
   @classmethod

@@ -28,12 +28,15 @@ costs one position, not a pass over the prefix.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+
+from attention_jax import fields
 
 from attention_jax.models import attention, contract, encoders, layers, multihead, sources
 from attention_jax.models.layers import dropout
@@ -44,11 +47,8 @@ MAX_SEGMENTS = 3     # ... and at most this many segments, each about twice the 
 
 
 def check(cfg) -> None:
-  """Raises ValueError for a Transformer config (model.ModelConfig) that cannot be built (its
-  own fields; the RNN decoders' attention modes, coverage and gate it does not read, so
-  model.ModelConfig refuses them when set)."""
-  if cfg.positions not in POSITIONS:
-    raise ValueError(f'unknown model.positions {cfg.positions!r}; valid: {", ".join(POSITIONS)}')
+  """Raises ValueError for a Transformer config (model.ModelConfig) that cannot be built (the
+  combinations of its fields; each one's range: Transformer.Fields)."""
   for name in ('self_attention_score', 'cross_attention_score'):
     multihead.check(getattr(cfg, name), cfg.heads, cfg.d_model,
                     f'the transformer (model.{name})')
@@ -65,6 +65,21 @@ def sinusoids(length: int, dim: int, offset: Any = 0) -> jax.Array:
   inv = jnp.exp(-math.log(10000.0) * jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
   angles = pos * inv[None, :]                                                    # [L, D/2]
   return jnp.stack([jnp.sin(angles), jnp.cos(angles)], -1).reshape(length, -1)[:, :dim]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layers(fields.Fields):
+  """The fields of a stack of Transformer layers (the Transformer's, the 'vit' encoder's)."""
+  d_model: int = fields.positive(128, 'the width of every layer')
+  heads: int = fields.positive(4, 'attention heads')
+  ff_dim: int = fields.positive(512, 'the feed-forward hidden size')
+  transformer_layers: int = fields.positive(3, 'encoder layers, and as many decoder layers')
+  max_positions: int = fields.positive(
+      512, "learned positions: the table's size (the 'vit' with learned_2d: rows and columns of "
+      'patches)')
+  norm_first: bool = fields.field(True, 'pre-norm (False: post-norm, as Vaswani et al. 2017)')
+  attention_dropout: float = fields.rate(0.0, 'dropout on the attention weights')
+  self_attention_score: str = fields.field('scaled_dot', 'the self-attention score')
 
 
 class DropoutKeys:
@@ -171,13 +186,20 @@ class Transformer(nnx.Module, contract.EncoderDecoder):
   start, step, source_mask. Token id 0 is padding. With model.encoder naming an image
   encoder (encoders.py), that encoder replaces the token encoder."""
 
-  # the model config fields it reads (model.reads), its token encoder's included; with an
-  # image encoder (encoders.ENCODERS) also that encoder's
-  fields = ('d_model', 'heads', 'ff_dim', 'transformer_layers', 'positions', 'max_positions',
-            'norm_first', 'attention_dropout', 'self_attention_score', 'cross_attention_score',
-            'share_embeddings', 'tie_output')
+  @dataclasses.dataclass(frozen=True)
+  class Fields(Layers):
+    """Its fields: its layers', its token encoder's (an image encoder's are that encoder's)."""
+    positions: str = fields.one_of(
+        'sinusoidal', POSITIONS, 'sinusoidal (defined for every length), learned (a table of '
+        'max_positions vectors: longer inputs are refused) or none (a bag of tokens)')
+    cross_attention_score: str = fields.field('scaled_dot', 'the cross-attention score')
+    share_embeddings: bool = fields.field(False, 'one embedding table for source and target')
+    tie_output: bool = fields.field(False, 'output projection = target embeddings transposed')
+
   source_fields: dict = {}   # no field more for any source kind
   token_encoder = ''   # its own, inside this class (model.encoder='')
+  instead = {'score': 'cross_attention_score'}   # an RNN's field of the same role
+  chosen = staticmethod(lambda values: [])       # no part chosen by its fields
   check = staticmethod(check)
 
   @staticmethod

@@ -18,30 +18,26 @@ import ml_collections
 import optax
 from flax import nnx
 
-from attention_jax.data import fields as data_fields
+from attention_jax.data import data_fields
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
 
 
-# the `smoke` variant (experiments/configs/common.py): sizes of the fields the model reads that
-# the config leaves at their defaults (as_configured)
-SMOKE = {'emb_dim': 16, 'enc_hidden': 16, 'attn_dim': 16, 'dec_hidden': 32}
-
-
 def as_configured(config: Mapping[str, Any]) -> dict[str, Any]:
   """The model section of an experiment config (a ConfigDict or its JSON) as the model reads
-  it: with `smoke` (the smoke variant) the SMOKE sizes of the fields it reads that are at
-  their defaults; fields it does not read kept (ModelConfig refuses them if set)."""
+  it: with `smoke` (the smoke variant) the smoke sizes its parts give (their Fields.SMOKE) of
+  the fields that are at their defaults; fields it does not read kept (ModelConfig refuses
+  them if set)."""
   fields = dict(config['model'])
   if not config.get('smoke', False):
     return fields
   try:
-    read = model_lib.reads(fields.get('arch', 'rnn'), fields.get('encoder', ''))
+    small = model_lib.smoke_sizes(fields)
   except ValueError:
     return fields
   defaults = ModelConfig.defaults()
-  return {**fields, **{k: v for k, v in SMOKE.items()
-                       if k in read and fields.get(k, defaults[k]) == defaults[k]}}
+  return {**fields, **{k: v for k, v in small.items()
+                       if fields.get(k, defaults[k]) == defaults[k]}}
 
 
 def as_read(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import ml_collections
 
 from attention_jax import data as data_lib
 from attention_jax import workdir as workdir_lib
-from attention_jax.data import fields as data_fields
+from attention_jax.data import data_fields
 from attention_jax.evaluation import evaluators as evaluators_lib
 from attention_jax.evaluation import scoring
 from attention_jax.models import encoders, sources

@@ -19,7 +19,7 @@ import sacrebleu
 from attention_jax import data as data_lib
 from attention_jax import devices
 from attention_jax import workdir as workdir_lib
-from attention_jax.data import fields as data_fields
+from attention_jax.data import data_fields
 from attention_jax.decoding import inference
 from attention_jax.evaluation import evaluators
 from attention_jax.evaluation import scoring

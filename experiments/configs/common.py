@@ -11,11 +11,11 @@ from typing import Any, Mapping
 
 import ml_collections
 
-from attention_jax.data import fields as data_fields
+from attention_jax import fields
+from attention_jax.data import data_fields
 from attention_jax.evaluation import evaluators
 from attention_jax.models import model as model_lib
 from attention_jax.models.model import ModelConfig
-from attention_jax.state import templates
 from attention_jax.training.objective import Objective
 
 # Where the experiments differ from the library's defaults (a ModelConfig or Objective built
@@ -36,7 +36,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.smoke = False           # the smoke variant (shrink): tiny sizes of the fields the model reads
 
   # ---- data: see attention_jax/data ----------------------------------------------
-  # its fields and their defaults: attention_jax/data/fields.py (DEFAULTS, with what each field
+  # its fields and their defaults: attention_jax/data/data_fields.py (DEFAULTS, with what each field
   # means, and TASK_FIELDS: which fields each task reads; the others must keep their defaults)
   c.data = ml_collections.ConfigDict(data_fields.DEFAULTS)
 
@@ -94,9 +94,10 @@ def shrink(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
   Only the fields the config's task reads are shrunk (data_fields.TASK_FIELDS). The model's
   sizes are not written here: `c.smoke` makes the model config (state/templates.model_config)
-  give the fields the chosen model reads the tiny sizes of templates.SMOKE, so that the smoke
-  variant of an RNN config still trains a Transformer with --config.model.arch=transformer.
-  The config's own values of those fields are dropped (a flag after it still sets them)."""
+  give the fields the chosen model reads the tiny sizes its parts declare (their
+  Fields.SMOKE), so that the smoke variant of an RNN config still trains a Transformer with
+  --config.model.arch=transformer. The config's own values of the fields any part shrinks are
+  dropped (a flag after it still sets them)."""
   c.smoke = True
   read = data_fields.reads(c.data.name)
   small = {'num_train': 256, 'num_valid': 32, 'num_test': 32, 'batch_size': 16,
@@ -104,7 +105,7 @@ def shrink(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
            'test_max_len': min(c.data.test_max_len, 16),
            'vocab_size': min(c.data.vocab_size, 200)}
   c.data.update({k: v for k, v in small.items() if read is None or k in read})
-  c.model.update({k: ModelConfig.defaults()[k] for k in templates.SMOKE})
+  c.model.update({k: ModelConfig.defaults()[k] for k in fields.smoke_names('model')})
   c.train.steps = 8
   c.train.warmup_steps = 2
   c.train.eval_every = c.train.checkpoint_every = 4
@@ -118,7 +119,7 @@ def switch(c: ml_collections.ConfigDict, **fields) -> dict[str, Any]:
   model `fields` (another arch or encoder and its sizes), with the fields c sets that the new
   model does not read put back to their defaults (ModelConfig refuses them otherwise)."""
   new, defaults = {**c.model.to_dict(), **fields}, ModelConfig.defaults()
-  read = model_lib.reads(new['arch'], new['encoder'])
+  read = model_lib.reads(new)
   resets = {k: defaults[k] for k in defaults
             if k not in read and k not in fields and new[k] != defaults[k]}
   return {f'model.{k}': v for k, v in {**fields, **resets}.items()}
