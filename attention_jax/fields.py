@@ -143,7 +143,8 @@ def owners_of(section: str, name: str) -> list[str]:
 def table(section: str) -> str:
   """A markdown table of `section`'s fields: name, default, valid values, owners, meaning."""
   rows, seen = [], set()
-  for cls in OWNERS.get(section, {}).values():
+  owners = sorted(OWNERS.get(section, {}).items(), key=lambda o: not o[0].startswith('every'))
+  for _, cls in owners:   # the fields every part reads first
     for f in dataclasses.fields(cls):
       if f.name in seen:
         continue

@@ -49,7 +49,7 @@ def reads(arch, encoder, **more):
 @pytest.mark.parametrize('arch,encoder', COMBINATIONS)
 def test_every_combination_reads_the_common_fields_and_builds(arch, encoder):
   read = reads(arch, encoder)
-  assert set(model_lib.Common.names()) <= read <= set(FIELDS)
+  assert set(model_lib.EveryModel.names()) <= read <= set(FIELDS)
   cfg = ModelConfig(src_vocab=5, tgt_vocab=6, arch=arch, encoder=encoder)
   assert aj.build(cfg, rngs=nnx.Rngs(0)) is not None
   assert set(cfg.to_dict()) == read            # a config holds the fields its model reads
@@ -223,10 +223,13 @@ def test_a_config_variant_switches_the_encoder_and_resets_what_it_does_not_read(
 # ---- data fields -------------------------------------------------------------------------
 def test_every_built_in_task_declares_its_data_fields():
   assert set(loaders.LOADERS) <= set(data_fields.TASK_FIELDS)
-  declared = set(data_fields.COMMON).union(*(f for f in data_fields.TASK_FIELDS.values() if f))
-  assert declared == set(data_fields.DEFAULTS)
-  assert data_fields.DEFAULTS['split'] == cmudict.DEFAULT_SPLIT
-  assert data_fields.DEFAULTS['bucket_multiple'] == batching.MULTIPLE
+  declared = set(data_fields.EveryTask.names()).union(
+      *(f.names() for f in data_fields.TASK_FIELDS.values() if f))
+  assert declared == set(data_fields.defaults())
+  assert data_fields.defaults()['split'] == cmudict.DEFAULT_SPLIT
+  split = {f.name: f for f in dataclasses.fields(data_fields.Cmudict)}['split']
+  assert split.metadata['valid']() == list(cmudict.SPLIT_RULES)
+  assert data_fields.defaults()['bucket_multiple'] == batching.MULTIPLE
 
 
 @pytest.mark.parametrize('task,field,value', [('dates', 'max_len', 12),
@@ -247,7 +250,7 @@ def test_a_data_field_the_task_does_not_read_is_refused_in_one_line(task, field,
 
 def test_the_smoke_variant_shrinks_only_the_data_fields_the_task_reads():
   d = dates.get_config('smoke').data
-  assert (d.num_train, d.max_len) == (256, data_fields.DEFAULTS['max_len'])
+  assert (d.num_train, d.max_len) == (256, data_fields.defaults()['max_len'])
   d = reverse.get_config('smoke').data
   assert (d.num_train, d.max_len, d.test_max_len) == (256, 12, 16)
 

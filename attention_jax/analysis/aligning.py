@@ -26,7 +26,7 @@ from attention_jax.implicit import word_maps
 
 def pairs_task(t, pairs: Sequence[tuple[str, str]]) -> tasks.Task:
   """The (source, target) line pairs as a task with the run's tokenizers and length limits."""
-  d = {**data_fields.DEFAULTS, **t.run_config.get('data', {})}
+  d = {**data_fields.defaults(), **t.run_config.get('data', {})}
   return tasks.Task.from_pairs(pairs, t.src_tok, t.tgt_tok, max_src_len=int(d['max_src_len']),
                                max_tgt_len=int(d['max_tgt_len']),
                                num_buckets=int(d['num_buckets']), name='aligned text')

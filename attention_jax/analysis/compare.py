@@ -71,9 +71,9 @@ class Evaluated:
 
   def data_config(self) -> dict:
     """The run's data section; fields it predates, and fields its task does not read (older
-    runs saved them all), hold their default (data_fields.DEFAULTS)."""
+    runs saved them all), hold their default (data_fields.defaults())."""
     try:
-      return {**data_fields.DEFAULTS,
+      return {**data_fields.defaults(),
               **data_fields.as_read(workdir_lib.Run(self.workdir).config())}
     except (OSError, ValueError):
       return {}

@@ -17,7 +17,7 @@ __getattr__, __dir__, __all__ = lazy.exports(__name__, {
     'attention_jax.data.batching': ['Buckets', 'TrainIterator', 'decode_limit'],
     'attention_jax.data.builders': ['BUILDERS', 'gold_alignment', 'prepare'],
     'attention_jax.data.loaders': ['TASKS', 'Loaded', 'fetch', 'register_task'],
-    'attention_jax.data.tasks': ['FIELD_DEFAULTS', 'SPLITS', 'Task', 'load_task'],
+    'attention_jax.data.tasks': ['SPLITS', 'Task', 'load_task'],
     'attention_jax.data.textfiles': ['CorpusError', 'read_corpus'],
     'attention_jax.data.tokenizers': ['BOS', 'EOS', 'PAD', 'TOKENIZERS', 'UNK', 'Tokenizer',
                                       'load_tokenizer', 'load_tokenizers', 'save_tokenizers',

@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from attention_jax.data import bible, builders, cmudict, image_builders, textfiles, tfds_translation
+from attention_jax import fields
 from attention_jax.data import data_fields
 
 SPLITS = ('train', 'validation', 'test')
@@ -58,8 +59,8 @@ def _tfds(d) -> Loaded:
   return Loaded(pairs, {}, f'{d.tfds_name} ({d.src_lang} -> {d.tgt_lang})')
 
 
-# data.name -> loader(cfg.data) -> Loaded: the built-in data sets (the fields each reads:
-# data_fields.TASK_FIELDS)
+# data.name -> loader(cfg.data) -> Loaded: the built-in data sets
+# (the fields of its own each reads: data_fields.BUILT_IN)
 LOADERS: dict[str, Callable[[Any], Loaded]] = {
     **{name: _builder(functools.partial(builders.prepare, name)) for name in builders.BUILDERS},
     'cmudict': _builder(cmudict.prepare),
@@ -73,22 +74,19 @@ TASKS = LOADERS.keys()   # the registered names, as they are now (a view: regist
 
 
 def register_task(name: str, loader: Callable[[Any], Loaded],
-                  fields: Sequence[str] | None = None) -> Callable[[Any], Loaded]:
+                  fields: type[fields.Fields] | None = None) -> Callable[[Any], Loaded]:
   """Makes `data.name=name` load with `loader(cfg.data) -> Loaded` (texts per split 'train',
   'validation', 'test'; extras; where it came from; images for image tasks). `fields`: the
-  data fields of its own the loader reads besides data_fields.COMMON (the others must keep
+  data fields of its own the loader reads besides data_fields.EveryTask, a frozen dataclass
+  (fields.Fields with SECTION = 'data': defaults, checks, smoke sizes; the others must keep
   their defaults); None: not declared, any may be set. A name already taken is refused in one
   line naming the registered ones."""
   if not name or not name.replace('_', '').isalnum():
     raise ValueError(f'a task name is letters, digits and _, got {name!r}')
   if name in LOADERS:
     raise ValueError(f'task {name!r} is already registered; registered: {", ".join(LOADERS)}')
-  unknown = sorted(set(fields or ()) - set(data_fields.DEFAULTS))
-  if unknown:
-    raise ValueError(f'task {name!r}: unknown data fields {unknown}; valid: '
-                     f'{", ".join(data_fields.DEFAULTS)}')
+  data_fields.own(name, fields)
   LOADERS[name] = loader
-  data_fields.TASK_FIELDS[name] = None if fields is None else tuple(fields)
   return loader
 
 

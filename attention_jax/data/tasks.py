@@ -25,7 +25,6 @@ from attention_jax.data import tokenizers as tok_lib
 from attention_jax.data.batching import decode_limit  # re-exported
 
 SPLITS = loaders.SPLITS
-FIELD_DEFAULTS = data_fields.DEFAULTS   # every data field's default (data/data_fields.py)
 WORD_GOLD_TASKS = ('greek_english',)   # the built-in tasks whose examples carry gold word links
 
 

@@ -55,6 +55,7 @@ import jax
 import numpy as np
 
 from attention_jax import data as data_lib
+from attention_jax.data import data_fields
 from attention_jax.data.batching import round_up
 from attention_jax.decoding import ahead
 from attention_jax.decoding import greedy
@@ -223,9 +224,9 @@ class Translator:
   def max_image_shape(self) -> tuple[int, int]:
     """The largest image decoded (height, width): images.MAX_SCALE times the training
     canvas (data.image_height x data.image_width)."""
-    d = {**data_lib.FIELD_DEFAULTS, **self.run_config.get('data', {})}
-    return (images_lib.MAX_SCALE * int(d['image_height']),
-            images_lib.MAX_SCALE * int(d['image_width']))
+    d = self.run_config.get('data', {})
+    return (images_lib.MAX_SCALE * int(data_fields.get(d, 'image_height')),
+            images_lib.MAX_SCALE * int(data_fields.get(d, 'image_width')))
 
   def read_image(self, source) -> np.ndarray:
     """An image (file path or array) as this model reads it: [H, W(, C)] float32 in [0, 1]

@@ -24,7 +24,7 @@ DTYPES = {'float32': jnp.float32, 'bfloat16': jnp.bfloat16}
 
 
 @dataclasses.dataclass(frozen=True)
-class Common(fields.Fields):
+class EveryModel(fields.Fields):
   """The fields every model reads; each part (ARCHS, encoders.ENCODERS, DECODERS) owns the rest
   as its `Fields`."""
   arch: str = fields.one_of('rnn', lambda: ARCHS, 'the architecture')
@@ -41,12 +41,12 @@ class Common(fields.Fields):
                                  'softmax, sparsemax')
 
 
-fields.own('every model', Common)
+fields.own('every model', EveryModel)
 VOCABS = ('src_vocab', 'tgt_vocab')   # given by the data, not by the config
 
 
 class ModelConfig:
-  """Everything that fixes the model's architecture and parameter shapes: the Common fields and
+  """Everything that fixes the model's architecture and parameter shapes: the EveryModel fields and
   the fields of the parts the config chooses (`parts`: the arch, its encoder, its decoder),
   read as attributes (cfg.score). Frozen, compared and hashed by value.
 
@@ -63,7 +63,7 @@ class ModelConfig:
     given = {'src_vocab': src_vocab, 'tgt_vocab': tgt_vocab, **values}
     for name in VOCABS:
       fields.check_positive(f'model.{name}', given[name])
-    common = Common.of(given)
+    common = EveryModel.of(given)
     check_read(given)
     typed = {f: f.of(given) for f in field_types(given)}
     read = {k: v for part in (common, *typed.values()) for k, v in dataclasses.asdict(part).items()}
@@ -183,12 +183,12 @@ class ModelConfig:
 
   @staticmethod
   def defaults() -> dict[str, Any]:
-    """The default of every registered model field, the Common ones first (every part's; the
+    """The default of every registered model field, the EveryModel ones first (every part's; the
     vocabularies have none)."""
-    return {**Common.defaults(), **fields.defaults('model')}
+    return {**EveryModel.defaults(), **fields.defaults('model')}
 
   def to_dict(self) -> dict[str, Any]:
-    """The fields the model reads (its vocabularies, the Common fields, its parts')."""
+    """The fields the model reads (its vocabularies, the EveryModel fields, its parts')."""
     return dict(self._values)
 
 
@@ -196,7 +196,7 @@ def _rebuild(values: Mapping[str, Any]) -> ModelConfig:
   return ModelConfig(**values)
 
 
-# ---- which fields a model reads: the Common fields and its parts' --------------------------
+# ---- which fields a model reads: the EveryModel fields and its parts' --------------------------
 def parts(values: Mapping[str, Any]) -> list[type]:
   """The parts a model config (its flat section) chooses: the arch, its source encoder
   (model.encoder, else the arch's token encoder) and the parts the arch's own fields choose
@@ -217,7 +217,7 @@ def field_types(values: Mapping[str, Any]) -> list[type[fields.Fields]]:
 
 def reads(values: Mapping[str, Any]) -> frozenset[str]:
   """The ModelConfig fields the model of a config section (its arch, encoder, decoder) reads."""
-  return frozenset(VOCABS) | frozenset(Common.names()) | frozenset(
+  return frozenset(VOCABS) | frozenset(EveryModel.names()) | frozenset(
       k for f in field_types(values) for k in f.names())
 
 

@@ -63,7 +63,7 @@ def migrate_config(saved: dict) -> dict:
   if 'model' in saved:
     out['model'] = {**ModelConfig.defaults(), **model_lib.migrate(saved['model'])}
   if 'data' in saved:
-    out['data'] = {**data_fields.DEFAULTS, **data_fields.as_read(saved)}
+    out['data'] = {**data_fields.defaults(), **data_fields.as_read(saved)}
   return out
 
 

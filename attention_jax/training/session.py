@@ -109,9 +109,9 @@ def config_differences(saved: dict, now: dict) -> list[str]:
   """What separates two runs' configs (as saved: workdir.Run.config): the model and data
   sections and the seed, as 'model.score: saved 'dot', now 'additive''. A model field the saved run
   predates counts as its ModelConfig default (as in checkpoints), a data field as its
-  data_fields.DEFAULTS value, so a run saved before the field existed is the same run; fields
+  data_fields.defaults() value, so a run saved before the field existed is the same run; fields
   the model or the task does not read are left out (older runs saved them all)."""
-  defaults = {'model': ModelConfig.defaults(), 'data': data_fields.DEFAULTS}
+  defaults = {'model': ModelConfig.defaults(), 'data': data_fields.defaults()}
   read = {'model': templates.as_read, 'data': data_fields.as_read}   # unread fields: dropped
   diffs = [d for sec in ('model', 'data')
            for d in ckpt_lib.differences(read[sec](saved), read[sec](now), defaults[sec],

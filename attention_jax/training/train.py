@@ -56,17 +56,14 @@ def check_fields(cfg: ml_collections.ConfigDict) -> None:
   variant's config so, before any run starts): ValueError naming the field and the valid
   range, values or fields."""
   t, d = cfg.train, cfg.data
+  data_fields.check(d)     # the data fields the task reads, before any data or compile
   for name, value in (('train.steps', t.steps), ('train.eval_every', t.eval_every),
                       ('train.log_every', t.log_every), ('train.checkpoint_every',
                                                          t.checkpoint_every),
-                      ('train.keep_checkpoints', t.keep_checkpoints),
-                      ('data.batch_size', d.batch_size)):
+                      ('train.keep_checkpoints', t.keep_checkpoints)):
     if not isinstance(value, int) or value < 1:
       raise ValueError(f'{name} must be a positive integer, got {value!r}')
-  for name, value in (('data.max_src_len', d.max_src_len), ('data.max_tgt_len', d.max_tgt_len),
-                      ('data.num_buckets', d.num_buckets),
-                      ('data.bucket_multiple', data_fields.get(d, 'bucket_multiple')),
-                      ('eval.beam_size', cfg.eval.beam_size)):
+  for name, value in (('eval.beam_size', cfg.eval.beam_size),):
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
       raise ValueError(f'{name} must be a positive integer, got {value!r}')
   for name, value, lo in (('train.lr', t.lr, 0.0), ('train.max_decode_factor',
@@ -94,8 +91,7 @@ def check_fields(cfg: ml_collections.ConfigDict) -> None:
                      f'program; 1: a run alone), got {population!r}')
   if t.decay not in SCHEDULES:
     raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
-  data_fields.check(d)     # data and model fields: those the task and the model read, their
-  mcfg = model_config(cfg, 4, 4)  # names and sizes, before any data or compile
+  mcfg = model_config(cfg, 4, 4)  # the model's fields, before any data or compile
   reducers = objective.Objective.of(t).variance_reduction   # (its values checked there)
   objective.Objective.of(t).check_model(mcfg)   # guided alignment: the model's attention
   if reducers and not mcfg.stochastic:

@@ -36,9 +36,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.smoke = False           # the smoke variant (shrink): tiny sizes of the fields the model reads
 
   # ---- data: see attention_jax/data ----------------------------------------------
-  # its fields and their defaults: attention_jax/data/data_fields.py (DEFAULTS, with what each field
-  # means, and TASK_FIELDS: which fields each task reads; the others must keep their defaults)
-  c.data = ml_collections.ConfigDict(data_fields.DEFAULTS)
+  # its fields and their defaults: every task's (data_fields.Common, and each task's Fields in
+  # attention_jax/data/loaders.py, docs/fields.md); a task's others must keep their defaults
+  c.data = ml_collections.ConfigDict(data_fields.defaults())
 
   # ---- model: attention_jax.models.model.ModelConfig --------------------------------
   # its fields and their defaults (the one source of both: see the field comments in
@@ -92,19 +92,16 @@ def base_config() -> ml_collections.ConfigDict:
 def shrink(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """The `smoke` variant of any experiment: tiny data and model, a few steps, seconds.
 
-  Only the fields the config's task reads are shrunk (data_fields.TASK_FIELDS). The model's
+  Only the fields the config's task reads are shrunk, to its smoke sizes (data_fields.Common's
+  and the task's Fields.SMOKE: a size, or a function of the config's value). The model's
   sizes are not written here: `c.smoke` makes the model config (state/templates.model_config)
   give the fields the chosen model reads the tiny sizes its parts declare (their
   Fields.SMOKE), so that the smoke variant of an RNN config still trains a Transformer with
   --config.model.arch=transformer. The config's own values of the fields any part shrinks are
   dropped (a flag after it still sets them)."""
   c.smoke = True
-  read = data_fields.reads(c.data.name)
-  small = {'num_train': 256, 'num_valid': 32, 'num_test': 32, 'batch_size': 16,
-           'num_buckets': 1, 'max_len': min(c.data.max_len, 12),
-           'test_max_len': min(c.data.test_max_len, 16),
-           'vocab_size': min(c.data.vocab_size, 200)}
-  c.data.update({k: v for k, v in small.items() if read is None or k in read})
+  c.data.update({k: v(c.data[k]) if callable(v) else v
+                 for k, v in data_fields.smoke_sizes(c.data.name).items()})
   c.model.update({k: ModelConfig.defaults()[k] for k in fields.smoke_names('model')})
   c.train.steps = 8
   c.train.warmup_steps = 2
