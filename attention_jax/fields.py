@@ -80,6 +80,17 @@ def count(default: int, doc: str = '', what: str = '') -> Any:
   return field(default, doc, check, '>= 0')
 
 
+def number(default: float, doc: str = '', low: float = 0.0, strict: bool = False) -> Any:
+  """A finite number >= low (> low when `strict`)."""
+  def check(name, value):
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+          and (value > low if strict else value >= low) and value < float('inf'))
+    if not ok:
+      raise ValueError(f'{name} must be a finite number {">" if strict else ">="} {low:g}, '
+                       f'got {value!r}')
+  return field(default, doc, check, f'{">" if strict else ">="} {low:g}')
+
+
 def rate(default: float, doc: str = '') -> Any:
   """A number in [0, 1)."""
   def check(name, value):

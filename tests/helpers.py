@@ -450,14 +450,14 @@ def bible_run(tmp, task: str, steps: int = 30, word_alignment: str = 'auto',
   registered as task `task` -> (its workdir, its config, its summary). `model`: config.model
   overrides. Its maps need not mean anything, only be the model's."""
   from attention_jax import data as data_lib  # pylint: disable=g-import-not-at-top
-  from attention_jax.data import bible, loaders  # pylint: disable=g-import-not-at-top
+  from attention_jax.data import bible, data_fields, loaders  # pylint: disable=g-import-not-at-top
   from attention_jax.training import train  # pylint: disable=g-import-not-at-top
   from experiments.configs import greek_english  # pylint: disable=g-import-not-at-top
   wheel = bible_wheel(tmp / 'tiny.whl', verses=160)
   digest = bible.sha256(wheel)
   if task not in loaders.LOADERS:
     data_lib.register_task(task, lambda d: loaders._read_builder(   # pylint: disable=protected-access
-        bible.prepare(d, wheel=wheel, expected_sha256=digest)), fields=())
+        bible.prepare(d, wheel=wheel, expected_sha256=digest)), fields=data_fields.NoFields)
   cfg = greek_english.get_config('smoke')
   cfg.data.update(name=task, data_dir=str(tmp / 'tfds'), vocab_size=40, tgt_vocab_size=40)
   cfg.model.update(**model)

@@ -4,7 +4,6 @@ gets nothing and changes nothing (every score, mode, decoder, encoder and method
 registries), Grad-CAM and erasure against NumPy, bad input in one line; the alignment figures
 against SciPy and the `attribute` command on a reverse run."""
 
-import dataclasses
 import json
 import os
 import re
@@ -686,7 +685,7 @@ def test_attribute_refuses_bad_input_in_one_line_before_loading_and_leaves_nothi
   cfg = dates.get_config('smoke')
   (run / workdir_lib.CONFIG).write_text(cfg.to_json())
   mcfg = train.model_config(cfg, 20, 20)
-  (run / workdir_lib.MODEL_CONFIG).write_text(json.dumps(dataclasses.asdict(mcfg)))
+  (run / workdir_lib.MODEL_CONFIG).write_text(json.dumps(mcfg.to_dict()))
   one, two, empty = tmp_path / 'one.txt', tmp_path / 'two.txt', tmp_path / 'empty.txt'
   one.write_text('hello\n')
   two.write_text('a\nb\n')

@@ -426,7 +426,7 @@ def test_chunks_hold_every_sentence_once_within_the_memory_budget_in_few_shapes(
                                (1, 256, 10 ** 6), (1, 16, t.MEMORY_BUDGET), (1, 4, 1)):
       t.chunk_size, t.MEMORY_BUDGET = size, budget
       try:
-        chunks = list(t._chunks(list(range(len(lengths))), lengths, hyps))
+        chunks = list(t.planner().chunks(list(range(len(lengths))), lengths, hyps))
       finally:
         t.chunk_size = 256
         del t.MEMORY_BUDGET   # the class's again
@@ -515,7 +515,7 @@ def test_cache_budget_caps_a_chunks_rows_per_device_and_changes_no_output(transl
   t = translator
   texts = [f'{d % 28 + 1} November {1950 + d}'
            for d in range(8 * jax.local_device_count() * shapes.CACHE_LEAST_ROWS)] + TEXTS
-  length = t._length(max(len(t.src_tok.encode(x)) for x in texts) + 1)
+  length = t.planner().length(max(len(t.src_tok.encode(x)) for x in texts) + 1)
   budget = t.cache_budget
   try:
     for kw in ({}, {'beam': 3, 'nbest': 2}):
@@ -523,12 +523,12 @@ def test_cache_budget_caps_a_chunks_rows_per_device_and_changes_no_output(transl
       capped = t.decode(texts, **kw)
       rows = {s[3] for s in t.shapes_used}
       assert max(rows) == jax.local_device_count() * shapes.CACHE_LEAST_ROWS, rows
-      assert t._cache_cap(length, 1) == max(rows)
+      assert t.planner().cache_cap(length, 1) == max(rows)
       hyps = kw.get('beam', 1) * kw.get('nbest', 1)
       for budget_ in (2 ** 16, 2 ** 20, 2 ** 24):   # rows per device within each budget
         t.cache_budget = budget_
         for L in shapes.buckets(length, t.bucket_growth):
-          per_device = t._cache_cap(L, hyps) // jax.local_device_count()
+          per_device = t.planner().cache_cap(L, hyps) // jax.local_device_count()
           assert per_device == shapes.CACHE_LEAST_ROWS or (
               per_device * row_bytes(t, L, hyps) <= budget_), (budget_, L, per_device)
       t.cache_budget, t.shapes_used = None, set()
@@ -588,7 +588,7 @@ def test_compilation_cache_is_reused_and_a_bad_one_is_skipped_with_one_warning(r
     return err, int(hits.group(1))
 
   err, hits = translate(cache)
-  length = translator._length(max(len(translator.src_tok.encode(x)) for x in lines) + 1)
+  length = translator.planner().length(max(len(translator.src_tok.encode(x)) for x in lines) + 1)
   assert 'warning' not in err and hits == 0 and re.search(
       rf'decoding shapes .*growth {translator.bucket_growth:g}\): 1: 3x{length}\b', err), err
   entries = [p for p in cache.iterdir() if p.name.endswith('-cache')]

@@ -24,11 +24,14 @@ tests/test_translate.py checks that outputs do not depend on it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import os
+from typing import Any, Iterator, Sequence
 
 from attention_jax.data.batching import round_up
+from attention_jax.decoding import greedy
 
 GROWTH = 1.25   # each length bucket at most this times the one below (then rounded up)
 GROWTH_ONE_CORE = 2.0   # ... where compiling and decoding share one core (growth())
@@ -146,3 +149,89 @@ def cache_rows(row_bytes: int, budget: int, least: int = CACHE_LEAST_ROWS) -> in
   while 2 * rows * row_bytes <= budget:
     rows *= 2
   return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Planner:
+  """How a list of sources is cut into chunks of (rows, padded length) for decoding: each
+  chunk's attention weights and caches within memory_budget bytes, on CPUs its attention's
+  reads per row and step within cache_budget (2x a core's L2), and few shapes compiled.
+
+  configs: the decoded models' configs (their cache_width and memory_width); factor: the output
+  limit's (greedy.max_output_len); bucket_growth: geometric length buckets (None: multiples of
+  8, chunks as they come); devices: the local devices a chunk's rows are shared among."""
+  configs: Sequence[Any]
+  factor: float
+  chunk_size: int = 256
+  memory_budget: int = 256 * 2 ** 20
+  cache_budget: int | None = None
+  bucket_growth: float | None = GROWTH
+  rows_per_octave: int = ROWS_PER_OCTAVE
+  devices: int = 1
+
+  def length(self, n: int) -> int:
+    """The padded length of a batch whose longest source has n tokens: a length bucket
+    (few compiled shapes), or with bucket_growth None a multiple of 8."""
+    if self.bucket_growth is None:
+      return max(MULTIPLE, round_up(n, MULTIPLE))
+    return length_bucket(n, self.bucket_growth)
+
+  def fits(self, rows: int, length: int, hyps: int) -> bool:
+    """Whether the attention weights [rows x hyps, L, S] and decoder caches [rows x hyps, L,
+    cache_width] of a chunk of sources padded to `length` fit memory_budget."""
+    return (rows * hyps * (length + sum(c.cache_width for c in self.configs))
+            * greedy.max_output_len(length, self.factor) * 4 <= self.memory_budget)
+
+  def cache_cap(self, length: int, hyps: int) -> int:
+    """The most rows of a chunk of sources padded to `length` under cache_budget: each of the
+    devices (inference.split_batch shares a chunk's rows among them) decodes cache_rows of
+    the bytes its attention reads per row and step (the memory, and a Transformer's KV caches
+    per hypothesis); no cap without a cache_budget."""
+    if self.cache_budget is None:
+      return self.chunk_size
+    steps = greedy.max_output_len(length, self.factor)
+    row_bytes = 4 * sum(length * c.memory_width + hyps * steps * c.cache_width
+                        for c in self.configs)
+    return self.devices * cache_rows(row_bytes, self.cache_budget)
+
+  def most(self, length: int, hyps: int) -> int:
+    """A full chunk's rows for sources padded to `length`: the most, a power of two, within
+    chunk_size, memory_budget (fits) and, on CPUs, the cache (cache_cap); at least 1."""
+    most = 1
+    cap = min(self.chunk_size, self.cache_cap(length, hyps))
+    while 2 * most <= cap and self.fits(2 * most, length, hyps):
+      most *= 2
+    return most
+
+  def chunks(self, todo: list[int], lengths: list[int], hyps: int
+             ) -> Iterator[tuple[list[int], tuple[int, int]]]:
+    """Consecutive slices of `todo` (sorted by length; lengths in tokens, EOS included), each
+    with its padded (rows, length): at most chunk_size rows whose weights and caches fit
+    memory_budget (fits; at least one row) and, on CPUs, whose attention reads stay in cache
+    (cache_cap). With length buckets, each slice is a full chunk of the smallest bucket that
+    holds its rows: (most(L), L), one shape per bucket whatever the file; only the last slice
+    has fewer rows, padded to a full chunk's where that pads at most 1 / rows_per_octave of
+    the rows, else to one of rows_per_octave counts per octave (tail_rows). A source is padded
+    to its own bucket, or (a slice across a bucket's edge) to the next ones up."""
+    start = 0
+    if self.bucket_growth is None:
+      while start < len(todo):
+        end = start + 1
+        while (end < min(len(todo), start + self.chunk_size)
+               and self.fits(end + 1 - start, self.length(lengths[end]), hyps)
+               and end - start < self.cache_cap(self.length(lengths[end]), hyps)):
+          end += 1
+        yield todo[start:end], (end - start, self.length(lengths[end - 1]))
+        start = end
+      return
+    while start < len(todo):
+      length = self.length(lengths[start])
+      while True:   # the smallest bucket whose full chunk holds the next rows
+        most = self.most(length, hyps)
+        end = min(start + most, len(todo))
+        if lengths[end - 1] <= length:
+          break
+        length = self.length(length + 1)
+      n = end - start
+      yield todo[start:end], (tail_rows(n, most, len(todo), self.rows_per_octave), length)
+      start = end

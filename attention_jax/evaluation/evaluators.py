@@ -91,6 +91,21 @@ class Evaluator:
     raise NotImplementedError
 
 
+def defaults() -> dict[str, Any]:
+  """Every registered evaluator's fields of the eval section with their defaults (the one place
+  each is declared: the class); a key two evaluators give different defaults is refused."""
+  out: dict[str, Any] = {}
+  owner: dict[str, str] = {}
+  for name, cls in EVALUATORS.items():
+    for k, v in cls.fields.items():
+      if k in out and out[k] != v:
+        raise ValueError(f'eval.{k}: evaluator {name} gives it the default {v!r}, evaluator '
+                         f'{owner[k]} {out[k]!r}; a shared key has one default')
+      out.setdefault(k, v)
+      owner.setdefault(k, name)
+  return out
+
+
 def build(eval_cfg) -> list[Evaluator]:
   """Every registered evaluator, configured by a run's eval section, fields checked."""
   out = [cls(eval_cfg) for cls in EVALUATORS.values()]
@@ -148,7 +163,7 @@ def by_length(sentences: Sequence[dict], edges: Sequence[int], bleu_tokenize: st
 @register('by_length')
 class ByLength(Evaluator):
   """The figures by source length (eval.length_edges: bucket edges (lo, hi])."""
-  fields = {'length_edges': DEFAULT_LENGTH_EDGES}
+  fields = {'length_edges': DEFAULT_LENGTH_EDGES}   # source-length buckets (lo, hi]
   when = MOMENTS
 
   def check(self, task=None) -> None:
@@ -194,6 +209,10 @@ class AgainstGold(Evaluator):
   """Implicit attention (attribution methods, implicit/attribution.py) against the gold
   alignments of copy / reverse / sort (alignment.attribute_split) or digit_strips' boxes (the
   pointing game, alignment.attribute_images), on eval.attribution_num test sentences."""
+  # attribution: implicit attention at the end, on tasks with gold alignments (copy, reverse,
+  # sort): methods of implicit/attribution.py, comma-separated, or 'all'; '' = none;
+  # attribution_num: test sentences attributed; attribution_steps: integrated gradients' steps
+  # (and SmoothGrad's samples)
   fields = {'attribution': '', 'attribution_num': 200, 'attribution_steps': 32}
   splits = ('test',)
 
@@ -261,6 +280,11 @@ class WordAlignments(Evaluator):
   against word-level gold (tasks whose examples carry links: greek_english), teacher-forced
   on the test references: precision, recall and AER per map and by source length, each target
   word linked to its argmax source word."""
+  # word_alignment: word alignments against word-level gold (greek_english) at the end: 'auto'
+  # / 'all' every explicit map (attention, a Transformer's layers, heads, _shift rows), or map
+  # names; '' none. word_alignment_methods: ... and these attribution methods' maps ('all', or
+  # names); word_alignment_num: test sentences aligned (0: all); word_alignment_steps:
+  # integrated gradients' steps (and SmoothGrad's samples)
   fields = {'word_alignment': 'auto', 'word_alignment_methods': '',
             'word_alignment_num': 0, 'word_alignment_steps': 32}
   splits = ('test',)
@@ -313,7 +337,7 @@ class WordAlignments(Evaluator):
 class Heatmaps(Evaluator):
   """Attention heatmaps of the first eval.heatmaps outputs of each test split (of the
   evaluated one in `evaluate`), a grid of them, and a Transformer's heads."""
-  fields = {'heatmaps': 3}
+  fields = {'heatmaps': 3}   # attention heatmaps of the first test sentences at the end (0: none)
 
   def check(self, task=None) -> None:
     shown = self.opts['heatmaps']

@@ -106,7 +106,7 @@ class TokenInputs(Inputs):
 
   @classmethod
   def decode(cls, t, texts, beam, alpha, nbest, with_weights):
-    """Sorted by length into chunks of length buckets (t._chunks), compiled ahead of use."""
+    """Sorted by length into chunks of length buckets (t.planner().chunks), compiled ahead of use."""
     cls.check_list(texts, 'decode(texts)')
     fn = t.decoder(beam, alpha, nbest, with_weights)
     out: list = [None] * len(texts)
@@ -116,7 +116,7 @@ class TokenInputs(Inputs):
     t._check_lengths(texts, todo)
     ids = {i: t.src_tok.encode(texts[i]) + [data_lib.EOS] for i in todo}
     todo.sort(key=lambda i: len(ids[i]))            # similar lengths share a chunk
-    plan = list(t._chunks(todo, [len(ids[i]) for i in todo], beam * nbest))
+    plan = list(t.planner().chunks(todo, [len(ids[i]) for i in todo], beam * nbest))
     shape = lambda n, length: (n, length, greedy.max_output_len(length, t._factor), t._factor)
     programs = None
     if t.compile_ahead and hasattr(fn, 'lower'):

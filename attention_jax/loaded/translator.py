@@ -56,9 +56,7 @@ import numpy as np
 
 from attention_jax import data as data_lib
 from attention_jax.data import data_fields
-from attention_jax.data.batching import round_up
 from attention_jax.decoding import ahead
-from attention_jax.decoding import greedy
 from attention_jax.decoding import inference
 from attention_jax.decoding import shapes
 from attention_jax.implicit import attribution
@@ -139,22 +137,15 @@ class Translator:
     return self._decoders[key]
 
   def _encode(self, texts: Sequence[str]) -> np.ndarray:
-    """texts -> source ids [len(texts), S] (EOS last), S their padded length (_length)."""
+    """texts -> source ids [len(texts), S] (EOS last), S their padded length (planner().length)."""
     return self._batch([self.src_tok.encode(t) + [data_lib.EOS] for t in texts])
-
-  def _length(self, n: int) -> int:
-    """The padded length of a batch whose longest source has n tokens: a length bucket
-    (shapes.py: few compiled shapes), or with bucket_growth None a multiple of 8."""
-    if self.bucket_growth is None:
-      return max(shapes.MULTIPLE, round_up(n, shapes.MULTIPLE))
-    return shapes.length_bucket(n, self.bucket_growth)
 
   def _batch(self, ids: Sequence[list[int]], rows: int | None = None,
              length: int | None = None) -> np.ndarray:
-    """Token id lists -> [rows, length] int32 PAD-padded (default: len(ids) rows, _length
+    """Token id lists -> [rows, length] int32 PAD-padded (default: len(ids) rows, planner().length
     of the longest); extra rows are a lone EOS (decoded, then dropped)."""
     rows = len(ids) if rows is None else rows
-    src = np.zeros((rows, length or self._length(max(map(len, ids)))), np.int32)
+    src = np.zeros((rows, length or self.planner().length(max(map(len, ids)))), np.int32)
     src[len(ids):, 0] = data_lib.EOS
     for i, x in enumerate(ids):
       src[i, :len(x)] = x
@@ -233,66 +224,12 @@ class Translator:
     (ValueError naming the problem: unreadable, out of range, over max_image_shape)."""
     return inputs_lib.ImageInputs.read(self, [source], lambda i: 'image')[0]
 
-  def _fits(self, rows: int, length: int, hyps: int) -> bool:
-    """Whether the attention weights [rows x hyps, L, S] and decoder caches [rows x hyps, L,
-    cache_width] of a chunk of sources padded to `length` fit MEMORY_BUDGET."""
-    return (rows * hyps * (length + sum(c.cache_width for c in self.model_configs))
-            * greedy.max_output_len(length, self._factor) * 4 <= self.MEMORY_BUDGET)
-
-  def _cache_cap(self, length: int, hyps: int) -> int:
-    """The most rows of a chunk of sources padded to `length` under cache_budget: each of
-    the local devices (inference.split_batch shares a chunk's rows among them) decodes
-    shapes.cache_rows of the bytes its attention reads per row and step (the memory, and a
-    Transformer's KV caches per hypothesis); no cap without a cache_budget."""
-    if self.cache_budget is None:
-      return self.chunk_size
-    steps = greedy.max_output_len(length, self._factor)
-    row_bytes = 4 * sum(length * c.memory_width + hyps * steps * c.cache_width
-                        for c in self.model_configs)
-    return jax.local_device_count() * shapes.cache_rows(row_bytes, self.cache_budget)
-
-  def _most(self, length: int, hyps: int) -> int:
-    """A full chunk's rows for sources padded to `length`: the most, a power of two, within
-    chunk_size, MEMORY_BUDGET (_fits) and, on CPUs, the cache (_cache_cap); at least 1."""
-    most = 1
-    cap = min(self.chunk_size, self._cache_cap(length, hyps))
-    while 2 * most <= cap and self._fits(2 * most, length, hyps):
-      most *= 2
-    return most
-
-  def _chunks(self, todo: list[int], lengths: list[int], hyps: int):
-    """Consecutive slices of `todo` (sorted by length; lengths in tokens, EOS included), each
-    with its padded (rows, length): at most chunk_size rows whose weights and caches fit
-    MEMORY_BUDGET (_fits; at least one row) and, on CPUs, whose attention reads stay in
-    cache (_cache_cap). With length buckets, each slice is a full chunk of the smallest
-    bucket that holds its rows: (_most(L), L), one shape per bucket whatever the file; only
-    the last slice has fewer rows, padded to a full chunk's where that pads at most
-    1 / rows_per_octave of the rows, else to one of rows_per_octave counts per octave
-    (shapes.tail_rows). A source is padded to its own bucket, or (a slice across a bucket's
-    edge) to the next ones up."""
-    start = 0
-    if self.bucket_growth is None:
-      while start < len(todo):
-        end = start + 1
-        while (end < min(len(todo), start + self.chunk_size)
-               and self._fits(end + 1 - start, self._length(lengths[end]), hyps)
-               and end - start < self._cache_cap(self._length(lengths[end]), hyps)):
-          end += 1
-        yield todo[start:end], (end - start, self._length(lengths[end - 1]))
-        start = end
-      return
-    while start < len(todo):
-      length = self._length(lengths[start])
-      while True:   # the smallest bucket whose full chunk holds the next rows
-        most = self._most(length, hyps)
-        end = min(start + most, len(todo))
-        if lengths[end - 1] <= length:
-          break
-        length = self._length(length + 1)
-      n = end - start
-      yield todo[start:end], (shapes.tail_rows(n, most, len(todo), self.rows_per_octave),
-                              length)
-      start = end
+  def planner(self) -> shapes.Planner:
+    """How sources are cut into chunks and padded, from this Translator's settings (chunk_size,
+    MEMORY_BUDGET, cache_budget, bucket_growth, rows_per_octave: shapes.Planner)."""
+    return shapes.Planner(self.model_configs, self._factor, self.chunk_size, self.MEMORY_BUDGET,
+                          self.cache_budget, self.bucket_growth, self.rows_per_octave,
+                          jax.local_device_count())
 
   def translate(self, texts: Sequence[str], beam: int = 1, alpha: float = 0.6,
                 nbest: int = 1) -> list:

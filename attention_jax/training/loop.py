@@ -27,18 +27,55 @@ raises FloatingPointError naming it once they have finished (a run alone: at onc
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Protocol, Sequence
 
 import jax
-import ml_collections
 import numpy as np
 
-from attention_jax import hold
+from attention_jax import fields, hold
 from attention_jax.training import preemption
 from attention_jax.training import session as session_lib
 from attention_jax.training.session import log
+
+
+def _check_population(name, value):
+  if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    raise ValueError(f'{name} must be a positive integer (the seeds trained as one program; 1: '
+                     f'a run alone), got {value!r}')
+
+
+def _check_ema(name, value):
+  if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+    raise ValueError(f'{name} must be in [0, 1) (0: no EMA), got {value!r}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop(fields.Fields):
+  """The trainer's fields (the `train` section's; the optimiser's and the loss's are
+  update.Optimizer's and objective.Objective's): how long, how often, what is kept."""
+  SECTION = 'train'
+  SMOKE = {'steps': 8, 'eval_every': 4, 'checkpoint_every': 4, 'log_every': 2}
+  steps: int = fields.positive(3000, 'training steps')
+  eval_every: int = fields.positive(500, 'steps between validations (and at the end)')
+  log_every: int = fields.positive(50, 'steps between log lines')
+  checkpoint_every: int = fields.positive(500, 'steps between checkpoints (and at the end)')
+  keep_checkpoints: int = fields.positive(2, 'latest checkpoints kept (and the best one)')
+  resume: bool = fields.field(True, 'resume from the workdir\'s latest checkpoint')
+  skip_nonfinite: bool = fields.field(False, 'skip a batch with a non-finite loss or gradient '
+                                      '(counted); False: stop')
+  population: int = fields.field(1, 'N > 1: seeds seed..seed+N-1 trained as one vmapped '
+                                 'program, each into <workdir>/seed_<k>', _check_population,
+                                 '>= 1')
+  ema_decay: float = fields.field(0.0, 'evaluate and save an EMA of the parameters (e.g. '
+                                  '0.999; 0: off)', _check_ema, '[0, 1)')
+  max_decode_factor: float = fields.number(2.0, 'greedy/beam output length limit = factor x '
+                                           'source length + 10', strict=True)
+
+
+fields.own('the trainer', Loop)
 
 
 class Stepper(Protocol):
@@ -121,14 +158,13 @@ def resume(sessions: Sequence[session_lib.Session], templates: list) -> list:
           for s, tpl, r in zip(sessions, templates, restored)]
 
 
-def run(cfg: ml_collections.ConfigDict, workdir: str, sessions: list[session_lib.Session],
+def run(t: Loop, workdir: str, sessions: list[session_lib.Session],
         stepper: Stepper, graphdef, names: Sequence[str] | None = None,
         extra: Sequence[dict] | None = None) -> list[dict]:
   """Trains every member of `stepper` (sessions[k] its run) to train.steps from where they
   are, then evaluates each: -> each finished member's results (as written to its run
   directory), in order. `names` prefix a member's log lines (a population's 'seed_<k>');
-  `extra[k]` goes into member k's results."""
-  t = cfg.train
+  `extra[k]` goes into member k's results. `t`: the trainer's fields (Loop.of(cfg.train))."""
   n = stepper.members
   names = list(names) if names else [''] * n
   step = int(np.asarray(jax.device_get(stepper.state_of(0)['step'])))

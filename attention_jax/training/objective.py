@@ -50,28 +50,43 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from attention_jax import fields
 from attention_jax.evaluation import metrics as metrics_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class Objective:
+class Objective(fields.Fields):
   """The loss's coefficients (from the `train` config section); hashable, for jit."""
-  label_smoothing: float = 0.0   # ε of the smoothed targets (Szegedy et al. 2016)
-  coverage_weight: float = 0.0   # λ_cov of the coverage loss (See et al. 2017 use 1.0)
-  reinforce_weight: float = 1.0  # λ_r of hard attention's REINFORCE term (Xu et al. 2015)
-  entropy_weight: float = 0.0    # λ_e of hard attention's entropy bonus (Xu et al. 2015)
-  baseline_decay: float = 0.9    # hard attention: decay of the moving-average reward baseline
-  doubly_stochastic_weight: float = 0.0   # λ_ds (Xu et al. 2015 eq. 14; they use 1.0)
-  hard_expected_p: float = 0.0   # hard attention: share of examples on the soft context (Xu: 0.5)
-  hard_soft_steps: int = 0       # hard attention: steps with every example soft first (0: none)
-  reinforce_samples: int = 1     # hard attention: K samples per example, leave-one-out baseline
-  reward: str = 'sentence'       # hard attention: REWARDS, the reward of each step's sample
-  guided_alignment_weight: float = 0.0   # λ_ga of guided alignment (Garg et al. 2019; 0: off)
-  guided_alignment_share: float = 1.0    # the share of training pairs whose gold guides
-  guided_alignment_layer: int = -1       # Transformer: the decoder layer guided (-1: the last)
-  guided_alignment_head: int = -1        # Transformer: the head guided (-1: the mean of heads)
+  SECTION = 'train'
+  label_smoothing: float = fields.rate(0.0, 'ε of the smoothed targets (Szegedy et al. 2016)')
+  coverage_weight: float = fields.number(0.0, 'λ_cov of the coverage loss (See et al. 2017 '
+                                         'use 1.0)')
+  reinforce_weight: float = fields.field(1.0, 'λ_r of hard attention\'s REINFORCE term (Xu et al. '
+      '2015)')
+  entropy_weight: float = fields.field(0.0, 'λ_e of hard attention\'s entropy bonus (Xu et al. '
+      '2015)')
+  baseline_decay: float = fields.field(0.9, 'hard attention: decay of the moving-average reward '
+      'baseline')
+  doubly_stochastic_weight: float = fields.number(0.0, 'λ_ds (Xu et al. 2015 eq. 14; they use '
+                                                  '1.0)')
+  hard_expected_p: float = fields.field(0.0, 'hard attention: share of examples on the soft '
+      'context (Xu: 0.5)')
+  hard_soft_steps: int = fields.field(0, 'hard attention: steps with every example soft first (0: '
+      'none)')
+  reinforce_samples: int = fields.field(1, 'hard attention: K samples per example, leave-one-out '
+      'baseline')
+  reward: str = fields.field('sentence', 'hard attention: REWARDS, the reward of each step\'s '
+      'sample')
+  guided_alignment_weight: float = fields.field(0.0, 'λ_ga of guided alignment (Garg et al. 2019; '
+      '0: off)')
+  guided_alignment_share: float = fields.field(1.0, 'the share of training pairs whose gold guides')
+  guided_alignment_layer: int = fields.field(-1, 'Transformer: the decoder layer guided (-1: the '
+      'last)')
+  guided_alignment_head: int = fields.field(-1, 'Transformer: the head guided (-1: the mean of '
+      'heads)')
 
   def __post_init__(self):
+    super().__post_init__()
     if not (isinstance(self.hard_expected_p, (int, float)) and 0.0 <= self.hard_expected_p <= 1.0):
       raise ValueError(f'train.hard_expected_p must be in [0, 1] (the share of examples that '
                        f'read the soft context; 0: all sample), got {self.hard_expected_p!r}')
@@ -141,6 +156,9 @@ class Objective:
   def of(cls, t) -> 'Objective':
     """From a `train` config section; a field it lacks (an older run's) takes its default."""
     return cls(**{f.name: t.get(f.name, f.default) for f in dataclasses.fields(cls)})
+
+
+fields.own('the loss', Objective)
 
 
 def token_losses(logits: jax.Array, tgt_out: jax.Array, label_smoothing: float = 0.0):

@@ -193,6 +193,6 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, overwrite: bool) -> lis
       f'{t.steps} steps of {d.batch_size} sentences per member, '
       f'{sum(x[0].size for x in jax.tree.leaves(stepper.states["params"])):,} parameters per '
       f'member -> {os.path.join(workdir, workdir_lib.SEED_DIR.format("<k>"))}')
-  return loop.run(cfg, workdir, sessions, stepper, graphdef, names=names,
+  return loop.run(loop.Loop.of(t), workdir, sessions, stepper, graphdef, names=names,
                   extra=[{'population': {'seeds': seeds, 'member': k}}
                          for k in range(len(seeds))])

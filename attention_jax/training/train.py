@@ -57,40 +57,18 @@ def check_fields(cfg: ml_collections.ConfigDict) -> None:
   range, values or fields."""
   t, d = cfg.train, cfg.data
   data_fields.check(d)     # the data fields the task reads, before any data or compile
-  for name, value in (('train.steps', t.steps), ('train.eval_every', t.eval_every),
-                      ('train.log_every', t.log_every), ('train.checkpoint_every',
-                                                         t.checkpoint_every),
-                      ('train.keep_checkpoints', t.keep_checkpoints)):
-    if not isinstance(value, int) or value < 1:
-      raise ValueError(f'{name} must be a positive integer, got {value!r}')
-  for name, value in (('eval.beam_size', cfg.eval.beam_size),):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-      raise ValueError(f'{name} must be a positive integer, got {value!r}')
-  for name, value, lo in (('train.lr', t.lr, 0.0), ('train.max_decode_factor',
-                                                     t.max_decode_factor, 0.0)):
-    if not isinstance(value, (int, float)) or not lo < value < float('inf'):
-      raise ValueError(f'{name} must be a finite number > {lo:g}, got {value!r}')
-  for name, value in (('train.warmup_steps', t.warmup_steps), ('train.clip_norm', t.clip_norm),
-                      ('train.weight_decay', t.weight_decay), ('eval.alpha', cfg.eval.alpha),
-                      ('train.coverage_weight', t.coverage_weight),
-                      ('train.doubly_stochastic_weight', t.get('doubly_stochastic_weight', 0.0))):
-    if not isinstance(value, (int, float)) or not 0 <= value < float('inf'):
-      raise ValueError(f'{name} must be a finite number >= 0, got {value!r}')
-  if not isinstance(t.ema_decay, (int, float)) or not 0.0 <= t.ema_decay < 1.0:
-    raise ValueError(f'train.ema_decay must be in [0, 1) (0: no EMA), got {t.ema_decay!r}')
-  if not 0.0 <= t.label_smoothing < 1.0:
-    raise ValueError(f'train.label_smoothing must be in [0, 1), got {t.label_smoothing}')
+  loop.Loop.of(t)          # the trainer's, the optimiser's and the loss's fields
+  OptimizerConfig.of(t)
+  if not isinstance(cfg.eval.beam_size, int) or isinstance(cfg.eval.beam_size, bool) or (
+      cfg.eval.beam_size < 1):
+    raise ValueError(f'eval.beam_size must be a positive integer, got {cfg.eval.beam_size!r}')
+  if not isinstance(cfg.eval.alpha, (int, float)) or not 0 <= cfg.eval.alpha < float('inf'):
+    raise ValueError(f'eval.alpha must be a finite number >= 0, got {cfg.eval.alpha!r}')
   e = cfg.eval
   if e.bleu_tokenize not in sacrebleu.BLEU.TOKENIZERS:
     raise ValueError(f'unknown eval.bleu_tokenize {e.bleu_tokenize!r}; valid (sacrebleu): '
                      f'{", ".join(sacrebleu.BLEU.TOKENIZERS)}')
   evaluators.build(e)   # each evaluator checks its own fields, before any training
-  population = t.get('population', 1)
-  if not isinstance(population, int) or isinstance(population, bool) or population < 1:
-    raise ValueError(f'train.population must be a positive integer (the seeds trained as one '
-                     f'program; 1: a run alone), got {population!r}')
-  if t.decay not in SCHEDULES:
-    raise ValueError(f'unknown train.decay {t.decay!r}; valid: {", ".join(sorted(SCHEDULES))}')
   mcfg = model_config(cfg, 4, 4)  # the model's fields, before any data or compile
   reducers = objective.Objective.of(t).variance_reduction   # (its values checked there)
   objective.Objective.of(t).check_model(mcfg)   # guided alignment: the model's attention
@@ -245,4 +223,4 @@ def _train_and_evaluate(cfg: ml_collections.ConfigDict, workdir: str, overwrite:
       f'{jax.devices()[0].platform} device(s)] training {s.mcfg.describe()} on '
       f'{s.task.name}: {t.steps} steps of {d.batch_size} sentences, '
       f'{sum(x.size for x in jax.tree.leaves(stepper.state["params"])):,} parameters')
-  return loop.run(cfg, workdir, [s], stepper, graphdef)[0]
+  return loop.run(loop.Loop.of(t), workdir, [s], stepper, graphdef)[0]

@@ -18,6 +18,7 @@ import ml_collections
 import optax
 from flax import nnx
 
+from attention_jax import fields
 from attention_jax.models import attention
 from attention_jax.training import objective
 
@@ -27,6 +28,21 @@ SCHEDULES = {
     'cosine': lambda lr, total: optax.cosine_decay_schedule(lr, max(total, 1), alpha=0.05),
     'rsqrt': lambda lr, total: lambda s: lr * jax.lax.rsqrt(jnp.maximum(s, 1.0) / 100.0 + 1.0),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimizer(fields.Fields):
+  """The optimiser's fields of the `train` section: AdamW, warmup, decay, clipping."""
+  SECTION = 'train'
+  SMOKE = {'warmup_steps': 2}
+  lr: float = fields.number(3e-3, 'the peak learning rate', strict=True)
+  warmup_steps: int = fields.number(200, 'linear warmup from 0')
+  decay: str = fields.one_of('cosine', lambda: SCHEDULES, 'the rate after the warmup')
+  weight_decay: float = fields.number(0.0, "AdamW's weight decay")
+  clip_norm: float = fields.number(1.0, 'gradient clipping by global norm (0: none)')
+
+
+fields.own('the optimiser', Optimizer)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,9 +58,11 @@ class OptimizerConfig:
 
   @classmethod
   def of(cls, t: ml_collections.ConfigDict) -> 'OptimizerConfig':
-    return cls(lr=t.lr, warmup_steps=t.warmup_steps, decay=t.decay,
-               weight_decay=t.weight_decay, clip_norm=t.clip_norm,
-               steps=None if t.decay == 'constant' else t.steps)
+    """From a `train` section (its optimiser fields checked: Optimizer)."""
+    o = Optimizer.of(t)
+    return cls(lr=o.lr, warmup_steps=o.warmup_steps, decay=o.decay,
+               weight_decay=o.weight_decay, clip_norm=o.clip_norm,
+               steps=None if o.decay == 'constant' else t.steps)
 
   def build(self) -> optax.GradientTransformation:
     """AdamW, linear warmup then `decay`, gradient clipping by global norm."""
