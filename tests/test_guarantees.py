@@ -145,7 +145,6 @@ def test_an_expected_failure_is_one_line_and_attention_jax_traceback_shows_the_t
   assert f'cannot use {a_file} as a workdir' in shown.stderr.strip().splitlines()[-1]
 
 
-
 def test_a_failing_evaluate_is_one_line_exit_2_and_attention_jax_traceback_shows_it(
     tmp_path, monkeypatch):
   """`evaluate` of a workdir whose model_config.json lacks its fields (it used to be a
