@@ -79,6 +79,7 @@ def wait_for_file(folder, names, proc=None, patience: float = 300) -> str:
     time.sleep(0.02)
 
 
+@pytest.mark.scenario   # a process tree, its parent killed
 def test_a_run_gets_sigterm_when_the_process_that_started_it_dies(tmp_path):
   """A sweep SIGKILLed: each run it started gets SIGTERM from the kernel (PR_SET_PDEATHSIG),
   so it saves and exits instead of training on as an orphan."""
@@ -97,6 +98,7 @@ def test_a_run_gets_sigterm_when_the_process_that_started_it_dies(tmp_path):
   assert wait_for_file(tmp_path, ['term', 'probe']) == 'term'
 
 
+@pytest.mark.scenario   # a second process holds the lock
 def test_a_rerun_waits_for_the_workdir_a_killed_attempt_still_holds(tmp_path, monkeypatch,
                                                                       capsys):
   """The same sweep command at once after a kill: a run's new attempt waits, saying so, while

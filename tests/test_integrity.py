@@ -206,6 +206,7 @@ for step in (1, 2):
 """
 
 
+@pytest.mark.scenario   # a process killed inside a save
 def test_a_step_killed_before_its_commit_is_no_step_and_resuming_takes_the_one_before(tmp_path):
   """SIGKILL while step 2 is written (hold point 'checkpoint_save': its files written, not
   yet committed by Orbax's rename): step 2 is no step (its temporary directory stays), and

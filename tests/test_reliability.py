@@ -292,6 +292,7 @@ def test_skip_nonfinite_skips_and_counts(monkeypatch, straight, data_dir, tmp_pa
   assert json.load(open(tmp_path / 'results.json'))['nonfinite_skipped'] == 1
 
 
+@pytest.mark.extended   # a training of 8 steps (in-process): after the suite, in CI
 def test_a_non_finite_loss_on_a_checkpoint_step_saves_nothing_from_that_state(monkeypatch,
                                                                              data_dir, tmp_path):
   """The batch of step 8 (a checkpoint and validation step of 12) poisoned so that the real
@@ -332,6 +333,7 @@ def test_a_non_finite_loss_on_a_checkpoint_step_saves_nothing_from_that_state(mo
     ckpts.close()
 
 
+@pytest.mark.extended   # a training of 3 steps (in-process): after the suite, in CI
 def test_a_signal_in_a_training_step_saves_that_step_and_raises_interrupted(data_dir, tmp_path,
                                                                             monkeypatch):
   """In-process: SIGTERM while the run is held after step 3 (hold.py: it waits there until the
