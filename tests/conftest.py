@@ -97,7 +97,8 @@ def pytest_sessionfinish(session):
 # order and no long one starts last while the other worker idles (xdist's default reorders by
 # the number of tests, which put the sweep modules, few tests of a minute each, last).
 # test_explorer (the browser tier only, selected by CI's second command) takes ~200 s.
-FIRST = ('test_explorer.py', 'test_sweep.py', 'test_attribution.py', 'test_transformer.py',
+# test_guard_list (extended: every guard of tests/guards.toml removed in turn) takes minutes.
+FIRST = ('test_guard_list.py', 'test_explorer.py', 'test_sweep.py', 'test_attribution.py', 'test_transformer.py',
          'test_images.py',
          'test_model.py', 'test_translate.py', 'test_benchmark.py', 'test_train.py',
          'test_population.py', 'test_reliability.py', 'test_modes.py', 'test_cmudict.py',

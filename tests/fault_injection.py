@@ -1,17 +1,22 @@
-"""Fault injection, the random stress test: SIGKILL a training run at random moments, resume
-each time, and check that the result equals an uninterrupted run bit for bit (CPU, same seed).
+"""Fault injection: SIGKILL a training run at random moments, resume each time, and check that
+the result equals an uninterrupted run bit for bit (CPU, same seed).
 
-  .venv/bin/python tests/fault_injection.py [--kills 20] [--seed 0] [--keep]
+  .venv/bin/python tests/fault_injection.py [--kills 20] [--seed 0] [--steps 200] [--keep]
 
-Runs `experiments.main` on `dates:smoke` (200 steps, a checkpoint every 10, validation every
-50: helpers.fault_cmd) once straight through, then again with SIGKILL at `--kills` random
-moments: each attempt is killed during start-up (1 in 5) or a random 0-1.5 s after it logs a
-step 1-12 steps past the one it resumed from, so kills land in training steps, validation
-and checkpoint writes. After the kills it lets the run finish and compares results.json
-(every metric) and the final train state (parameters, optimiser state, step) with the
-uninterrupted run (helpers.differences_from). Minutes: not run by CI, whose
-tests/test_fault_injection.py (scenario) kills at chosen moments instead (inside a checkpoint
-write, between steps). Exit status 0 when identical.
+Runs `experiments.main` on `dates:smoke` (helpers.fault_cmd: a checkpoint every 5 steps, a
+validation and maybe a best checkpoint every 15 of 30 by default; --steps 200: every 10, 50)
+once straight through, then again with SIGKILL `--kills` times. Each kill is drawn from the
+seed (and printed) before its attempt starts, a few steps past the step the attempt resumes
+from: every other one inside a checkpoint write (hold point 'checkpoint_save': the step written
+to Orbax's temporary directory, not yet committed, of the latest or of the best checkpoint),
+the others at a random moment: a random 0-1 s after the attempt logs its target step
+(training, validation or a save); a run trained to its last step is killed in its final
+evaluation (hold point 'final_evaluation'). After the kills it lets the run finish and checks that no
+attempt ever took an unreadable step for a checkpoint (no `skipped unreadable checkpoint`,
+no checkpoints/corrupt/: a killed write is never committed), and compares results.json (every
+metric) and the final train state (parameters, optimiser state, step) with the uninterrupted
+run (helpers.differences_from). Exit status 0 when identical. CI runs it with 6 kills
+(tests/test_fault_injection.py, the scenario tier).
 """
 
 from __future__ import annotations
@@ -29,91 +34,162 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'tests'))
 
 import helpers  # pylint: disable=wrong-import-position
 
 
-def command(workdir: str, data_dir: str) -> list[str]:
-  return helpers.fault_cmd(workdir, data_dir, steps=200, checkpoint_every=10, eval_every=50)
+def latest_steps(workdir: str, which: str = 'latest') -> list[int]:
+  d = os.path.join(workdir, 'checkpoints', which)
+  return sorted(int(n) for n in os.listdir(d) if n.isdigit()) if os.path.isdir(d) else []
+
+
+def plan_kill(seed: int, k: int, resume: int, steps: int, checkpoint_every: int,
+              eval_every: int, best_steps: tuple[int, ...] = ()) -> dict:
+  """Kill k (0, 1, ...), a few steps past `resume`, drawn from (seed, k): the even ones
+  {'at': 'checkpoint_save', 'step', 'checkpoints'} (held inside that checkpoint write:
+  hold.py), the odd ones {'at': 'moment', 'step', 'delay'} (`delay` s after the attempt logs
+  `step`); {'at': 'final_evaluation', 'split'} once the run has trained to its last step (held
+  in its final evaluation). best_steps: those the best checkpoints hold (not written again)."""
+  rng = random.Random(f'{seed}:{k}')
+  if resume >= steps:
+    return {'at': 'final_evaluation', 'split': 'validation'}
+  if k % 2 == 0:
+    saves = [s for s in range(resume + 1, min(resume + 3 * checkpoint_every, steps) + 1)
+             if s % checkpoint_every == 0 or s == steps]
+    if saves:
+      step = rng.choice(saves)
+      # a best checkpoint is written for sure at the first validation only (later ones only
+      # when the score improves), unless written already
+      best = step == eval_every and step not in best_steps and rng.random() < 0.5
+      return {'at': 'checkpoint_save', 'step': step,
+              'checkpoints': 'best' if best else 'latest'}
+  return {'at': 'moment', 'step': rng.randint(resume + 1, min(resume + 12, steps)),
+          'delay': round(rng.uniform(0.0, 1.0), 3)}
+
+
+def describe(kill: dict) -> str:
+  if kill['at'] == 'checkpoint_save':
+    return f'inside the write of the {kill["checkpoints"]} checkpoint of step {kill["step"]}'
+  if kill['at'] == 'final_evaluation':
+    return f'in the final evaluation (after its {kill["split"]} split)'
+  return f'{kill["delay"]:.3f} s after step {kill["step"]} is logged'
+
+
+def attempt(cmd: list[str], kill: dict, held: str) -> tuple[int, str]:
+  """One run of `cmd`, SIGKILLed as `kill` says -> (exit status, what it printed). The kill
+  waits on events (the held file; the logged step), then on the drawn delay."""
+  env = dict(os.environ)
+  if kill['at'] != 'moment':
+    env = helpers.hold_env(held, **kill)
+  proc = subprocess.Popen(cmd, cwd=ROOT, env=helpers.fault_env(env), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+  log, logged = [], threading.Event()
+
+  def read():
+    for line in proc.stdout:
+      log.append(line)
+      if (kill['at'] == 'moment' and line.startswith('step')
+          and int(line.split()[1].split('/')[0]) >= kill['step']):
+        logged.set()
+  reader = threading.Thread(target=read, daemon=True)
+  reader.start()
+  try:
+    if kill['at'] == 'moment':
+      while not logged.wait(0.05) and proc.poll() is None:
+        pass
+      if proc.poll() is None:
+        threading.Event().wait(kill['delay'])   # the random moment, drawn from the seed
+    else:   # held there (or it ended first: then there is nothing to kill)
+      while not os.path.exists(held) and proc.poll() is None:
+        time.sleep(0.02)
+    proc.kill()
+    rc = proc.wait()
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+    reader.join()
+    if os.path.exists(held):
+      os.remove(held)
+  return rc, ''.join(log)
+
+
+def run_with_kills(workdir: str, data_dir: str, kills: int, seed: int, steps: int = 30,
+                   checkpoint_every: int = 5, eval_every: int = 15,
+                   say=print) -> tuple[int, list[str]]:
+  """Trains fault_cmd into `workdir`, SIGKILLed `kills` times (each drawn from `seed`, said
+  before its attempt; fewer if an attempt finishes the run before its kill: said), then to
+  the end -> (kills done, the problems found: [] if none: an attempt that failed, a step taken
+  for a checkpoint and found unreadable). Compare the finished run with an uninterrupted one
+  yourself (helpers.differences_from)."""
+  cmd = helpers.fault_cmd(workdir, data_dir, steps=steps, checkpoint_every=checkpoint_every,
+                          eval_every=eval_every)
+  held = os.path.join(os.path.dirname(os.path.abspath(workdir)),
+                      f'.{os.path.basename(workdir)}.held')
+  problems, done, outputs = [], 0, []
+  while done < kills and not os.path.exists(os.path.join(workdir, 'results.json')):
+    steps_now = latest_steps(workdir)
+    kill = plan_kill(seed, done, steps_now[-1] if steps_now else 0, steps, checkpoint_every,
+                     eval_every, tuple(latest_steps(workdir, 'best')))
+    say(f'kill {done + 1}/{kills}: {describe(kill)} (latest checkpoints {steps_now})')
+    rc, out = attempt(cmd, kill, held)
+    outputs.append(out)
+    if rc == -signal.SIGKILL:
+      done += 1
+    elif rc != 0:
+      return done, [f'an attempt exited with status {rc}: {out[-3000:]}']
+    else:
+      say('  it finished before the kill')
+      break
+  final = subprocess.run(cmd, cwd=ROOT, env=helpers.fault_env(), capture_output=True, text=True,
+                         timeout=1800)   # (a no-op if the last attempt finished the run)
+  outputs.append(final.stdout + final.stderr)
+  if final.returncode != 0:
+    problems.append(f'the final run exited with status {final.returncode}: '
+                    f'{final.stderr[-3000:]}')
+  say(f'{done} kills; final run: exit {final.returncode}')
+  for k, out in enumerate(outputs):
+    bad = [line for line in out.splitlines() if 'skipped unreadable checkpoint' in line]
+    if bad:
+      problems.append(f'attempt {k + 1} resumed past an unreadable step: {bad[0]}')
+  corrupt = os.path.join(workdir, 'checkpoints', 'corrupt')
+  if os.path.isdir(corrupt):
+    problems.append(f'steps set aside as unreadable: {sorted(os.listdir(corrupt))}')
+  return done, problems
 
 
 def main() -> int:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument('--kills', type=int, default=20)
   ap.add_argument('--seed', type=int, default=0)
+  ap.add_argument('--steps', type=int, default=200, help='train.steps of the run (30 in CI)')
   ap.add_argument('--keep', action='store_true', help='keep the temporary workdirs')
   args = ap.parse_args()
-  rng = random.Random(args.seed)
+  every = (10, 50) if args.steps >= 100 else (5, 15)
   tmp = tempfile.mkdtemp(prefix='fault_injection_')
   data_dir, ref, run = (os.path.join(tmp, n) for n in ('tfds', 'reference', 'killed'))
-  env = helpers.fault_env()
   t0 = time.time()
-
   print('uninterrupted reference run ...', flush=True)
-  t_ref = time.time()
-  subprocess.run(command(ref, data_dir), cwd=ROOT, env=env, check=True,
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-  duration = time.time() - t_ref
-  print(f'  {duration:.1f} s', flush=True)
-
-  kills = attempts = 0
-  while kills < args.kills:
-    attempts += 1
-    early = rng.random() < 0.2                  # during start-up (imports, data, compile)
-    delay = rng.uniform(0.3, 6.0) if early else rng.uniform(0.0, 1.5)
-    latest = os.path.join(run, 'checkpoints', 'latest')
-    resume = max([int(n) for n in os.listdir(latest) if n.isdigit()], default=0) \
-        if os.path.isdir(latest) else 0
-    target = resume + rng.randint(1, 12)         # a few steps past where it resumes
-    proc = subprocess.Popen(command(run, data_dir), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    timer = threading.Timer(delay, proc.kill)
-    if early:
-      timer.start()
-    log = []
-    for line in proc.stdout:
-      log.append(line)
-      if not early and not timer.is_alive() and line.startswith('step') and \
-          int(line.split()[1].split('/')[0]) >= target:
-        timer.start()
-    rc = proc.wait()
-    timer.cancel()
-    if rc == -signal.SIGKILL:
-      kills += 1
-      last = next((l.split()[1] for l in reversed(log) if l.startswith('step')), 'start-up')
-      steps = sorted(int(n) for n in os.listdir(os.path.join(run, 'checkpoints', 'latest'))
-                     if n.isdigit()) if os.path.isdir(os.path.join(run, 'checkpoints',
-                                                                     'latest')) else []
-      print(f'kill {kills:2d}/{args.kills}: last logged step {last}; latest checkpoints '
-            f'{steps}', flush=True)
-      continue
-    if rc != 0:
-      print(''.join(log)[-3000:])
-      print(f'FAILED: a resumed run exited with status {rc}')
-      return 1
-    print(f'  attempt {attempts} finished before its kill', flush=True)
-    break
-
-  print('final run to completion ...', flush=True)
-  done = subprocess.run(command(run, data_dir), cwd=ROOT, env=env, capture_output=True,
-                        text=True)   # (a no-op if the last attempt finished the run)
-  if done.returncode != 0:
-    print(done.stderr[-3000:])
-    print(f'FAILED: the final resumed run exited with status {done.returncode}')
-    return 1
-
-  diffs = helpers.differences_from(ref, run)
-  b = json.load(open(os.path.join(run, 'results.json')))
-  print(f'{kills} kills in {attempts} attempts; identical (metrics and every array of the '
-        f'final state): {not diffs}{"" if not diffs else " " + str(diffs[:5])}; test exact '
-        f'match {b["results"]["test"]["exact_match"]:.2f}; total {time.time() - t0:.0f} s')
+  subprocess.run(helpers.fault_cmd(ref, data_dir, steps=args.steps, checkpoint_every=every[0],
+                                   eval_every=every[1]),
+                 cwd=ROOT, env=helpers.fault_env(), check=True, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+  _, problems = run_with_kills(run, data_dir, args.kills, args.seed, steps=args.steps,
+                            checkpoint_every=every[0], eval_every=every[1],
+                            say=lambda s: print(s, flush=True))
+  diffs = [] if problems else helpers.differences_from(ref, run)
+  for p in problems + diffs:
+    print(f'FAILED: {p}')
+  if not problems:
+    b = json.load(open(os.path.join(run, 'results.json')))
+    print(f'identical (metrics and every array of the final state): {not diffs}; test exact '
+          f'match {b["results"]["test"]["exact_match"]:.2f}; total {time.time() - t0:.0f} s')
   if args.keep:
     print(f'workdirs kept in {tmp}')
   else:
     shutil.rmtree(tmp, ignore_errors=True)
-  return 0 if not diffs else 1
+  return 0 if not (problems or diffs) else 1
 
 
 if __name__ == '__main__':

@@ -5,6 +5,7 @@ holding a process at a point, a run straight through to compare interrupted ones
 the package once (run_module, run_modules)."""
 
 import atexit
+import contextlib
 import csv
 import io
 import itertools
@@ -185,6 +186,20 @@ def hold_env(file, at: str = 'train_step', **where) -> dict:
                                           for k, v in where.items()}}
   return {**os.environ, 'ATTENTION_JAX_HOLD': json.dumps(spec)}
 
+
+
+@contextlib.contextmanager
+def sigint_handled():
+  """While it is active, the processes a test starts get SIGINT as a terminal's Ctrl-C finds
+  them: a handled signal is reset to its default in an exec'd child, an ignored one stays
+  ignored, and a suite started in the background (a shell's `&`, as CI may) starts with SIGINT
+  ignored. (Not a preexec_fn: that forks a process JAX has started threads in.)"""
+  before = signal.getsignal(signal.SIGINT)
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, before)
 
 def wait_held(file, proc, patience: float = 1800) -> dict:
   """Waits for the event: `file` written by a held process (hold_env); returns what it says

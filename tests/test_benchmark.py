@@ -61,13 +61,15 @@ def test_unknown_names_fail_with_the_valid_ones():
     benchmark.run(['tiny'], ['nope'], ['luong'])
 
 
-# the command in a process of its own (15 s): after the suite, in CI; the transformer's: -m slow
+# the command in a process of its own (15 s): after the suite, in CI. The transformer's row
+# is not run by CI: the same code with another model, a minute of compiling 3+3 layers on 2
+# cores (its naming is checked without compiling in the next test)
 @pytest.mark.parametrize('decoder', [pytest.param('luong', marks=pytest.mark.extended),
                                      pytest.param('transformer', marks=pytest.mark.slow)])
 def test_command_line_writes_the_json(tmp_path, decoder):
   """bench on the tiny shape, one decoder: the table row and the JSON's fields (not the
   speed). The Transformer's row (its score: the cross-attention's) is the same code with
-  another model and 3+3 layers to compile (half a minute here): marked slow; its naming is
+  another model and 3+3 layers to compile (a minute here): not run by CI; its naming is
   checked without compiling in the next test."""
   out = tmp_path / 'bench.json'
   proc = subprocess.run(
@@ -117,7 +119,9 @@ def test_the_transformer_skips_scores_without_a_per_head_form(monkeypatch):
                    ('general', 'transformer')]
 
 
-@pytest.mark.slow   # (runs our side for real, twice)
+# not run by CI: our side benchmarked for real, twice (3 minutes on 2 cores) to check JSON
+# fields whose choice test_peer_settings_choose_the_equal_resource_comparisons checks (CI)
+@pytest.mark.slow
 def test_peer_runs_at_equal_resources_both_ways(monkeypatch):
   """--peer: one core each (ours re-run pinned to CPU 0 in a child process, for real) and the
   whole machine each (ours re-run on the cores as devices, for real); both ratios per variant

@@ -6,12 +6,15 @@ import datetime
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from attention_jax import data
 from attention_jax.data import builders
+
+import helpers
 
 SIZES = {'train': 300, 'validation': 40, 'test': 40}
 
@@ -181,22 +184,55 @@ print('ok')
   assert out.returncode == 0 and 'ok' in out.stdout, out.stderr[-3000:]
 
 
-@pytest.mark.scenario
-def test_concurrent_prepares_of_one_data_set_all_succeed(tmp_path):
-  """A sweep's runs start together: each may find the data set missing; all must get it
-  (unlocked, all but one failed renaming their copy into place)."""
-  code = f"""
+PREPARE = """
+import sys
 from experiments.configs import common
 from attention_jax import data
 d = common.base_config().data
-d.update(dict(name='copy', data_dir={str(tmp_path)!r}, num_train=2000, num_valid=5,
-              num_test=5, max_len=8, test_max_len=8))
+d.update(dict(name='copy', data_dir=sys.argv[1], num_train=2000, num_valid=5, num_test=5,
+              max_len=8, test_max_len=8))
 print(len(data.prepare('copy', d).as_data_source()['train']))
 """
+
+
+def flock_waiters() -> set[int]:
+  """The pids blocked waiting for a flock (/proc/locks' `->` lines)."""
+  with open('/proc/locks', encoding='utf-8') as f:
+    return {int(line.split()[5]) for line in f if '-> FLOCK' in line}
+
+
+@pytest.mark.scenario
+@pytest.mark.skipif(not os.path.exists('/proc/locks'), reason='needs Linux /proc/locks')
+def test_concurrent_prepares_of_one_data_set_all_succeed(tmp_path):
+  """A sweep's runs start together: each may find the data set missing; all must get it
+  (unlocked, all but one failed renaming their copy into place). Forced to overlap (hold.py):
+  the first is held while it generates the data (point 'data_generate', inside its lock);
+  each next one is started then, and waited for until it is held generating too (no lock)
+  or waits for the lock (/proc/locks); then all are released at once."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  env = {**os.environ, 'PYTHONPATH': root + os.pathsep + os.environ.get('PYTHONPATH', '')}
-  procs = [subprocess.Popen([sys.executable, '-c', code], cwd=root, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
-  outs = [p.communicate(timeout=300) for p in procs]
-  for p, (out, err) in zip(procs, outs):
+  data_dir = tmp_path / 'tfds'
+  procs, held = [], [tmp_path / f'held_{k}' for k in range(3)]
+  try:
+    for k, file in enumerate(held):
+      env = {**helpers.hold_env(file, at='data_generate'),
+             'PYTHONPATH': root + os.pathsep + os.environ.get('PYTHONPATH', '')}
+      proc = subprocess.Popen([sys.executable, '-c', PREPARE, str(data_dir)], cwd=root, env=env,
+                              text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+      procs.append(proc)
+      deadline = time.time() + 300   # a hang guard only
+      while not (file.exists() or (k and proc.pid in flock_waiters())):
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.time() < deadline, 'neither held nor waiting for the lock'
+        time.sleep(0.02)
+    while any(p.poll() is None for p in procs):   # released, and any that holds later too
+      for file in held:
+        file.unlink(missing_ok=True)
+      assert time.time() < deadline + 300, 'the prepares did not finish'
+      time.sleep(0.02)
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  for p in procs:
+    out, err = p.communicate()
     assert p.returncode == 0 and out.split()[-1:] == ['2000'], err[-2000:]

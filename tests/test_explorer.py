@@ -42,7 +42,10 @@ def pages(tmp_path_factory, data_dir):
   """{'rnn', 'transformer', 'image': (run page, workdir), 'sweep': (comparison page, [runs])}."""
   tmp = tmp_path_factory.mktemp('explorer')
   rnn, tf, img = (str(tmp / n) for n in ('reverse_rnn', 'reverse_transformer', 'image'))
-  train.train_and_evaluate(smoke(reverse, data_dir), rnn)
+  # the RNN trained long enough to get some sentences right and some wrong (about 1 in 5):
+  # the right / wrong filters then have both to tell apart
+  train.train_and_evaluate(smoke(reverse, data_dir, **{
+      'train.steps': 300, 'train.eval_every': 300, 'train.checkpoint_every': 300}), rnn)
   cfg = smoke(reverse, data_dir)
   for key, value in common.switch(cfg, arch='transformer').items():
     cfg.model[key.split('.', 1)[1]] = value
@@ -137,9 +140,15 @@ def test_run_page_rows_heatmap_values_and_filters(pages, open_page):
       assert np.array(page.evaluate(f"document.getElementById('map-{m}').data[0].z")).shape \
           == weights.shape
     assert page.locator('#nbest tbody tr').count() == 2
-  # filters: right / wrong, a length band, text search
+  # filters: right / wrong (the run gets some of each), a length band, text search
+  right = {r['id'] for r in recs if r['exact']}
+  assert 0 < len(right) < len(recs), len(right)
+  shown = lambda: {int(i) for i in page.locator('#sentences-table tbody tr:not([hidden])')
+                   .evaluate_all('rs => rs.map(r => r.dataset.sentenceId)')}
+  page.select_option('#f-correct', 'right')
+  assert shown() == right
   page.select_option('#f-correct', 'wrong')
-  assert visible(page) == sum(1 - r['exact'] for r in recs)
+  assert shown() == {r['id'] for r in recs} - right
   page.select_option('#f-correct', '')
   band = page.locator('#f-length option').nth(1).get_attribute('value')
   lo, hi = map(int, band.split('-'))

@@ -109,7 +109,8 @@ def test_a_write_that_fails_midway_leaves_the_old_file_whole_and_no_temp_file(
 
   def failing_open(path, mode='r', *args, **kwargs):
     f = open(path, mode, *args, **kwargs)   # (the module's open is this one: builtins')
-    if os.path.basename(str(path)).startswith(name + '.tmp'):
+    base = os.path.basename(str(path))
+    if 'w' in mode and (base == name or base.startswith(name + '.tmp')):
       real_write = f.write
       def write(text):   # half of it reaches the disk, then the disk is full
         real_write(text[:len(text) // 2])
@@ -142,6 +143,28 @@ def test_an_expected_failure_is_one_line_and_attention_jax_traceback_shows_the_t
   assert shown.returncode != 0
   assert 'Traceback (most recent call last)' in shown.stderr
   assert f'cannot use {a_file} as a workdir' in shown.stderr.strip().splitlines()[-1]
+
+
+def test_a_failing_evaluate_is_one_line_exit_2_and_attention_jax_traceback_shows_it(
+    tmp_path, monkeypatch):
+  """`evaluate` of a workdir whose model_config.json lacks its fields (it used to be a
+  TypeError traceback, exit 1) and whose config.json is cut short: one `error:` line naming
+  the workdir and the cause, exit 2, nothing on stdout; with ATTENTION_JAX_TRACEBACK=1 the
+  traceback, ending in the same error."""
+  run = tmp_path / 'run'
+  run.mkdir()
+  (run / workdir_lib.CONFIG).write_text('{"model": {"arch": "rnn"')
+  (run / workdir_lib.MODEL_CONFIG).write_text('{}')
+  args = ('experiments.evaluate', f'--workdir={run}')
+  plain = helpers.run_module(*args)
+  assert plain.returncode == 2 and plain.stdout == '', plain.stderr
+  lines = plain.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(
+      f"error: '{run}' is not a usable attention_jax workdir: "), plain.stderr
+  monkeypatch.setenv('ATTENTION_JAX_TRACEBACK', '1')
+  shown = helpers.run_module(*args)
+  assert shown.returncode != 0 and 'Traceback (most recent call last)' in shown.stderr
+  assert 'is not a usable attention_jax workdir' in shown.stderr.strip().splitlines()[-1]
 
 
 def test_data_info_and_bench_refuse_bad_input_in_one_line_with_exit_2(tmp_path):

@@ -2,9 +2,11 @@
 bounded work, safe sweep variant names."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -33,6 +35,92 @@ def test_lock_excludes_a_second_holder_and_is_released_with_its_process(tmp_path
     workdir.WorkdirLock(w).acquire()
   holder.send_signal(signal.SIGKILL)                   # the kernel drops a dead owner's lock
   holder.wait()
+  workdir.WorkdirLock(w).acquire().release()
+
+
+
+# a sweep's run process as attempts.die_with_parent starts it, under a parent that the test
+# kills: the run writes `ready` once its handlers are in place, then `term` on SIGTERM, or
+# `probe` on SIGWINCH (the test's probe, sent after the parent is gone: a SIGTERM already sent
+# is handled first, as Python runs pending handlers in the order of their numbers, 15 < 28)
+RUN_PROCESS = """
+import os, signal, sys, time
+def said(what):
+  def handler(signum, frame):
+    open(os.path.join(sys.argv[1], what), 'w').close()
+    os._exit(0)
+  return handler
+signal.signal(signal.SIGTERM, said('term'))
+signal.signal(signal.SIGWINCH, said('probe'))
+open(os.path.join(sys.argv[1], 'ready'), 'w').close()
+while True:
+  time.sleep(60)
+"""
+SWEEP_PROCESS = """
+import subprocess, sys
+from attention_jax.sweeps import attempts
+run = subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]],
+                       preexec_fn=attempts.die_with_parent)
+print(run.pid, flush=True)
+run.wait()
+"""
+
+
+def wait_for_file(folder, names, proc=None, patience: float = 300) -> str:
+  """Waits for the event: one of `names` written in `folder` -> its name (`patience` guards
+  against a hang only; `proc` ending first fails at once)."""
+  deadline = time.time() + patience
+  while True:
+    found = [n for n in names if os.path.exists(os.path.join(folder, n))]
+    if found:
+      return found[0]
+    assert proc is None or proc.poll() is None, f'the process ended first ({proc.returncode})'
+    assert time.time() < deadline, f'none of {names} in {patience:.0f} s'
+    time.sleep(0.02)
+
+
+@pytest.mark.scenario   # a process tree, its parent killed
+def test_a_run_gets_sigterm_when_the_process_that_started_it_dies(tmp_path):
+  """A sweep SIGKILLed: each run it started gets SIGTERM from the kernel (PR_SET_PDEATHSIG),
+  so it saves and exits instead of training on as an orphan."""
+  sweep = subprocess.Popen([sys.executable, '-c', SWEEP_PROCESS, RUN_PROCESS, str(tmp_path)],
+                           cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  try:
+    run_pid = int(sweep.stdout.readline())
+    wait_for_file(tmp_path, ['ready'], sweep)
+  finally:
+    sweep.kill()
+    sweep.wait()
+  try:
+    os.kill(run_pid, signal.SIGWINCH)   # the probe: answered only if no SIGTERM came first
+  except ProcessLookupError:
+    pass                                # it has exited already (on the SIGTERM)
+  assert wait_for_file(tmp_path, ['term', 'probe']) == 'term'
+
+
+@pytest.mark.scenario   # a second process holds the lock
+def test_a_rerun_waits_for_the_workdir_a_killed_attempt_still_holds(tmp_path, monkeypatch,
+                                                                      capsys):
+  """The same sweep command at once after a kill: a run's new attempt waits, saying so, while
+  the killed attempt still holds its workdir (saving at SIGTERM), and starts once it is free."""
+  import types  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweeps import attempts  # pylint: disable=g-import-not-at-top
+  w = str(tmp_path / 'run')
+  holder = subprocess.Popen([sys.executable, '-c', HOLD, w], cwd=ROOT, stdout=subprocess.PIPE)
+  try:
+    assert holder.stdout.readline() == b'held\n'
+    def sleep(seconds):   # while the rerun waits, the killed attempt finishes its save and exits
+      del seconds
+      holder.kill()
+      holder.wait()
+    monkeypatch.setattr(attempts, 'time', types.SimpleNamespace(time=time.time, sleep=sleep))
+    attempts.wait_for_workdir(types.SimpleNamespace(workdir=w, label='v/seed_0'))
+    assert holder.poll() is not None    # it returned only once the holder had gone
+  finally:
+    holder.kill()
+    holder.wait()
+  assert capsys.readouterr().out.startswith(
+      f'[v/seed_0] waiting: workdir {w} is in use by process {holder.pid} on ')
   workdir.WorkdirLock(w).acquire().release()
 
 
@@ -264,3 +352,16 @@ def test_a_model_flag_the_architecture_does_not_read_is_one_line_before_any_work
       'reads: ' + ', '.join(f for f in ['src_vocab', 'tgt_vocab', *model_lib.ModelConfig.defaults()]
                             if f in model_lib.reads({'arch': 'transformer'})))
   assert not (tmp_path / 'run').exists()
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+  """cli.check_output (compare --out, translate --output, explore --out, ...): a directory, a
+  missing folder: an OSError naming the path (one line from the command), nothing written."""
+  for path, error, needle in ((tmp_path, IsADirectoryError, 'is a directory, not an output file'),
+                              (tmp_path / 'no' / 'out.md', FileNotFoundError,
+                               'no such folder for the output file')):
+    with pytest.raises(error, match=re.escape(needle)) as e:
+      cli.check_output(str(path))
+    assert cli.message(e.value).startswith('error: ') and '\n' not in cli.message(e.value)
+  cli.check_output(str(tmp_path / 'out.md'))
+  assert os.listdir(tmp_path) == []

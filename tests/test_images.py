@@ -666,3 +666,19 @@ def test_a_huge_image_file_is_refused_without_pillows_warning(tmp_path):
     warnings.simplefilter('error')   # any warning would fail the read
     with pytest.raises(ValueError, match=r'huge.png: 10000 x 10000 pixels is over the bound'):
       images.read_image(str(path), max_shape=(64, 256))
+
+
+def test_a_file_that_is_not_an_image_or_is_broken_is_one_value_error_naming_it(tmp_path):
+  """Not an image, a PNG cut short, a missing file, a folder: a ValueError naming the file
+  each (the image library's SyntaxError or OSError used to escape as a long traceback)."""
+  text, cut, good = tmp_path / 'notes.png', tmp_path / 'cut.png', tmp_path / 'good.png'
+  text.write_text('not an image')
+  noise = np.random.default_rng(0).integers(0, 256, (20, 40), dtype=np.uint8)
+  PIL.Image.fromarray(noise).save(good)   # (noise: pixel data past the header to cut into)
+  cut.write_bytes(good.read_bytes()[:len(good.read_bytes()) // 2])
+  assert images.read_image(str(good), max_shape=(64, 256)).shape == (20, 40)
+  for path, needle in ((text, 'not a readable image'), (cut, 'not a readable image'),
+                       (tmp_path / 'nope.png', 'no such file'),
+                       (tmp_path, 'not a readable image (not a file)')):
+    with pytest.raises(ValueError, match=f'^{re.escape(str(path))}: {re.escape(needle)}'):
+      images.read_image(str(path), max_shape=(64, 256))

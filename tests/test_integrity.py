@@ -6,7 +6,12 @@ import functools
 import glob
 import json
 import os
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import warnings
 
 import jax
 import ml_collections
@@ -92,6 +97,142 @@ def test_flipped_bytes_make_resume_fall_back_and_load_fail(run, data_dir, tmp_pa
        every_file=True)
   with pytest.raises(ckpt_lib.CheckpointError, match=rf'step {best} in .*best'):
     aj.load(workdir)
+
+
+# ---- the guards of one saved step, on a state of two arrays (no run needed) ---------------------
+def tiny_state(seed: int = 0) -> dict:
+  """A train state's shape in miniature. Random values: Orbax's compression leaves them as
+  they are, so a flipped byte still reads as an array, and only its checksum tells."""
+  rng = np.random.default_rng(seed)
+  return {'params': {'w': rng.standard_normal(2048).astype(np.float32)}, 'step': np.int32(seed)}
+
+
+def test_a_flipped_bit_in_a_saved_array_is_caught_by_its_checksum(tmp_path):
+  state = tiny_state()
+  ckpts = ckpt_lib.Checkpoints(str(tmp_path))
+  try:
+    ckpts.save_latest(3, state, {'step': 3})
+    assert ckpt_lib.restore(ckpts.latest, 3, state)[0]['params']['w'].tobytes() == (
+        state['params']['w'].tobytes())
+    flip(str(tmp_path / 'checkpoints' / 'latest' / '3'), nbytes=1)   # one byte: 8 bits
+    with pytest.raises(ckpt_lib.CheckpointError, match=re.escape(
+        f'checkpoint step 3 in {tmp_path}/checkpoints/latest is corrupt: 1 array(s) differ '
+        "from the checksums saved with them (e.g. ['params']['w'] in")):
+      ckpt_lib.restore(ckpts.latest, 3, state)
+  finally:
+    ckpts.close()
+
+
+def test_a_non_finite_state_is_never_saved_and_one_saved_is_refused(tmp_path, monkeypatch):
+  """A NaN in the parameters: the save is refused, naming the step, the array and the last
+  good step; a step saved with it anyway (as before the check existed, checksums and all) is
+  refused by restore."""
+  state = tiny_state()
+  bad = {**state, 'params': {'w': state['params']['w'].copy()}}
+  bad['params']['w'][5] = np.nan
+  ckpts = ckpt_lib.Checkpoints(str(tmp_path))
+  try:
+    ckpts.save_latest(1, state, {'step': 1})
+    with pytest.raises(FloatingPointError, match=re.escape(
+        f'refusing to save step 2 in {tmp_path}/checkpoints/latest: non-finite values (NaN or '
+        "inf) in 1 array(s): ['params']['w']; last good checkpoint: step 1")):
+      ckpts.save_latest(2, bad, {'step': 2})
+    assert ckpts.latest.all_steps() == [1]
+    with monkeypatch.context() as m:   # saved as before the check existed
+      m.setattr(ckpt_lib, 'nonfinite', lambda state: [])
+      ckpts.save_latest(2, bad, {'step': 2})
+    with pytest.raises(ckpt_lib.NonFiniteCheckpoint, match=re.escape(
+        f'checkpoint step 2 in {tmp_path}/checkpoints/latest holds non-finite values (NaN or '
+        "inf) in 1 array(s): ['params']['w']")):
+      ckpt_lib.restore(ckpts.latest, 2, state)
+  finally:
+    ckpts.close()
+
+
+def test_resume_sets_an_unreadable_step_aside_and_takes_the_one_before(tmp_path):
+  """The newest step unreadable (here: a flipped byte): resuming warns naming it, moves it to
+  checkpoints/corrupt/ and restores the step before it, whole."""
+  ckpts = ckpt_lib.Checkpoints(str(tmp_path), keep=2)
+  try:
+    ckpts.save_latest(1, tiny_state(1), {'step': 1})
+    ckpts.save_latest(2, tiny_state(2), {'step': 2})
+    flip(str(tmp_path / 'checkpoints' / 'latest' / '2'))
+    said = []
+    with pytest.warns(RuntimeWarning, match=r'skipped unreadable checkpoint step 2 in .*latest'):
+      state, meta, step = ckpt_lib.restore_newest(ckpts.latest, tiny_state(), log=said.append)
+    assert (step, meta['step'], int(state['step'])) == (1, 1, 1)
+    assert state['params']['w'].tobytes() == tiny_state(1)['params']['w'].tobytes()
+    assert len(said) == 1 and said[0].startswith('WARNING: skipped unreadable checkpoint step 2')
+    assert ckpts.latest.all_steps() == [1]
+    assert [n.split('_')[:2] for n in os.listdir(tmp_path / 'checkpoints' / 'corrupt')] == [
+        ['latest', '2']]
+  finally:
+    ckpts.close()
+
+
+def test_a_step_of_another_model_or_tokenizers_is_a_mismatch_and_moves_nothing(tmp_path):
+  """A readable step saved by another model (a model field differs) or with other tokenizers
+  (another fingerprint): CheckpointMismatch naming the field or the fingerprints, also when
+  resuming (restore_newest), and the step stays where it is: it is not corrupt."""
+  ckpts = ckpt_lib.Checkpoints(str(tmp_path))
+  try:
+    ckpts.save_latest(1, tiny_state(1), {'step': 1, 'model_config': {'emb_dim': 16},
+                                         'tokenizers': 'aaaa'})
+    same = dict(model_config={'emb_dim': 16}, model_defaults={}, tokenizers='aaaa')
+    assert ckpt_lib.restore(ckpts.latest, 1, tiny_state(), **same)[1]['step'] == 1
+    for expect, needle in (({**same, 'model_config': {'emb_dim': 8}},
+                            'belongs to another model: emb_dim: checkpoint 16, expected 8'),
+                           ({**same, 'tokenizers': 'bbbb'},
+                            'was trained with other tokenizers (fingerprint aaaa, the '
+                            "workdir's are bbbb)")):
+      with pytest.raises(ckpt_lib.CheckpointMismatch, match=re.escape(needle)):
+        ckpt_lib.restore(ckpts.latest, 1, tiny_state(), **expect)
+      with pytest.raises(ckpt_lib.CheckpointMismatch, match=re.escape(needle)):
+        ckpt_lib.restore_newest(ckpts.latest, tiny_state(), **expect)
+    assert ckpts.latest.all_steps() == [1]
+    assert not (tmp_path / 'checkpoints' / 'corrupt').exists()
+  finally:
+    ckpts.close()
+
+
+SAVE_TWO_STEPS = """
+import sys
+import numpy as np
+from attention_jax.state import checkpoint as ckpt_lib
+ckpts = ckpt_lib.Checkpoints(sys.argv[1], keep=2)
+for step in (1, 2):
+  w = np.random.default_rng(step).standard_normal(2048).astype(np.float32)
+  ckpts.save_latest(step, {'params': {'w': w}, 'step': np.int32(step)}, {'step': step})
+"""
+
+
+@pytest.mark.scenario   # a process killed inside a save
+def test_a_step_killed_before_its_commit_is_no_step_and_resuming_takes_the_one_before(tmp_path):
+  """SIGKILL while step 2 is written (hold point 'checkpoint_save': its files written, not
+  yet committed by Orbax's rename): step 2 is no step (its temporary directory stays), and
+  resuming restores step 1 without a warning: nothing unreadable was ever taken for a step."""
+  held = tmp_path / 'held'
+  proc = subprocess.Popen([sys.executable, '-c', SAVE_TWO_STEPS, str(tmp_path / 'run')],
+                          cwd=helpers.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, env=helpers.hold_env(held, at='checkpoint_save', step=2))
+  try:
+    info = helpers.wait_held(held, proc)
+    assert os.listdir(info['tmp']), info     # written...
+  finally:
+    proc.kill()
+  assert proc.wait() == -signal.SIGKILL
+  assert os.path.isdir(info['tmp'])           # ...and left as it was
+  ckpts = ckpt_lib.Checkpoints(str(tmp_path / 'run'), create=False)
+  try:
+    assert ckpts.latest.all_steps() == [1]
+    with warnings.catch_warnings():
+      warnings.simplefilter('error')          # no step skipped as unreadable
+      state, meta, step = ckpt_lib.restore_newest(ckpts.latest, tiny_state(),
+                                                  log=pytest.fail)
+  finally:
+    ckpts.close()
+  assert (step, meta['step']) == (1, 1) and state['params']['w'].tobytes() == (
+      tiny_state(1)['params']['w'].tobytes())
 
 
 IMAGE_ERA = ('encoder', 'image_channels', 'image_dim', 'cnn_layers', 'cnn_width', 'cnn_row_rnn',

@@ -2,8 +2,8 @@
 after 5 steps on the same global batches (pmap on the RNN only), EMA of the parameters
 included; decoding split over the devices returns what one device does (in a subprocess: the
 device count is fixed when JAX starts). The RNN runs in every test session; the Transformer
-and an image model (the same shard_map and decoding code over other models) are marked slow;
-two processes training one run (multi-host on one machine) are marked extended (CI runs them)."""
+and an image model (the same shard_map and decoding code over other models) and two processes
+training one run (multi-host on one machine) are marked extended (CI runs them)."""
 
 import os
 import subprocess
@@ -103,7 +103,7 @@ def test_shard_map_pmap_and_single_device_agree_after_5_steps():
   agree_on_8_devices('bahdanau')
 
 
-@pytest.mark.slow   # ~1 min; bash launch.sh test -m slow tests/test_parallel.py
+@pytest.mark.extended   # ~1 min: after the suite, in CI
 def test_shard_map_and_single_device_agree_for_a_transformer_and_an_image_model():
   agree_on_8_devices('transformer', 'cnn')
 

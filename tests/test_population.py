@@ -115,11 +115,11 @@ def test_a_population_split_over_8_devices_trains_each_member_as_its_seed_alone(
   assert "{'members': 1, 'data': 8} members agree" in proc.stdout, proc.stdout
 
 
-@pytest.mark.parametrize('arch,setting', [   # 12-15 s each: in CI; the other two pairs: slow
+@pytest.mark.parametrize('arch,setting', [   # 12-15 s each: after the suite, in CI
     pytest.param('rnn', 'padded', marks=pytest.mark.extended),
     pytest.param('transformer', 'dropout', marks=pytest.mark.extended),
-    pytest.param('rnn', 'dropout', marks=pytest.mark.slow),
-    pytest.param('transformer', 'padded', marks=pytest.mark.slow)])
+    pytest.param('rnn', 'dropout', marks=pytest.mark.extended),
+    pytest.param('transformer', 'padded', marks=pytest.mark.extended)])
 def test_member_k_is_the_run_of_seed_k_alone(data_cfg, arch, setting):
   """20 steps, each member its own batch order (padded: of different length buckets, padded
   to a common shape; dropout: with dropout masks): the same losses and final parameters as
@@ -246,8 +246,9 @@ def _close_results(a: dict, b: dict) -> None:
         assert x == b[split][k], (split, k)
 
 
-# seed 2, the member whose seed the population derives (cfg.seed + 1); seed 1: slow
-@pytest.mark.parametrize('k', [2, pytest.param(1, marks=pytest.mark.slow)])
+# seed 2, the member whose seed the population derives (cfg.seed + 1); seed 1 is the config's
+# own seed, which every run alone trains with
+@pytest.mark.parametrize('k', [2])
 def test_population_of_two_writes_each_member_as_the_run_of_its_seed_alone(pop_sweep, data_dir,
                                                                             tmp_path, k):
   """The sweep's population (one process, seeds 1 and 2): member k against seed k trained
@@ -383,7 +384,7 @@ def test_a_population_on_a_mesh_trains_through_the_loop_as_on_one_device(pop_swe
                    workdir_lib.Run(ref).results()['results'])
 
 
-@pytest.mark.slow
+@pytest.mark.extended   # a population resumed in-process: after the suite, in CI
 def test_members_saved_at_different_steps_resume_from_the_step_they_all_hold(pop_sweep, data_dir,
                                                                              tmp_path, capsys):
   """A kill between two members' saves (seed_2's step 8 missing): both restart from step 4,
@@ -401,8 +402,8 @@ def test_members_saved_at_different_steps_resume_from_the_step_they_all_hold(pop
                _params(str(sweep_dir / 'additive' / f'seed_{k}'), 8))
 
 
-@pytest.mark.parametrize('skip', [pytest.param(False, marks=pytest.mark.extended),   # 6 s: CI
-                                  pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize('skip', [pytest.param(False, marks=pytest.mark.extended),   # 6 s each:
+                                  pytest.param(True, marks=pytest.mark.extended)])  # in CI
 def test_a_member_with_a_non_finite_step_does_not_stop_the_others(pop_sweep, data_dir, tmp_path,
                                                                   monkeypatch, skip):
   """A NaN in member 2's parameters for step 6 (removed after it): its step is non-finite and

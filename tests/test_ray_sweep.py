@@ -85,19 +85,25 @@ def wait_gone(pids: dict[int, str], patience: float = 300) -> dict[int, str]:
 
 @pytest.fixture(scope='module')
 def killed_driver(setup, tmp_path_factory):
-  """The sweep's driver (with its own local Ray cluster) SIGKILLed while its run trains (held
-  at step 50: hold.py), then the same command at once -> what the tests below check: the
-  processes it had started, those of them left behind (Ray's agents aside), the rerun. Ray's
-  agents of the killed cluster exit by themselves about 60 s later (a GCS call's timeout):
-  their test comes last in this module, so the wait overlaps the other tests."""
+  """The sweep's driver (with its own local Ray cluster) SIGKILLed while its run is at step
+  60 (checkpoints at 25, 50, 75; hold.py, held through the signal), then, once its own
+  processes have gone but the run, which still holds its workdir (it got SIGTERM and is about
+  to save step 60), the same command at once; the run is released when the rerun's task says
+  in the run's log that it waits -> what the tests below check: the processes the driver had
+  started, those of them left behind (Ray's agents aside), the rerun. Ray's agents of the
+  killed cluster exit by themselves about 60 s later (a GCS call's timeout): their test comes
+  last in this module, so the wait overlaps the other tests."""
   path, data_dir, _ = setup
   tmp_path = tmp_path_factory.mktemp('killed_driver')
   cmd = sweep_cmd(path, tmp_path, data_dir, '--executor=ray', '--ray_cpus=1', '--only=additive',
                   seeds=1)
   victim = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
   held_file = tmp_path / 'held'
+  env = hold_env(held_file, step=60, workdir=victim)
+  env['ATTENTION_JAX_HOLD'] = json.dumps({**json.loads(env['ATTENTION_JAX_HOLD']),
+                                          'through_signals': True})
   driver = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=hold_env(held_file, step=50, workdir=victim))
+                            text=True, env=env)
   try:
     run_pid = wait_held(held_file, driver)['pid']
     started = descendants(driver.pid)
@@ -105,20 +111,40 @@ def killed_driver(setup, tmp_path_factory):
     driver.kill()
   driver.communicate(timeout=300)
   agents = {p: c for p, c in started.items() if 'Agent' in c}
-  left = wait_gone({p: c for p, c in started.items() if p not in agents})
-  again = None
+  left = wait_gone({p: c for p, c in started.items() if p not in agents and p != run_pid})
+  again = waited = None
   if not left:                                  # (else the test below says what stayed)
-    again = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    deadline = time.time() + 600   # a hang guard: the run's SIGTERM comes as its worker dies
+    while not json.loads(held_file.read_text()).get('signalled'):
+      assert alive(run_pid) and time.time() < deadline, 'the run got no SIGTERM'
+      time.sleep(0.05)
+    rerun = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    try:
+      log = victim / 'train.log'
+      while '[additive/seed_1] waiting: ' not in (waited := log.read_text()):
+        assert rerun.poll() is None, rerun.communicate()[0][-3000:]
+        assert time.time() < deadline + 600, 'the rerun did not wait for the run'
+        time.sleep(0.05)
+      held_file.unlink()                          # released: it saves step 60 and exits
+      out = rerun.communicate(timeout=1800)[0]
+    finally:
+      if rerun.poll() is None:
+        rerun.kill()
+        rerun.wait()
+    again = subprocess.CompletedProcess(cmd, rerun.returncode, out, '')
+    left = wait_gone({run_pid: started[run_pid]})
   return dict(run_pid=run_pid, started=started, agents=agents, left=left, again=again,
-              victim=victim, sweep_dir=tmp_path / 'tiny_sweep_smoke')
+              waited=waited, victim=victim, sweep_dir=tmp_path / 'tiny_sweep_smoke')
 
 
 @pytest.mark.scenario
 def test_a_sigkilled_driver_leaves_nothing_behind_and_a_rerun_resumes_its_runs(setup,
                                                                               killed_driver):
-  """The sweep's driver SIGKILLed while a run trains (killed_driver): the run gets SIGTERM,
-  saves and exits, and the Ray workers go; the same command at once resumes the run from its
-  checkpoint, and the report has it once."""
+  """The sweep's driver SIGKILLed while a run is at step 60 (killed_driver): the run gets
+  SIGTERM, saves step 60 and exits, and the Ray workers go; the same command at once waits
+  for the run (its task says so in the run's log) and resumes it from step 60, and the report
+  has it once."""
   _, _, local = setup
   k = killed_driver
   assert k['run_pid'] in k['started'], k['started']
@@ -127,8 +153,10 @@ def test_a_sigkilled_driver_leaves_nothing_behind_and_a_rerun_resumes_its_runs(s
   assert k['again'].returncode == 0, out
   assert '1 finished, 0 skipped, 0 failed' in out, out
   victim, sweep_dir = k['victim'], k['sweep_dir']
+  assert f'is in use by process {k["run_pid"]} on ' in k['waited'], k['waited'][-3000:]
   log = (victim / 'train.log').read_text()
-  assert f'resumed from {victim}/checkpoints/latest step 50' in log, log[-3000:]
+  assert 'stopped by SIGTERM at step 60' in log and (
+      f'resumed from {victim}/checkpoints/latest step 60') in log, log[-3000:]
   assert metrics(sweep_dir, 'additive/seed_1') == local['additive/seed_1']   # as if unbroken
   runs_csv = (sweep_dir / 'runs.csv').read_text().splitlines()
   assert [line.split(',')[1] for line in runs_csv[1:]] == ['additive/seed_1'], runs_csv

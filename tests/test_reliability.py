@@ -146,10 +146,11 @@ def test_load_reads_the_newest_step_again_when_the_one_it_reads_is_deleted(strai
   _, ref_dir, _ = straight
   workdir = str(tmp_path / 'copy')
   shutil.copytree(ref_dir, workdir)
-  real, calls = ckpt_lib.restore, []
+  real, calls, doomed = ckpt_lib.restore, [], [True]
   def rotating(manager, step, template, **kwargs):
     calls.append((str(manager.directory), step))
-    if len(calls) == 1:   # the trainer deletes it just as we start to read it
+    if doomed[0]:   # the trainer deletes it just as we start to read it
+      doomed[0] = False
       shutil.rmtree(os.path.join(str(manager.directory), str(step)))
     return real(manager, step, template, **kwargs)
   monkeypatch.setattr(ckpt_lib, 'restore', rotating)
@@ -158,7 +159,15 @@ def test_load_reads_the_newest_step_again_when_the_one_it_reads_is_deleted(strai
   assert len(calls) == 2 and calls[0][0].endswith('best') and t.step == 8
   assert t.translate(['Nov 3, 1999']) == aj.load(ref_dir, step=8).translate(['Nov 3, 1999'])
   with pytest.raises(ckpt_lib.CheckpointError, match=r'no checkpoint at step 3 in .*available'):
-    aj.load(workdir, step=3)     # a step asked for by number is not replaced by another
+    aj.load(workdir, step=3)     # a step that never existed
+  # a step asked for by number that existed and is deleted as it is read: an error naming it,
+  # not another step (latest/8 is there: the best step deleted above was the other manager's
+  # or, at step 8, was read from latest)
+  calls.clear()
+  doomed[0] = True
+  with pytest.raises(ckpt_lib.CheckpointError, match=r'checkpoint step 8 in .*latest'):
+    aj.load(workdir, step=8)
+  assert calls == [(os.path.join(workdir, 'checkpoints', 'latest'), 8)], calls
 
 
 def test_out_of_memory_is_one_error_naming_the_sizes(data_dir, tmp_path):
@@ -211,6 +220,34 @@ def test_signal_saves_a_checkpoint_exits_and_the_same_command_resumes_bit_identi
   assert not helpers.differences_from(ref, workdir)
 
 
+@pytest.mark.scenario
+def test_ctrl_c_in_the_final_evaluation_is_one_line_and_the_same_command_finishes_the_run(
+    uninterrupted, tmp_path):
+  """SIGINT while the trained run evaluates (held after its validation split: hold point
+  'final_evaluation'): `finally` blocks run, then one line `interrupted (Ctrl-C)`, exit 130,
+  no traceback (it used to end in a segmentation fault), no results.json; the same command
+  evaluates the run again from its last checkpoint, equal to one straight through."""
+  ref, data_dir = uninterrupted
+  workdir = str(tmp_path / 'run')
+  cmd = helpers.fault_cmd(workdir, data_dir)
+  held = tmp_path / 'held'
+  with helpers.sigint_handled():
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=helpers.fault_env(helpers.hold_env(
+                                held, at='final_evaluation', workdir=workdir,
+                                split='validation')))
+  helpers.wait_held(held, proc)
+  proc.send_signal(signal.SIGINT)
+  out, err = proc.communicate(timeout=600)
+  assert proc.returncode == 130, err[-3000:]
+  assert err.strip().splitlines()[-1] == 'interrupted (Ctrl-C)' and 'Traceback' not in err, err
+  assert not os.path.exists(os.path.join(workdir, 'results.json'))
+  done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                        env=helpers.fault_env())
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert f'resumed from {workdir}/checkpoints/latest step 30' in done.stdout
+  assert not helpers.differences_from(ref, workdir)
+
 # ---- non-finite training --------------------------------------------------------------------------
 def poison_step(monkeypatch, at: int):
   """The train step returns a non-finite loss (and leaves the state unchanged) at call `at`."""
@@ -253,6 +290,84 @@ def test_skip_nonfinite_skips_and_counts(monkeypatch, straight, data_dir, tmp_pa
                                  str(tmp_path))
   assert out['nonfinite_skipped'] == 1
   assert json.load(open(tmp_path / 'results.json'))['nonfinite_skipped'] == 1
+
+
+@pytest.mark.extended   # a training of 8 steps (in-process): after the suite, in CI
+def test_a_non_finite_loss_on_a_checkpoint_step_saves_nothing_from_that_state(monkeypatch,
+                                                                             data_dir, tmp_path):
+  """The batch of step 8 (a checkpoint and validation step of 12) poisoned so that the real
+  train step's loss is NaN (a target id beyond the vocabulary): the run stops naming step 8;
+  the latest and best checkpoints are those of step 4, and nothing was saved after it (nor
+  validated) from the state that step left."""
+  real_of, saved = train.Compiled.of, []
+
+  def of(graphdef, cfg):
+    steps = real_of(graphdef, cfg)
+    real_train, calls = steps.train, [0]
+
+    def train_step(state, batch):
+      calls[0] += 1
+      if calls[0] == 8:
+        batch = {**batch, 'tgt_out': np.where(batch['weight'][:, None] > 0, 10**6,
+                                              batch['tgt_out']).astype(batch['tgt_out'].dtype)}
+      return real_train(state, batch)
+    return types.SimpleNamespace(mode=steps.mode, eval=steps.eval, predict=steps.predict,
+                                 train=train_step)
+
+  real_save = ckpt_lib.Checkpoints._save
+  def recorded(manager, step, *args, **kwargs):
+    saved.append((os.path.basename(str(manager.directory)), step))
+    return real_save(manager, step, *args, **kwargs)
+  monkeypatch.setattr(train.Compiled, 'of', of)
+  monkeypatch.setattr(ckpt_lib.Checkpoints, '_save', staticmethod(recorded))
+  workdir = str(tmp_path / 'run')
+  cfg = smoke(data_dir, **{'train.steps': 12})   # checkpoints and validations every 4
+  with pytest.raises(FloatingPointError, match=r'non-finite training loss nan .* at step 8, '
+                                               r'batch of training examples \[\d+'):
+    train.train_and_evaluate(cfg, workdir)
+  assert saved == [('best', 4), ('latest', 4)], saved
+  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
+  try:
+    assert ckpts.latest.all_steps() == [4] and ckpts.best.all_steps() == [4]
+  finally:
+    ckpts.close()
+
+
+@pytest.mark.extended   # a training of 3 steps (in-process): after the suite, in CI
+def test_a_signal_in_a_training_step_saves_that_step_and_raises_interrupted(data_dir, tmp_path,
+                                                                            monkeypatch):
+  """In-process: SIGTERM while the run is held after step 3 (hold.py: it waits there until the
+  signal is recorded, no race) -> the latest checkpoint at step 3 (not a checkpoint step) and
+  preemption.Interrupted naming it; the test tier's subprocess test below resumes from it."""
+  from attention_jax import hold  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import preemption  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  workdir, held = str(tmp_path / 'run'), tmp_path / 'held'
+  monkeypatch.setenv(hold.ENV, json.dumps({'at': 'train_step', 'step': 3, 'workdir': workdir,
+                                           'file': str(held)}))
+  monkeypatch.setattr(hold, '_done', set())
+
+  over = threading.Event()   # the run returned: nothing to strike any more
+  def strike():   # on the event (the held file), not after a time
+    while not held.exists():
+      if over.wait(0.02):
+        return
+    os.kill(os.getpid(), signal.SIGTERM)
+  striker = threading.Thread(target=strike, daemon=True)
+  striker.start()
+  try:
+    with pytest.raises(preemption.Interrupted, match=r'stopped by SIGTERM at step 3; '
+                                                    r'checkpoint saved in .*latest') as stopped:
+      train.train_and_evaluate(smoke(data_dir), workdir)
+  finally:
+    over.set()
+    striker.join()
+  assert stopped.value.exit_status == 143
+  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
+  try:
+    assert ckpts.latest.all_steps() == [3]
+  finally:
+    ckpts.close()
 
 
 # ---- config validation: before any data or compile -------------------------------------------------

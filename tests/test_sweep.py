@@ -5,6 +5,7 @@ and raising N runs only the new seeds."""
 
 import json
 import os
+import select
 import shutil
 import subprocess
 import time
@@ -63,19 +64,39 @@ def test_sweep_runs_every_variant_and_reports_and_a_failure_stops_nothing(short_
   assert '| additive | 1 |' in (sweep_dir / 'summary.md').read_text()
 
 
+def read_until(proc, needle: str, patience: float = 600) -> str:
+  """What `proc` printed up to and including the first line holding `needle` (the event the
+  test waits for); fails if it ends first. `patience` guards against a hang only."""
+  seen, deadline = [], time.monotonic() + patience
+  while True:
+    assert time.monotonic() < deadline, f'no {needle!r} in {patience:.0f} s: ' + ''.join(seen)
+    if not select.select([proc.stdout], [], [], 1.0)[0]:
+      continue
+    line = proc.stdout.readline()
+    assert line, f'it ended (exit {proc.wait()}) before {needle!r}: ' + ''.join(seen)
+    seen.append(line)
+    if needle in line:
+      return ''.join(seen)
+
+
 @pytest.mark.scenario
 def test_a_killed_sweep_takes_its_runs_with_it_and_a_rerun_resumes_them(local_sweep, tmp_path):
-  """SIGKILL of the sweep: its run gets SIGTERM (it saves and exits) instead of training on
-  as an orphan; the same command at once waits for it and resumes the run (it used to fail,
-  'workdir in use'); the killed attempt's time is kept in wall_time.json. The run is held at
-  step 50 (hold.py) while the sweep's heartbeat records 10 s, so no machine is too fast or
-  too slow for it."""
+  """SIGKILL of the sweep while its run is at step 60 (checkpoints at 25, 50, 75): the run
+  gets SIGTERM (it saves step 60 and exits) instead of training on as an orphan; the same
+  command at once waits for it (the run still holds its workdir: it is held through the
+  signal, hold.py, until the rerun says it waits) and resumes the run from step 60 (it used to
+  fail, 'workdir in use'); the killed attempt's time is kept in wall_time.json. The run is held
+  while the sweep's heartbeat records 10 s, so no machine is too fast or too slow for it."""
   path, _, data_dir, _ = local_sweep
   cmd = sweep_cmd(path, tmp_path, data_dir, '--only=additive', seeds=1)
   run = tmp_path / 'tiny_sweep_smoke' / 'additive' / 'seed_1'
   held_file = tmp_path / 'held'
+  env = hold_env(held_file, step=60, workdir=run)
+  env['ATTENTION_JAX_HOLD'] = json.dumps({**json.loads(env['ATTENTION_JAX_HOLD']),
+                                          'through_signals': True})
   sweep = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           env=hold_env(held_file, step=50, workdir=run))
+                           env=env)
+  again = None
   try:
     child = wait_held(held_file, sweep)['pid']
 
@@ -89,19 +110,28 @@ def test_a_killed_sweep_takes_its_runs_with_it_and_a_rerun_resumes_them(local_sw
       assert sweep.poll() is None and os.path.exists(f'/proc/{child}')
       assert time.monotonic() < deadline, 'no heartbeat in wall_time.json within 600 s'
       time.sleep(0.1)
-  finally:
     sweep.kill()
-  sweep.wait()
-  gone = time.time() + 300     # the run saves and exits on its SIGTERM (die_with_parent)
-  while time.time() < gone and os.path.exists(f'/proc/{child}'):
-    time.sleep(0.1)
-  assert not os.path.exists(f'/proc/{child}'), 'the run outlived its sweep'
-
-  again = run_sweep(cmd)
-  out = again.stdout + again.stderr
+    sweep.wait()
+    while not json.loads(held_file.read_text()).get('signalled'):   # its SIGTERM, received
+      assert os.path.exists(f'/proc/{child}'), 'the run ended while held'
+      assert time.monotonic() < deadline + 600, 'the run got no SIGTERM from its dead sweep'
+      time.sleep(0.05)
+    again = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    said = read_until(again, '[additive/seed_1] waiting: ')
+    assert f'is in use by process {child} on ' in said, said
+    held_file.unlink()          # released: the run saves step 60 and exits
+    out = said + again.communicate(timeout=900)[0]
+  finally:
+    for proc in (sweep, again):
+      if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
   assert again.returncode == 0, out
   assert '[additive/seed_1] resuming: model.score=additive seed=1' in out
-  assert f'resumed from {run}/checkpoints/latest step 50' in (run / 'train.log').read_text()
+  log = (run / 'train.log').read_text()
+  assert 'stopped by SIGTERM at step 60' in log and (
+      f'resumed from {run}/checkpoints/latest step 60') in log, log[-3000:]
   first, second = [json.loads(x) for x in (run / 'wall_time.json').read_text().splitlines()]
   assert first['returncode'] is None and first['seconds'] >= 10    # the killed attempt's time
   assert second['returncode'] == 0 and second['seconds'] > 0

@@ -19,7 +19,7 @@ from attention_jax import workdir as workdir_lib
 from attention_jax.evaluation import records
 from attention_jax.state import checkpoint as ckpt_lib
 from attention_jax.state import templates
-from attention_jax.training import train
+from attention_jax.training import train, update
 from experiments.configs import dates
 
 from helpers import run_modules, smoke
@@ -145,6 +145,49 @@ def test_resume_is_bit_identical(arch, data_dir, tmp_path):
   for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
+
+@pytest.mark.extended   # two trainings (8 and 4 steps): after the suite, in CI
+def test_a_run_carried_on_with_more_steps_resumes_the_cosine_at_the_new_totals_rate(
+    data_dir, tmp_path, monkeypatch):
+  """8 steps under a cosine decay, then the same run carried on to train.steps=12: the
+  learning rates of steps 9-12 (read inside the compiled step) are those of the 12-step
+  schedule at counts 8-11, not of the 8-step one (whose cosine has ended) nor of a schedule
+  restarted at 0."""
+  real_join, seen = update.optax.join_schedules, []
+
+  def join(schedules, boundaries):
+    schedule = real_join(schedules, boundaries)
+    def recorded(count):
+      rate = schedule(count)
+      jax.debug.callback(lambda c, r: seen.append((int(c), float(r))), count, rate)
+      return rate
+    return recorded
+  monkeypatch.setattr(update.optax, 'join_schedules', join)
+  def cfg(steps):   # (an lr of its own: no step compiled by another test is reused)
+    return smoke(dates, data_dir, **{'train.steps': steps, 'train.decay': 'cosine',
+                                     'train.lr': 0.0123, 'train.checkpoint_every': 4,
+                                     'train.eval_every': 4})
+  workdir = str(tmp_path / 'run')
+  train.train_and_evaluate(cfg(8), workdir)
+  assert [c for c, _ in seen] == list(range(8))
+  seen.clear()
+  train.train_and_evaluate(cfg(12), workdir)
+  monkeypatch.undo()
+  assert [c for c, _ in seen] == [8, 9, 10, 11], seen
+  want = [_schedule_of(cfg(12).train)(c) for c in range(8, 12)]
+  np.testing.assert_allclose([r for _, r in seen], want, rtol=1e-6)
+  ended = [_schedule_of(cfg(8).train)(c) for c in range(8, 12)]
+  assert all(abs(w - e) > 1e-4 for w, e in zip(want, ended)), (want, ended)
+
+
+def _schedule_of(t):
+  """The learning rate at each optimiser count of the `train` section t, as update.py builds
+  it (warmup, then the decay over the rest of train.steps)."""
+  c = update.OptimizerConfig.of(t)
+  decay = update.SCHEDULES[c.decay](c.lr, c.steps - c.warmup_steps)
+  return lambda count: float(update.optax.join_schedules(
+      [update.optax.linear_schedule(0.0, c.lr, max(c.warmup_steps, 1)), decay],
+      [c.warmup_steps])(count))
 
 @pytest.mark.extended   # four trainings (9 s): after the suite, in CI
 def test_ema_of_params_resumes_evaluates_and_loads(data_dir, tmp_path, capsys):

@@ -132,6 +132,34 @@ def test_bad_bytes_give_one_error_line_naming_the_line(run, tmp_path):
   assert missing.returncode == 2 and b'error: ' in missing.stderr and b'nope.txt' in missing.stderr
 
 
+def test_read_lines_names_the_first_line_that_is_not_utf8():
+  with pytest.raises(translate_cmd.InputError, match=r'^stdin line 3 is not valid UTF-8: byte '
+                                                     r'0xff at column 5$'):
+    translate_cmd.read_lines(b'Nov 3, 1999\nok\nbad \xff byte\n\xfe\n', 'stdin')
+
+
+def test_an_output_is_the_old_file_until_its_writer_closes_it_whole(tmp_path, monkeypatch):
+  """Two writers of one output at once (the second as another process: its own pid), their
+  writes interleaved: a reader sees the old file until one closes, then that one's lines
+  whole; the last to close wins, whole; no temp file is left."""
+  path = tmp_path / 'out.txt'
+  path.write_text('old\n', encoding='utf-8')
+  a = translate_cmd.Output(str(path))
+  with monkeypatch.context() as m:
+    pid = os.getpid()
+    m.setattr(os, 'getpid', lambda: pid + 1)
+    b = translate_cmd.Output(str(path))
+  for out, line in ((a, 'a1'), (b, 'b1'), (a, 'a2'), (b, 'b2')):
+    out.file.write(line + '\n')
+    out.file.flush()
+  assert path.read_text(encoding='utf-8') == 'old\n'
+  a.close()
+  assert path.read_text(encoding='utf-8') == 'a1\na2\n'
+  b.close()
+  assert path.read_text(encoding='utf-8') == 'b1\nb2\n'
+  assert os.listdir(tmp_path) == ['out.txt']
+
+
 def test_an_over_long_line_is_named_by_its_line_number_and_nothing_is_written(run, tmp_path,
                                                                               translator):
   out = tmp_path / 'out.txt'
@@ -168,40 +196,59 @@ MANY = [t for _ in range(100) for t in TEXTS]   # 700 lines
 
 @pytest.mark.scenario
 def test_two_writers_of_one_output_never_mix(run, translator, tmp_path):
-  """Two commands writing one --output both finish, and the file is one of them whole
-  (it used to hold NUL bytes and a fraction of the lines)."""
+  """Two commands writing one --output, forced to overlap (hold.py): the first is held after
+  writing its first chunk while the second translates all of its input and finishes; the
+  file is then the second's output, whole; released, the first finishes, and the file is the
+  first's, whole (writing in place, it used to hold NUL bytes and a fraction of the lines)."""
   out, inputs = tmp_path / 'out.txt', (MANY, MANY[::-1])   # other inputs, one output
   for k, lines in enumerate(inputs):
     (tmp_path / f'in{k}.txt').write_text('\n'.join(lines) + '\n', encoding='utf-8')
-  procs = helpers.run_modules('experiments.translate', [   # two processes at once
-      [f'--workdir={run}', f'--input={tmp_path / f"in{k}.txt"}', f'--output={out}', '--batch=64']
-      for k in range(len(inputs))])
-  for p in procs:
-    assert p.returncode == 0, p.stderr
-  written = out.read_text(encoding='utf-8').split('\n')[:-1]
-  assert written in [translator.translate(lines) for lines in inputs]
+  argv = lambda k: [f'--workdir={run}', f'--input={tmp_path / f"in{k}.txt"}', f'--output={out}',
+                    '--batch=64']
+  held = tmp_path.parent / f'{tmp_path.name}_held'   # (outside the folder the test lists)
+  first = subprocess.Popen([sys.executable, '-m', 'experiments.translate', *argv(0)], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           env=helpers.hold_env(held, at='translate_chunk', chunk=1))
+  try:
+    helpers.wait_held(held, first)
+    second = helpers.run_module('experiments.translate', *argv(1))
+    assert second.returncode == 0, second.stderr
+    assert out.read_text(encoding='utf-8').split('\n')[:-1] == translator.translate(inputs[1])
+    held.unlink()
+    said = first.communicate(timeout=600)[0]
+  finally:
+    if first.poll() is None:
+      first.kill()
+      first.wait()
+  assert first.returncode == 0, said
+  assert out.read_text(encoding='utf-8').split('\n')[:-1] == translator.translate(inputs[0])
   assert sorted(os.listdir(tmp_path)) == ['in0.txt', 'in1.txt', 'out.txt']
 
 
 @pytest.mark.scenario
-def test_sigterm_keeps_the_whole_chunks_translated(run, translator, tmp_path):
+@pytest.mark.parametrize('sig,status,last', [('SIGTERM', 143, 'stopped by SIGTERM'),
+                                             ('SIGINT', 130, 'interrupted (Ctrl-C)')])
+def test_sigterm_and_sigint_keep_the_whole_chunks_translated(run, translator, tmp_path, sig,
+                                                             status, last):
   src, out = tmp_path / 'in.txt', tmp_path / 'out.txt'
   lines = MANY * 10
   src.write_text('\n'.join(lines) + '\n', encoding='utf-8')
   held = tmp_path / 'held'   # it holds after its 3rd chunk (hold.py) until the signal
-  proc = subprocess.Popen([sys.executable, '-m', 'experiments.translate', f'--workdir={run}',
-                           f'--input={src}', f'--output={out}', '--batch=70'], cwd=ROOT,
-                          stderr=subprocess.PIPE,
-                          env=helpers.hold_env(held, at='translate_chunk', chunk=3))
+  with helpers.sigint_handled():
+    proc = subprocess.Popen([sys.executable, '-m', 'experiments.translate', f'--workdir={run}',
+                             f'--input={src}', f'--output={out}', '--batch=70'], cwd=ROOT,
+                            stderr=subprocess.PIPE,
+                            env=helpers.hold_env(held, at='translate_chunk', chunk=3))
   helpers.wait_held(held, proc)
-  proc.send_signal(signal.SIGTERM)
+  proc.send_signal(getattr(signal, sig))
   err = proc.communicate(timeout=600)[1].decode()
-  assert proc.returncode == 143, err
+  assert proc.returncode == status, err
   kept = out.read_text(encoding='utf-8').split('\n')[:-1]
   assert len(kept) == 3 * 70, len(kept)
   assert f'stopped: {len(kept)} of {len(lines)} lines translated and kept in {out}' in err
-  assert err.strip().splitlines()[-1] == 'stopped by SIGTERM'
+  assert err.strip().splitlines()[-1] == last and 'Traceback' not in err, err
   assert kept == translator.translate(lines[:len(kept)])
+  assert sorted(os.listdir(tmp_path)) == ['held', 'in.txt', 'out.txt']   # no temp file left
 
 
 def test_evaluate_files_equals_evaluating_the_split(run, tmp_path):
@@ -229,12 +276,26 @@ def test_evaluate_files_equals_evaluating_the_split(run, tmp_path):
   assert 'exact_match' in proc.stdout and 'sacrebleu signature' in proc.stdout
 
 
-def test_evaluate_files_with_several_references_reports_wer_per(run, tmp_path):
-  (tmp_path / 's.txt').write_text('Nov 3, 1999\n3 Nov 1999\n', encoding='utf-8')
-  (tmp_path / 'r.txt').write_text('1999-11-03\tx\n1999-11-03\n', encoding='utf-8')
+def test_evaluate_files_with_several_references_reports_wer_per(run, translator, tmp_path):
+  """Tab-separated references, built around the run's own outputs h1, h2, h3 so that the
+  figures are known by hand: line 1 equals its second reference only (right, 0 edits over
+  len(h1)); line 2's closest reference is 'h2 z' (wrong, 1 edit over len(h2) + 1; 'a b c' is
+  further); line 3's only reference 'q' (wrong, len(h3) edits over 1). WER 2/3, PER (0 + 1 +
+  len(h3)) / (len(h1) + len(h2) + 2), in phones (whitespace tokens). Were the extra references
+  ignored, line 1 would be wrong too."""
+  candidates = [t for t in TEXTS + ['3 Nov 1999', '1 March 1987', '12/24/99'] if t.strip()]
+  pairs = [(s, h.split()) for s, h in zip(candidates, translator.translate(candidates))
+           if h.split() and not {'a', 'b', 'c', 'q', 'x', 'y', 'z'} & set(h.split())]
+  assert len(pairs) >= 3, pairs          # (outputs of the run: three that are not empty)
+  sources, (h1, h2, h3) = [s for s, _ in pairs[:3]], [h for _, h in pairs[:3]]
+  (tmp_path / 's.txt').write_text(''.join(s + '\n' for s in sources), encoding='utf-8')
+  (tmp_path / 'r.txt').write_text(f'x y\t{" ".join(h1)}\n{" ".join(h2)} z\ta b c\nq\n',
+                                  encoding='utf-8')
   report = aj.evaluate_run(run, src=str(tmp_path / 's.txt'), ref=str(tmp_path / 'r.txt'),
                            beam=1, num_heatmaps=0, verbose=False)
-  assert 0 <= report['wer'] <= 100 and report['per'] >= 0
+  assert report['sentences'] == 3
+  assert report['wer'] == pytest.approx(100 * 2 / 3)
+  assert report['per'] == pytest.approx(100 * (0 + 1 + len(h3)) / (len(h1) + len(h2) + 1 + 1))
   assert os.path.exists(report['wer_by_length_plot'])
 
 

@@ -38,6 +38,8 @@ from babel import Locale
 from babel import dates as babel_dates
 from etils import epath
 
+from attention_jax import hold
+
 SPLITS = ('train', 'validation', 'test')
 _GEN_ORDER = ('test', 'validation', 'train')
 
@@ -181,6 +183,7 @@ class TaskBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     return {split: self._generate_examples(examples[split]) for split in SPLITS}
 
   def _generate_examples(self, examples: list[dict]) -> Iterator[tuple[str, dict]]:
+    hold.point('data_generate', task=self.name)   # tests only (hold.py)
     for i, ex in enumerate(examples):
       yield f'{i:08d}', ex
 

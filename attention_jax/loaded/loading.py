@@ -83,7 +83,7 @@ def saved_config(workdir: str) -> tuple[ModelConfig, dict]:
   try:   # runs saved before each model owned its fields hold the unread ones too: dropped
     return (ModelConfig.from_dict(model_lib.migrate(run.model_config())),
             templates.migrate_config(run.config()))   # unread fields of older runs: defaults
-  except (OSError, ValueError, KeyError) as e:
+  except (OSError, ValueError, KeyError, TypeError) as e:   # (TypeError: fields missing)
     raise ckpt_lib.CheckpointError(f'{workdir!r} is not a usable attention_jax workdir: '
                                    f'{type(e).__name__}: {e}') from e
 

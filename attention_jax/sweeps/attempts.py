@@ -61,10 +61,11 @@ class Attempt:
     self._write(returncode)
 
 
-def wait_for_workdir(v, timeout: float = 120.0) -> None:
+def wait_for_workdir(v, timeout: float = 120.0, say=None) -> None:
   """Waits while another process holds the run's workdir lock: the run of a sweep killed a
   moment ago saves its checkpoint and exits (SIGTERM from die_with_parent) before the run
-  starts again here. After `timeout`, the run starts anyway (and fails, naming the holder)."""
+  starts again here. After `timeout`, the run starts anyway (and fails, naming the holder).
+  say(line): where the one line saying so goes (default: printed)."""
   deadline, said = time.time() + timeout, False
   while time.time() < deadline:
     try:
@@ -72,7 +73,7 @@ def wait_for_workdir(v, timeout: float = 120.0) -> None:
       return
     except workdir_lib.WorkdirInUse as e:
       if not said:
-        print(f'[{v.label}] waiting: {e}', flush=True)
+        (say or (lambda line: print(line, flush=True)))(f'[{v.label}] waiting: {e}')
         said = True
       time.sleep(0.5)
 

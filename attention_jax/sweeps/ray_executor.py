@@ -19,7 +19,13 @@ results are those of an uninterrupted run. A run that exits with an error (a bad
 data: exit 1 or 2) is deterministic: reported once, never retried. One failed run never stops
 the others. Ctrl-C cancels the tasks: each sends its run SIGTERM, which saves a checkpoint and
 stops; running the sweep again resumes every run. A run's process also gets SIGTERM when its
-Ray worker dies (PR_SET_PDEATHSIG), so no training outlives its task.
+Ray worker dies (PR_SET_PDEATHSIG), so no training outlives its task; a task started while
+such a run still saves (the same command at once after a killed driver) waits for its
+workdir's lock, saying so in the run's log, and resumes from the step saved. (Ray itself
+SIGKILLs a dying worker's child processes unless its nodes run with
+RAY_kill_child_processes_on_worker_exit=0, which the sweep's own local cluster does; on a
+cluster joined with --ray_address, start the nodes so, or a run whose worker dies loses the
+steps since its last checkpoint.)
 
 This is many independent trainings on many machines. One training on many hosts is
 `jax.distributed` (experiments/main.py --coordinator ...), which this does not replace.
@@ -95,9 +101,14 @@ def _trial(cmd: list[str], v, cwd: str, env: dict, progress) -> dict:
     log.write(f'== {v.label}: attempt {attempt} on {where["host"]} ({where["ip"]}, Ray node '
               f'{where["node_id"][:8]}; worker niceness {nice}) ==\n')
     log.flush()
+    for m in members:   # the attempt of a killed driver may still be saving (SIGTERM): waited for
+      attempts.wait_for_workdir(m, say=lambda line: (log.write(line + '\n'), log.flush()))
+    # a session of its own: Ray kills its worker's process group as the worker goes (SIGKILL:
+    # no checkpoint at the step it was at); out of that group the run gets SIGTERM when the
+    # worker dies (die_with_parent), saves and exits
     proc = subprocess.Popen([sys.executable, *cmd[1:]], cwd=cwd, stdout=log,
                             stderr=subprocess.STDOUT, env={**os.environ, **env},
-                            preexec_fn=_preexec)
+                            preexec_fn=_preexec, start_new_session=True)
     try:   # polled, not proc.wait(): ray.cancel's KeyboardInterrupt reaches Python code
       while (returncode := proc.poll()) is None:   # only between bytecodes
         time.sleep(0.2)
@@ -247,6 +258,9 @@ def run(config_arg: str, name: str, queue: list, sweep_dir: str, extra_flags=(),
                      f'trial_cpus={trial_cpus}, trial_gpus={trial_gpus}, trial_tpus={trial_tpus}')
   if not address:   # our own cluster: workers at niceness 0, like the local executor's runs
     os.environ.setdefault('RAY_worker_niceness', '0')
+    # and a worker that exits leaves its run to die_with_parent's SIGTERM (the run saves and
+    # exits) rather than Ray's SIGKILL of a worker's child processes (no save)
+    os.environ.setdefault('RAY_kill_child_processes_on_worker_exit', '0')
   ray.init(address=address or 'local', num_cpus=None if address else num_cpus,
            include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
            configure_logging=False)

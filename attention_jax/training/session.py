@@ -16,6 +16,7 @@ import jax
 import ml_collections
 
 from attention_jax import data as data_lib
+from attention_jax import hold
 from attention_jax import workdir as workdir_lib
 from attention_jax.data import data_fields
 from attention_jax.evaluation import evaluators as evaluators_lib
@@ -308,6 +309,7 @@ class Session:
     for split in ('validation', *task.test_splits):   # image_dates: also test_heldout_fonts
       results[split] = self.report('final', split, params, graphdef,
                                    keep=cfg.eval.heatmaps if split != 'validation' else 0)
+      hold.point('final_evaluation', workdir=self.workdir, split=split)   # tests only (hold.py)
     paths = [p for m in results.values() for p in m.get('heatmaps', [])]
     summary = {'step': step, 'best_step': best_step, 'results': results,
                'nonfinite_skipped': self.skips,
