@@ -48,9 +48,12 @@ def test_every_section_is_its_owners_defaults_and_nothing_else():
   assert set(owners) == {'the trainer', 'the optimiser', 'the loss'}
   assert dict(c.train) == {**{k: v for cls in owners.values() for k, v in cls.defaults().items()},
                            **common.OBJECTIVE_OVERRIDES}
-  assert set(c.eval) == {'bleu_tokenize', 'beam_size', 'alpha', *evaluators.defaults()}
+  assert dict(c.eval) == {**evaluators.Scoring.defaults(), **evaluators.defaults()}
   for cls in evaluators.EVALUATORS.values():
-    assert {k: c.eval[k] for k in cls.fields} == cls.fields, cls
+    own = cls.field_defaults()
+    assert {k: c.eval[k] for k in own} == own, cls
+  assert {'evaluator by_length', 'evaluator heatmaps', 'every evaluation'} <= set(
+      fields.OWNERS['eval'])
 
 
 def test_the_trainer_refuses_a_bad_value_of_its_fields_in_one_line():

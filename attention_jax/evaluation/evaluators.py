@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 import ml_collections
 import numpy as np
 
-from attention_jax import registry
+from attention_jax import fields, registry
 from attention_jax.data import builders
 from attention_jax.decoding import inference
 from attention_jax.evaluation import metrics as metrics_lib
@@ -68,17 +68,42 @@ class Context:
   one_model: bool = True      # False for an ensemble (no per-head maps)
 
 
+def _check_bleu_tokenize(name, value):
+  import sacrebleu  # pylint: disable=g-import-not-at-top  (seconds of import, where checked)
+  if value not in sacrebleu.BLEU.TOKENIZERS:
+    raise ValueError(f'unknown {name} {value!r}; valid (sacrebleu): '
+                     f'{", ".join(sacrebleu.BLEU.TOKENIZERS)}')
+
+
+@dataclasses.dataclass(frozen=True)
+class Scoring(fields.Fields):
+  """The eval section's fields every evaluation reads: BLEU's tokenizer, the beam."""
+  SECTION = 'eval'
+  bleu_tokenize: str = fields.field('13a', 'sacrebleu tokenizer: 13a for words, char for '
+                                    'character tasks', _check_bleu_tokenize, 'sacrebleu\'s')
+  beam_size: int = fields.positive(5, 'the beam of evaluate and of the final evaluation')
+  alpha: float = fields.number(0.6, 'length penalty ((5+|Y|)/6)^alpha (Wu et al. 2016)')
+
+
+fields.own('every evaluation', Scoring)
+
+
 class Evaluator:
-  """One registered evaluator. `fields`: its fields of the config's eval section and their
-  defaults (self.opts holds their values); `when`: the MOMENTS it runs at; `splits`: the
+  """One registered evaluator. `Fields`: its fields of the config's eval section, a frozen
+  dataclass (fields.Fields, SECTION 'eval': their defaults and meaning; or `fields`, a dict of
+  their defaults); self.opts holds their values; `when`: the MOMENTS it runs at; `splits`: the
   splits it runs on (None: every split scored)."""
   name = ''
   fields: dict[str, Any] = {}
   when: tuple[str, ...] = ('final', 'evaluate')
   splits: tuple[str, ...] | None = None
 
+  @classmethod
+  def field_defaults(cls) -> dict[str, Any]:
+    return cls.Fields.defaults() if hasattr(cls, 'Fields') else dict(cls.fields)
+
   def __init__(self, eval_cfg):
-    self.opts = {k: eval_cfg.get(k, v) for k, v in self.fields.items()}
+    self.opts = {k: eval_cfg.get(k, v) for k, v in self.field_defaults().items()}
 
   def check(self, task=None) -> None:
     """Fails in one line on a bad value of its fields (task: that it can run on it)."""
@@ -97,7 +122,7 @@ def defaults() -> dict[str, Any]:
   out: dict[str, Any] = {}
   owner: dict[str, str] = {}
   for name, cls in EVALUATORS.items():
-    for k, v in cls.fields.items():
+    for k, v in cls.field_defaults().items():
       if k in out and out[k] != v:
         raise ValueError(f'eval.{k}: evaluator {name} gives it the default {v!r}, evaluator '
                          f'{owner[k]} {out[k]!r}; a shared key has one default')
@@ -163,7 +188,12 @@ def by_length(sentences: Sequence[dict], edges: Sequence[int], bleu_tokenize: st
 @register('by_length')
 class ByLength(Evaluator):
   """The figures by source length (eval.length_edges: bucket edges (lo, hi])."""
-  fields = {'length_edges': DEFAULT_LENGTH_EDGES}   # source-length buckets (lo, hi]
+
+  @dataclasses.dataclass(frozen=True)
+  class Fields(fields.Fields):
+    SECTION = 'eval'
+    length_edges: tuple = fields.field(DEFAULT_LENGTH_EDGES, 'source-length buckets (lo, hi] '
+                                       '(empty: none)')
   when = MOMENTS
 
   def check(self, task=None) -> None:
@@ -209,11 +239,16 @@ class AgainstGold(Evaluator):
   """Implicit attention (attribution methods, implicit/attribution.py) against the gold
   alignments of copy / reverse / sort (alignment.attribute_split) or digit_strips' boxes (the
   pointing game, alignment.attribute_images), on eval.attribution_num test sentences."""
-  # attribution: implicit attention at the end, on tasks with gold alignments (copy, reverse,
-  # sort): methods of implicit/attribution.py, comma-separated, or 'all'; '' = none;
-  # attribution_num: test sentences attributed; attribution_steps: integrated gradients' steps
-  # (and SmoothGrad's samples)
-  fields = {'attribution': '', 'attribution_num': 200, 'attribution_steps': 32}
+
+  @dataclasses.dataclass(frozen=True)
+  class Fields(fields.Fields):
+    SECTION = 'eval'
+    attribution: str = fields.field(
+        '', "implicit attention at the end, on tasks with gold alignments (copy, reverse, "
+        "sort): methods of implicit/attribution.py, comma-separated, or 'all'; '' = none")
+    attribution_num: int = fields.field(200, 'test sentences attributed')
+    attribution_steps: int = fields.field(32, "integrated gradients' steps (and SmoothGrad's "
+                                          'samples)')
   splits = ('test',)
 
   def check(self, task=None) -> None:
@@ -280,13 +315,19 @@ class WordAlignments(Evaluator):
   against word-level gold (tasks whose examples carry links: greek_english), teacher-forced
   on the test references: precision, recall and AER per map and by source length, each target
   word linked to its argmax source word."""
-  # word_alignment: word alignments against word-level gold (greek_english) at the end: 'auto'
-  # / 'all' every explicit map (attention, a Transformer's layers, heads, _shift rows), or map
-  # names; '' none. word_alignment_methods: ... and these attribution methods' maps ('all', or
-  # names); word_alignment_num: test sentences aligned (0: all); word_alignment_steps:
-  # integrated gradients' steps (and SmoothGrad's samples)
-  fields = {'word_alignment': 'auto', 'word_alignment_methods': '',
-            'word_alignment_num': 0, 'word_alignment_steps': 32}
+
+  @dataclasses.dataclass(frozen=True)
+  class Fields(fields.Fields):
+    SECTION = 'eval'
+    word_alignment: str = fields.field(
+        'auto', "word alignments against word-level gold (greek_english) at the end: 'auto' / "
+        "'all' every explicit map (attention, a Transformer's layers, heads, _shift rows), or "
+        "map names; '' none")
+    word_alignment_methods: str = fields.field('', "... and these attribution methods' maps "
+                                               "('all', or names)")
+    word_alignment_num: int = fields.field(0, 'test sentences aligned (0: all)')
+    word_alignment_steps: int = fields.field(32, "integrated gradients' steps (and "
+                                             "SmoothGrad's samples)")
   splits = ('test',)
 
   def check(self, task=None) -> None:
@@ -337,7 +378,12 @@ class WordAlignments(Evaluator):
 class Heatmaps(Evaluator):
   """Attention heatmaps of the first eval.heatmaps outputs of each test split (of the
   evaluated one in `evaluate`), a grid of them, and a Transformer's heads."""
-  fields = {'heatmaps': 3}   # attention heatmaps of the first test sentences at the end (0: none)
+
+  @dataclasses.dataclass(frozen=True)
+  class Fields(fields.Fields):
+    SECTION = 'eval'
+    heatmaps: int = fields.field(3, 'attention heatmaps of the first test sentences at the end '
+                                 '(0: none)')
 
   def check(self, task=None) -> None:
     shown = self.opts['heatmaps']

@@ -14,7 +14,6 @@ from typing import Any
 
 import jax
 import ml_collections
-import sacrebleu
 
 from attention_jax import data as data_lib
 from attention_jax import devices
@@ -59,15 +58,8 @@ def check_fields(cfg: ml_collections.ConfigDict) -> None:
   data_fields.check(d)     # the data fields the task reads, before any data or compile
   loop.Loop.of(t)          # the trainer's, the optimiser's and the loss's fields
   OptimizerConfig.of(t)
-  if not isinstance(cfg.eval.beam_size, int) or isinstance(cfg.eval.beam_size, bool) or (
-      cfg.eval.beam_size < 1):
-    raise ValueError(f'eval.beam_size must be a positive integer, got {cfg.eval.beam_size!r}')
-  if not isinstance(cfg.eval.alpha, (int, float)) or not 0 <= cfg.eval.alpha < float('inf'):
-    raise ValueError(f'eval.alpha must be a finite number >= 0, got {cfg.eval.alpha!r}')
+  evaluators.Scoring.of(cfg.eval)   # the eval fields every evaluation reads
   e = cfg.eval
-  if e.bleu_tokenize not in sacrebleu.BLEU.TOKENIZERS:
-    raise ValueError(f'unknown eval.bleu_tokenize {e.bleu_tokenize!r}; valid (sacrebleu): '
-                     f'{", ".join(sacrebleu.BLEU.TOKENIZERS)}')
   evaluators.build(e)   # each evaluator checks its own fields, before any training
   mcfg = model_config(cfg, 4, 4)  # the model's fields, before any data or compile
   reducers = objective.Objective.of(t).variance_reduction   # (its values checked there)

@@ -51,13 +51,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.train = ml_collections.ConfigDict({**fields.defaults('train'), **OBJECTIVE_OVERRIDES})
 
   # ---- eval ------------------------------------------------------------------
-  e = c.eval = ml_collections.ConfigDict()
-  e.bleu_tokenize = '13a'   # sacrebleu tokenizer: 13a for words, char for character tasks
-  e.beam_size = 5           # experiments/evaluate.py defaults
-  e.alpha = 0.6             # length penalty ((5+|Y|)/6)^alpha (Wu et al. 2016)
-  # each evaluator's fields (evaluators.EVALUATORS: its `fields`, with their meaning there):
-  # length_edges, heatmaps, attribution*, word_alignment*
-  e.update(evaluators.defaults())
+  # the fields every evaluation reads (evaluators.Scoring) and each evaluator's (its Fields)
+  c.eval = ml_collections.ConfigDict({**evaluators.Scoring.defaults(), **evaluators.defaults()})
   return c
 
 
@@ -84,6 +79,10 @@ def field_tables() -> str:
       '## train',
       '',
       fields.table('train'),
+      '',
+      '## eval',
+      '',
+      fields.table('eval'),
       ''])
 
 
