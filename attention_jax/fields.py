@@ -110,8 +110,7 @@ def one_of(default: str, valid: Iterable[str] | Callable[[], Iterable[str]],
   def check(name, value):
     if value not in names():
       raise ValueError(f'unknown {name} {value!r}; valid: {", ".join(names())}')
-  return dataclasses.field(default=default, metadata={'doc': doc, 'check': check,
-                                                      'valid': names})
+  return field(default, doc, check, names)
 
 
 # ---- owners: the parts that declared the fields of each section, in registration order ----

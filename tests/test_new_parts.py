@@ -19,10 +19,10 @@ import helpers
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, 'tests')
 # the three parts' fields, a good value each and a bad one, and the one line the bad one gives
-FIELDS = {'model.annotation_scale': (0.25, 0.0, 'model.annotation_scale must be a number > 0, '
-                                                'got 0.0'),
-          'model.logit_temperature': (3.0, -1.0, 'model.logit_temperature must be a number > '
-                                                 '0, got -1.0'),
+FIELDS = {'model.annotation_scale': (0.25, 0.0, 'model.annotation_scale must be a finite '
+                                                'number > 0, got 0.0'),
+          'model.logit_temperature': (3.0, -1.0, 'model.logit_temperature must be a finite '
+                                                 'number > 0, got -1.0'),
           'data.swap_alphabet': ('xyz', 'x', "data.swap_alphabet must be two or more letters, "
                                              "got 'x'")}
 

@@ -11,19 +11,13 @@ from attention_jax import fields
 from attention_jax.models import rnn_decoder
 
 
-def _check_temperature(name, value):
-  if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-    raise ValueError(f'{name} must be a number > 0, got {value!r}')
-
-
 @rnn_decoder.register('tempered')
 class Tempered(rnn_decoder.BahdanauDecoder):
   """The Bahdanau decoder with its logits [B, T, V] divided by model.logit_temperature."""
 
   @dataclasses.dataclass(frozen=True)
   class Fields(fields.Fields):
-    logit_temperature: float = fields.field(1.0, 'the logits are divided by it',
-                                            _check_temperature, '> 0')
+    logit_temperature: float = fields.number(1.0, 'the logits are divided by it', strict=True)
 
   def __init__(self, cfg, key_dim, *, rngs):
     super().__init__(cfg, key_dim, rngs=rngs)

@@ -12,19 +12,14 @@ from attention_jax.models import rnn_encoder
 from attention_jax.models.encoders import register_encoder
 
 
-def _check_scale(name, value):
-  if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-    raise ValueError(f'{name} must be a number > 0, got {value!r}')
-
-
 @register_encoder('scaled_rnn')
 class ScaledRNN(rnn_encoder.Encoder):
   """The RNN encoder with its annotations [B, S, K] multiplied by model.annotation_scale."""
 
   @dataclasses.dataclass(frozen=True)
   class Fields(rnn_encoder.Encoder.Fields):
-    annotation_scale: float = fields.field(1.0, 'the annotations are multiplied by it',
-                                           _check_scale, '> 0')
+    annotation_scale: float = fields.number(1.0, 'the annotations are multiplied by it',
+                                            strict=True)
 
   @classmethod
   def build(cls, cfg, *, dim, rngs):
