@@ -472,7 +472,7 @@ def bible_run(tmp, task: str, steps: int = 30, word_alignment: str = 'auto',
   digest = bible.sha256(wheel)
   if task not in loaders.LOADERS:
     data_lib.register_task(task, lambda d: loaders._read_builder(   # pylint: disable=protected-access
-        bible.prepare(d, wheel=wheel, expected_sha256=digest)), fields=data_fields.NoFields)
+        bible.prepare(d, wheel=wheel, expected_sha256=digest)), fields=data_fields.GreekEnglish)
   cfg = greek_english.get_config('smoke')
   cfg.data.update(name=task, data_dir=str(tmp / 'tfds'), vocab_size=40, tgt_vocab_size=40)
   cfg.model.update(**model)

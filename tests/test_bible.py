@@ -89,6 +89,24 @@ def _task(builder):
   return _TASKS[key]
 
 
+def test_data_verses_keeps_the_first_verses_before_the_split(prepared, tmp_path):
+  """data.verses=N (the smoke config's 640): the wheel's first N verses in verse order, each in
+  the split the rule gives it; a data set of its own beside the full one."""
+  wheel, cfg, builder = prepared
+  examples, _ = bible.read_wheel(wheel)
+  first = [e['verse'] for e in examples[:20]]
+  assert first == sorted(first)
+  d = cfg.data.copy_and_resolve_references()
+  d.update(data_dir=str(tmp_path / 'tfds'), verses=20)
+  ds = bible.prepare(d, wheel=wheel, expected_sha256=bible.sha256(wheel)).as_data_source()
+  kept = {split: sorted(x['verse'].decode() for x in ds[split]) for split in ds}
+  assert sorted(v for vs in kept.values() for v in vs) == first
+  assert all(bible.split_of(v) == split for split, vs in kept.items() for v in vs)
+  assert greek_english.get_config('smoke').data.verses == 640
+  assert greek_english.get_config().data.verses == 0
+  assert sum(len(x) for x in builder.as_data_source().values()) == 64   # the full one, as it was
+
+
 def test_token_words_of_the_task_cover_every_word(prepared):
   task = _task(prepared[2])
   for index, (src, tgt) in enumerate(task.texts('train')[:10]):

@@ -19,7 +19,8 @@ from attention_jax import fields
 class EveryTask(fields.Fields):
   """Read by every task: its name, tokenizers and batching."""
   SECTION = 'data'
-  SMOKE = {'batch_size': 16, 'num_buckets': 1, 'vocab_size': lambda v: min(v, 200)}
+  SMOKE = {'batch_size': 16, 'num_buckets': 1, 'vocab_size': lambda v: min(v, 200),
+           'tgt_vocab_size': lambda v: min(v, 200)}
   name: str = fields.field('dates', 'a name of attention_jax.data.TASKS (data.register_task '
                            'adds one)', valid=lambda: _tasks())
   data_dir: str = fields.field('', "TFDS data dir; '' = ~/tensorflow_datasets")
@@ -133,6 +134,14 @@ class Tfds(fields.Fields):
 
 
 @dataclasses.dataclass(frozen=True)
+class GreekEnglish(fields.Fields):
+  SECTION = 'data'
+  SMOKE = {'verses': 640}
+  verses: int = fields.count(0, "the wheel's first verses kept, in verse order, before the "
+                             'split (0: all 7,936): a quick run', '0: all')
+
+
+@dataclasses.dataclass(frozen=True)
 class NoFields(fields.Fields):
   """A task that reads the EveryTask fields only."""
   SECTION = 'data'
@@ -140,7 +149,7 @@ class NoFields(fields.Fields):
 
 # data.name -> the fields of its own (the built-in data sets' loaders: loaders.LOADERS)
 BUILT_IN = {'dates': Generated, 'copy': Symbols, 'reverse': Symbols, 'sort': Symbols,
-            'addition': Addition, 'cmudict': Cmudict, 'greek_english': NoFields,
+            'addition': Addition, 'cmudict': Cmudict, 'greek_english': GreekEnglish,
             'image_dates': ImageDates, 'digit_strips': DigitStrips, 'textfiles': TextFiles,
             'tfds': Tfds}
 for _name, _cls in BUILT_IN.items():
