@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from attention_jax.data import bible, loaders, pharaoh, tasks
+from attention_jax.data import bible, data_fields, loaders, pharaoh, tasks
 from attention_jax.data import tokenizers as tok_lib
 from experiments.configs import greek_english
 
@@ -105,6 +105,9 @@ def test_data_verses_keeps_the_first_verses_before_the_split(prepared, tmp_path)
   assert greek_english.get_config('smoke').data.verses == 640
   assert greek_english.get_config().data.verses == 0
   assert sum(len(x) for x in builder.as_data_source().values()) == 64   # the full one, as it was
+  d.verses = -3
+  with pytest.raises(ValueError, match=r'^data\.verses must be an integer >= 0 \(0: all\), got -3$'):
+    data_fields.check(d)
 
 
 def test_token_words_of_the_task_cover_every_word(prepared):

@@ -52,7 +52,7 @@ from typing import Any, Iterator
 
 import tensorflow_datasets as tfds
 
-from attention_jax.data import builders, pharaoh
+from attention_jax.data import builders, data_fields, pharaoh
 
 REQUIREMENT = 'bible-alignments==0.4.2'
 WHEEL = 'bible_alignments-0.4.2-py3-none-any.whl'
@@ -223,7 +223,7 @@ def prepare(data_cfg: Any, *, wheel: str | None = None,
   if digest != expected_sha256:
     raise DataUnavailable(f'{wheel}: SHA-256 {digest[:16]}... is not the expected '
                           f'{expected_sha256[:16]}...')
-  verses = int(data_cfg.get('verses', 0))
+  verses = int(data_fields.get(data_cfg, 'verses'))   # 0 in a config that predates it
   config = BibleConfig(name=f'wheel{digest[:12]}_split{SPLIT_MODULUS}'
                        + (f'_verses{verses}' if verses else ''), wheel=wheel, verses=verses)
   with builders.quiet_tfds():
