@@ -40,21 +40,19 @@ def test_lock_excludes_a_second_holder_and_is_released_with_its_process(tmp_path
 
 
 # a sweep's run process as attempts.die_with_parent starts it, under a parent that the test
-# kills: the run writes `ready` once its handlers are in place, then `term` on SIGTERM, or
-# `probe` on SIGWINCH (the test's probe, sent after the parent is gone: a SIGTERM already sent
-# is handled first, as Python runs pending handlers in the order of their numbers, 15 < 28)
+# kills: SIGTERM and SIGWINCH blocked, it writes `ready`, then takes the first of them with
+# sigwaitinfo and writes `term` or `probe`. The kernel queues the SIGTERM while the parent exits,
+# before the test's wait() returns and so before the test's SIGWINCH probe, and hands pending
+# signals out lowest number first (15 < 28): `probe` only if no SIGTERM came. (Python-level
+# handlers would race: a SIGWINCH arriving while the SIGTERM handler starts runs nested in it,
+# before it writes `term`; CI saw that once.)
 RUN_PROCESS = """
-import os, signal, sys, time
-def said(what):
-  def handler(signum, frame):
-    open(os.path.join(sys.argv[1], what), 'w').close()
-    os._exit(0)
-  return handler
-signal.signal(signal.SIGTERM, said('term'))
-signal.signal(signal.SIGWINCH, said('probe'))
+import os, signal, sys
+wanted = {signal.SIGTERM, signal.SIGWINCH}
+signal.pthread_sigmask(signal.SIG_BLOCK, wanted)
 open(os.path.join(sys.argv[1], 'ready'), 'w').close()
-while True:
-  time.sleep(60)
+first = signal.sigwaitinfo(wanted).si_signo
+open(os.path.join(sys.argv[1], 'term' if first == signal.SIGTERM else 'probe'), 'w').close()
 """
 SWEEP_PROCESS = """
 import subprocess, sys
