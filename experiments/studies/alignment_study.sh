@@ -11,6 +11,11 @@
 #      unsupervised variants, each seed's attribution maps on the test verses (evaluate
 #      --word_alignment_methods: about 15 minutes a run on 2 cores, 5 of them compiling);
 #   3. the sweep report, with word_alignment.md (attention_jax/analysis/alignment_study.py).
+# ARCHIVE=DIR keeps what the report reads, without checkpoints: the aligners' JSON and, for each
+# run once its maps are done, its config, results, test records, evaluation JSON and log (a few
+# hundred KB a run), in DIR/greek_english/<variant>/seed_<k>; at the start, a run that ROOT has
+# not finished is restored from DIR. So a study whose ROOT is lost between sessions (a fresh
+# machine) goes on from DIR, and its table can be rebuilt from DIR alone.
 set -euo pipefail
 case "${1:-}" in
   -h|--help|--helpfull)   # the usage: this header
@@ -28,6 +33,28 @@ SWEEP=experiments/configs/greek_english.py
 DIR="$ROOT/greek_english"
 mkdir -p "$DIR"
 say() { echo "[alignment-study $(date -u +%H:%M:%S)] $*"; }
+ARCHIVE=${ARCHIVE:-}
+KEPT='config.json model_config.json results.json wall_time.json train.log .attention_jax_run
+      sentences_test.jsonl eval_test_*.json aligners.json aligners.md'
+keep() {   # keep FROM TO: the files of KEPT in directory FROM copied to TO (kept times)
+  mkdir -p "$2"
+  for name in $KEPT; do
+    for f in "$1"/$name; do [[ -f $f ]] && cp -p "$f" "$2/"; done
+  done
+  return 0
+}
+archive() {   # archive RUN: a finished run's files kept in ARCHIVE (if set)
+  [[ -z $ARCHIVE || ! -f $1/results.json ]] || keep "$1" "$ARCHIVE/greek_english/${1#"$DIR"/}"
+}
+if [[ -n $ARCHIVE ]]; then   # restore what ROOT lacks
+  [[ -f $DIR/aligners.json || ! -f $ARCHIVE/greek_english/aligners.json ]] ||
+    keep "$ARCHIVE/greek_english" "$DIR"
+  for done_run in "$ARCHIVE"/greek_english/*/seed_*/results.json; do
+    [[ -f $done_run ]] || continue
+    run=${done_run%/results.json}; run=$DIR/${run#"$ARCHIVE"/greek_english/}
+    [[ -f $run/results.json ]] || { say "restored from $ARCHIVE: $run"; keep "${done_run%/*}" "$run"; }
+  done
+fi
 
 if ! python - "$DIR/aligners.json" "$NUM" <<'PY'
 import json, sys
@@ -43,6 +70,7 @@ then
   python -m experiments.studies.aligners --out="$DIR/aligners.json" --table="$DIR/aligners.md" \
       --eflomal_prefixes=4:4 --raw= $([[ $NUM == 0 ]] || echo "--subsets=$NUM")
 fi
+[[ -z $ARCHIVE ]] || keep "$DIR" "$ARCHIVE/greek_english"
 
 VARIANTS=$(python -c "from experiments.configs import greek_english as g
 print(' '.join(name for name, _ in g.get_sweep()))")
@@ -50,10 +78,13 @@ for v in $VARIANTS; do
   say "variant $v: $SEEDS seeds"
   python -m experiments.sweep --sweep="$SWEEP" --seeds="$SEEDS" --population --root="$ROOT" \
       --only="$v"
-  [[ $v == guided* ]] && continue   # supervised: its explicit maps are the point
   for k in $(seq 1 "$SEEDS"); do
     run="$DIR/$v/seed_$k"
-    if python - "$run" "$METHODS" "$NUM" <<'PY'
+    if [[ $v == guided* ]]; then   # supervised: its explicit maps are the point
+      archive "$run"
+      continue
+    fi
+    if ! python - "$run" "$METHODS" "$NUM" <<'PY'
 import json, sys
 try:
   report = json.load(open(f'{sys.argv[1]}/eval_test_beam1_a0.6.json'))
@@ -62,10 +93,12 @@ except (OSError, ValueError):
 done = set(report.get('word_alignment', {})) >= set(sys.argv[2].split(','))
 sys.exit(0 if done and report.get('word_alignment_num') == int(sys.argv[3]) else 1)
 PY
-    then continue; fi
-    say "$run: word alignments of $METHODS on the test verses (first $NUM; 0: all)"
-    python -m experiments.evaluate --workdir="$run" --beam=1 --heatmaps=0 \
-        --word_alignment_methods="$METHODS" --word_alignment_num="$NUM" --steps="$STEPS"
+    then
+      say "$run: word alignments of $METHODS on the test verses (first $NUM; 0: all)"
+      python -m experiments.evaluate --workdir="$run" --beam=1 --heatmaps=0 \
+          --word_alignment_methods="$METHODS" --word_alignment_num="$NUM" --steps="$STEPS"
+    fi
+    archive "$run"
   done
 done
 say "the report"
