@@ -12,8 +12,8 @@
 #      --word_alignment_methods: about 15 minutes a run on 2 cores, 5 of them compiling);
 #   3. the sweep report, with word_alignment.md (attention_jax/analysis/alignment_study.py).
 # ARCHIVE=DIR keeps what the report reads, without checkpoints: the aligners' JSON and, for each
-# run once its maps are done, its config, results, test records, evaluation JSON and log (a few
-# hundred KB a run), in DIR/greek_english/<variant>/seed_<k>; at the start, a run that ROOT has
+# run once its maps are done, its config, results, test records, evaluation JSON and log (about
+# 200 KB a run), in DIR/greek_english/<variant>/seed_<k>; at the start, a run that ROOT has
 # not finished is restored from DIR. So a study whose ROOT is lost between sessions (a fresh
 # machine) goes on from DIR, and its table can be rebuilt from DIR alone.
 set -euo pipefail
