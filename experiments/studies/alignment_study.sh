@@ -49,10 +49,10 @@ archive() {   # archive RUN: a finished run's files kept in ARCHIVE (if set)
 if [[ -n $ARCHIVE ]]; then   # restore what ROOT lacks
   [[ -f $DIR/aligners.json || ! -f $ARCHIVE/greek_english/aligners.json ]] ||
     keep "$ARCHIVE/greek_english" "$DIR"
-  for done_run in "$ARCHIVE"/greek_english/*/seed_*/results.json; do
-    [[ -f $done_run ]] || continue
-    run=${done_run%/results.json}; run=$DIR/${run#"$ARCHIVE"/greek_english/}
-    [[ -f $run/results.json ]] || { say "restored from $ARCHIVE: $run"; keep "${done_run%/*}" "$run"; }
+  for kept in "$ARCHIVE"/greek_english/*/seed_*; do
+    run=$DIR/${kept#"$ARCHIVE"/greek_english/}
+    [[ ! -f $kept/results.json || -f $run/results.json ]] ||
+      { say "restored from $ARCHIVE: $run"; keep "$kept" "$run"; }
   done
 fi
 
