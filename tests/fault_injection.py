@@ -9,9 +9,12 @@ once straight through, then again with SIGKILL `--kills` times. Each kill is dra
 seed (and printed) before its attempt starts, a few steps past the step the attempt resumes
 from: every other one inside a checkpoint write (hold point 'checkpoint_save': the step written
 to Orbax's temporary directory, not yet committed, of the latest or of the best checkpoint),
-the others at a random moment: a random 0-1 s after the attempt logs its target step
-(training, validation or a save); a run trained to its last step is killed in its final
-evaluation (hold point 'final_evaluation'). After the kills it lets the run finish and checks that no
+the others at a random moment: a random fraction of one training step's time after the
+attempt logs its target step (inside the next step, its log, a validation or a save; a step's
+time, not seconds, so a fast machine lands them where a slow one does), never past the last
+checkpoint step but one (or, past it, the last step but one), so the next even kill still has a
+write to land in; a run trained to its
+last step is killed in its final evaluation (hold point 'final_evaluation'). After the kills it lets the run finish and checks that no
 attempt ever took an unreadable step for a checkpoint (no `skipped unreadable checkpoint`,
 no checkpoints/corrupt/: a killed write is never committed), and compares results.json (every
 metric) and the final train state (parameters, optimiser state, step) with the uninterrupted
@@ -48,9 +51,11 @@ def plan_kill(seed: int, k: int, resume: int, steps: int, checkpoint_every: int,
               eval_every: int, best_steps: tuple[int, ...] = ()) -> dict:
   """Kill k (0, 1, ...), a few steps past `resume`, drawn from (seed, k): the even ones
   {'at': 'checkpoint_save', 'step', 'checkpoints'} (held inside that checkpoint write:
-  hold.py), the odd ones {'at': 'moment', 'step', 'delay'} (`delay` s after the attempt logs
-  `step`); {'at': 'final_evaluation', 'split'} once the run has trained to its last step (held
-  in its final evaluation). best_steps: those the best checkpoints hold (not written again)."""
+  hold.py), the odd ones {'at': 'moment', 'step', 'delay'} (`delay` in [0, 1) of one training
+  step's time after the attempt logs `step`: its second step or later, at most the last
+  checkpoint step but one, or past it, short of the last step); {'at': 'final_evaluation', 'split'}
+  once the run has trained to its last step (held in its final evaluation). best_steps: those
+  the best checkpoints hold (not written again)."""
   rng = random.Random(f'{seed}:{k}')
   if resume >= steps:
     return {'at': 'final_evaluation', 'split': 'validation'}
@@ -64,7 +69,12 @@ def plan_kill(seed: int, k: int, resume: int, steps: int, checkpoint_every: int,
       best = step == eval_every and step not in best_steps and rng.random() < 0.5
       return {'at': 'checkpoint_save', 'step': step,
               'checkpoints': 'best' if best else 'latest'}
-  return {'at': 'moment', 'step': rng.randint(resume + 1, min(resume + 12, steps)),
+  # from this attempt's second step (a step's time is measured between two of its steps) to
+  # the last checkpoint step but one, or short of the last step: the last write stays ahead
+  first = resume + 2
+  last = (min(resume + 12, steps - checkpoint_every) if first <= steps - checkpoint_every
+          else steps - 1)
+  return {'at': 'moment', 'step': min(rng.randint(min(first, last), last), steps),
           'delay': round(rng.uniform(0.0, 1.0), 3)}
 
 
@@ -73,7 +83,7 @@ def describe(kill: dict) -> str:
     return f'inside the write of the {kill["checkpoints"]} checkpoint of step {kill["step"]}'
   if kill['at'] == 'final_evaluation':
     return f'in the final evaluation (after its {kill["split"]} split)'
-  return f'{kill["delay"]:.3f} s after step {kill["step"]} is logged'
+  return f'{kill["delay"]:.3f} of a step\'s time after step {kill["step"]} is logged'
 
 
 def attempt(cmd: list[str], kill: dict, held: str) -> tuple[int, str]:
@@ -84,14 +94,18 @@ def attempt(cmd: list[str], kill: dict, held: str) -> tuple[int, str]:
     env = helpers.hold_env(held, **kill)
   proc = subprocess.Popen(cmd, cwd=ROOT, env=helpers.fault_env(env), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
-  log, logged = [], threading.Event()
+  log, logged, gaps, seen = [], threading.Event(), [], []   # seen: the last step line's time
 
   def read():
     for line in proc.stdout:
       log.append(line)
-      if (kill['at'] == 'moment' and line.startswith('step')
-          and int(line.split()[1].split('/')[0]) >= kill['step']):
-        logged.set()
+      if kill['at'] == 'moment' and line.startswith('step'):
+        now = time.monotonic()
+        if seen:
+          gaps.append(now - seen[-1])
+        seen.append(now)
+        if int(line.split()[1].split('/')[0]) >= kill['step'] and gaps:
+          logged.set()
   reader = threading.Thread(target=read, daemon=True)
   reader.start()
   try:
@@ -99,7 +113,8 @@ def attempt(cmd: list[str], kill: dict, held: str) -> tuple[int, str]:
       while not logged.wait(0.05) and proc.poll() is None:
         pass
       if proc.poll() is None:
-        threading.Event().wait(kill['delay'])   # the random moment, drawn from the seed
+        # the random moment, drawn from the seed, in units of the attempt's quickest step
+        threading.Event().wait(kill['delay'] * min(gaps))
     else:   # held there (or it ended first: then there is nothing to kill)
       while not os.path.exists(held) and proc.poll() is None:
         time.sleep(0.02)
