@@ -320,36 +320,39 @@ def test_a_ray_sweep_population_gives_the_local_population_s_runs(pop_sweep, dat
     assert 'additive/seed_1..2: attempt 1 on' in log and '[population of 2: seeds 1..2' in log
 
 
-@pytest.mark.scenario   # a signal to a running command (CI: bash launch.sh test -m scenario)
-@pytest.mark.parametrize('sig,at,resumed', [(signal.SIGTERM, 3, 3), (signal.SIGKILL, 6, 4)])
+@pytest.mark.scenario   # signals to a running command (CI: bash launch.sh test -m scenario)
 def test_a_population_stopped_by_a_signal_resumes_to_the_uninterrupted_one_bit_for_bit(
-    pop_sweep, data_dir, tmp_path, sig, at, resumed):
-  """Held at step `at` (hold.py), then SIGTERM: every member saves that step, exit 143; or
-  SIGKILL: nothing saved since the checkpoints of step 4. The same command resumes both
-  members from that step and ends with the uninterrupted population's parameters and results,
-  bit for bit."""
+    pop_sweep, data_dir, tmp_path):
+  """Held at step 3 (hold.py), then SIGTERM: every member saves that step, exit 143. The same
+  command resumes both members from step 3; held at step 6, SIGKILL: nothing saved since the
+  checkpoints of step 4. The same command again resumes both from step 4 and ends with the
+  uninterrupted population's parameters and results, bit for bit."""
   path, sweep_dir, _ = pop_sweep
   workdir = tmp_path / 'pop'
   args = [f'--config={path}:smoke', '--config.model.score=additive', '--config.seed=1',
           '--config.train.population=2', f'--workdir={workdir}',
           f'--config.data.data_dir={data_dir}']
-  held = tmp_path / 'held'
-  proc = subprocess.Popen([sys.executable, '-m', 'experiments.main', *args], cwd=helpers.ROOT,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**helpers.hold_env(held, step=at, workdir=workdir),
-                               'PYTHONUNBUFFERED': '1'})
-  helpers.wait_held(held, proc)
-  proc.send_signal(sig)
-  out = proc.stdout.read()
-  assert proc.wait(timeout=300) == (128 + sig if sig == signal.SIGTERM else -sig), out
-  if sig == signal.SIGTERM:
-    assert f'stopped by SIGTERM at step {at}' in out
-  assert [_steps(str(workdir / f'seed_{k}')) for k in (1, 2)] == [[resumed]] * 2, out
+  members = [str(workdir / f'seed_{k}') for k in (1, 2)]
+  for sig, at, kept in ((signal.SIGTERM, 3, [3]), (signal.SIGKILL, 6, [3, 4])):
+    held = tmp_path / f'held_{at}'
+    proc = subprocess.Popen([sys.executable, '-m', 'experiments.main', *args],
+                            cwd=helpers.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**helpers.hold_env(held, step=at, workdir=workdir),
+                                            'PYTHONUNBUFFERED': '1'})
+    helpers.wait_held(held, proc)
+    proc.send_signal(sig)
+    out = proc.stdout.read()
+    assert proc.wait(timeout=300) == (128 + sig if sig == signal.SIGTERM else -sig), out
+    if sig == signal.SIGTERM:
+      assert f'stopped by SIGTERM at step {at}' in out
+    else:
+      assert all(f'resumed from {m}/checkpoints/latest step 3' in out for m in members), out
+    assert [_steps(m) for m in members] == [kept] * 2, out
   done = helpers.run_module('experiments.main', *args)
   assert done.returncode == 0, done.stderr[-3000:]
-  for k in (1, 2):
-    member, ref = str(workdir / f'seed_{k}'), str(sweep_dir / 'additive' / f'seed_{k}')
-    assert f'resumed from {member}/checkpoints/latest step {resumed}' in done.stdout
+  for k, member in enumerate(members, 1):
+    ref = str(sweep_dir / 'additive' / f'seed_{k}')
+    assert f'resumed from {member}/checkpoints/latest step 4' in done.stdout
     _same_tree(_params(member, 8), _params(ref, 8))
     assert workdir_lib.Run(member).results()['results'] == workdir_lib.Run(ref).results()['results']
 

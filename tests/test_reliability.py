@@ -192,31 +192,37 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.scenario
-@pytest.mark.parametrize('sig', [signal.SIGTERM, signal.SIGINT], ids=['SIGTERM', 'SIGINT'])
 def test_signal_saves_a_checkpoint_exits_and_the_same_command_resumes_bit_identical(
-    sig, uninterrupted, tmp_path):
-  """The signal reaches the run held at step 7 (hold.py: no race): it saves step 7, exits
-  128 + the signal's number, and the same command resumes from step 7 to a run equal to one
-  straight through (results.json's metrics, the final train state bit for bit)."""
+    uninterrupted, tmp_path):
+  """SIGTERM reaches the run held at step 7 (hold.py: no race): it saves step 7 and exits 143;
+  the same command resumes from step 7 and, held at step 12, gets SIGINT: it saves step 12 and
+  exits 130; the same command again resumes from step 12 to a run equal to one straight through
+  (results.json's metrics, the final train state bit for bit). Checkpoints are due at 5, 10, ...:
+  neither step is one."""
   ref, data_dir = uninterrupted
   workdir = str(tmp_path / 'run')
-  cmd = helpers.fault_cmd(workdir, data_dir)   # checkpoints at 5, 10, ...: none due at 7
-  held = tmp_path / 'held'
-  proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=helpers.fault_env(helpers.hold_env(
-                              held, step=7, workdir=workdir)))
-  helpers.wait_held(held, proc)
-  proc.send_signal(sig)
-  out = proc.stdout.read()
-  assert proc.wait(timeout=600) == 128 + sig, out
-  assert f'stopped by {signal.Signals(sig).name} at step 7' in out
-  steps = sorted(int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints', 'latest'))
-                 if n.isdigit())
-  assert steps == [5, 7], out     # saved where it stopped
+  cmd = helpers.fault_cmd(workdir, data_dir)   # the 2 newest checkpoints kept
+  for sig, step, resumed, kept in ((signal.SIGTERM, 7, None, [5, 7]),
+                                   (signal.SIGINT, 12, 7, [10, 12])):
+    held = tmp_path / f'held_{step}'
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=helpers.fault_env(helpers.hold_env(
+                                held, step=step, workdir=workdir)))
+    helpers.wait_held(held, proc)
+    proc.send_signal(sig)
+    out = proc.stdout.read()
+    assert proc.wait(timeout=600) == 128 + sig, out
+    assert f'stopped by {signal.Signals(sig).name} at step {step}' in out
+    assert (resumed is None) == ('resumed from' not in out), out
+    if resumed is not None:
+      assert f'resumed from {workdir}/checkpoints/latest step {resumed}' in out
+    steps = sorted(int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints', 'latest'))
+                   if n.isdigit())
+    assert steps == kept, out     # saved where it stopped
   done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                         env=helpers.fault_env())
   assert done.returncode == 0, done.stderr[-2000:]
-  assert f'resumed from {workdir}/checkpoints/latest step 7' in done.stdout + done.stderr
+  assert f'resumed from {workdir}/checkpoints/latest step 12' in done.stdout + done.stderr
   assert not helpers.differences_from(ref, workdir)
 
 
