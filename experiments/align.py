@@ -15,9 +15,10 @@ source word, or every source word with at least --threshold of the row). --out g
 of `i-j` links per pair (source word i, target word j, 0-indexed, as fast_align and eflomal
 write them; a line the run cannot teacher-force, over 4x its training lengths, stays empty and
 is counted). --heatmaps=N draws the first N pairs' word maps with the gold links as squares and
-the extracted links as dots. With --gold (Pharaoh, `i-j` sure and `i?j` possible links; --one_indexed if its
-words count from 1) precision, recall and AER are printed, and with --by_word=N the N target
-words (lower-cased, punctuation stripped) whose gold links are missed most.
+the extracted links as dots. With --gold (Pharaoh, `i-j` sure and `i?j` possible links;
+--one_indexed if its words count from 1; an empty line: a pair without gold, not scored)
+precision, recall and AER are printed, and with --by_word=N the N target words (lower-cased,
+punctuation stripped) whose gold links are missed most.
 
 Expected failures print one line `error: ...` and exit with status 2 before the model is loaded
 and with nothing written: files that differ in line count, a gold file whose links fall
@@ -121,15 +122,18 @@ def main(argv):
           m, pairs[k][0].split(), pairs[k][1].split(), g, links[k],
           os.path.join(folder, f'pair_{k + 1}.png'), f'pair {k + 1}: {FLAGS.map}{extra}')
       print(f'drew {path}')
-  if gold is not None:
-    f = wa.score(gold, [l or frozenset() for l in links])
+  if gold is not None:   # a pair whose gold line is empty has no gold: not scored
+    scored = [k for k, g in enumerate(gold) if g.possible]
+    golds, found = [gold[k] for k in scored], [links[k] or frozenset() for k in scored]
+    f = wa.score(golds, found)
+    unscored = len(gold) - len(scored)
     print(f'precision {f["precision"]:.2f}  recall {f["recall"]:.2f}  AER {f["aer"]:.2f}  '
-          f'({f["links"]} links, {f["sure"]} sure gold links, {len(gold)} pairs)')
+          f'({f["links"]} links, {f["sure"]} sure gold links, {len(scored)} pairs'
+          + (f'; {unscored} with an empty gold line not scored' if unscored else '') + ')')
     if FLAGS.by_word:
       print('\n| target word | sure links | recall | precision | share of the missed |\n'
             '|---|---|---|---|---|')
-      for r in wa.by_word(gold, [l or frozenset() for l in links],
-                          [t for _, t in pairs])[:FLAGS.by_word]:
+      for r in wa.by_word(golds, found, [pairs[k][1] for k in scored])[:FLAGS.by_word]:
         print(f'| {r["word"]} | {r["sure"]} | {r["recall"]:.1f} | {r["precision"]:.1f} | '
               f'{r["missed_share"]:.1f}% |')
 

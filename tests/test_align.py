@@ -24,7 +24,10 @@ TASK = 'tiny_bible'
 
 @pytest.fixture(scope='module')
 def run(tmp_path_factory):
-  """A smoke run on the small wheel's verses, and its test verses with gold as files."""
+  """A smoke run on the small wheel's verses -> (tmp, the test pairs with gold, their gold, the
+  run's test results, the pairs of the files). The files (src, tgt, gold, gold1: 1-indexed) hold
+  the pairs with gold and, as the study's files hold a verse without gold, the first pair again
+  with an empty gold line: aligned, not scored."""
   tmp = tmp_path_factory.mktemp('align')
   _, cfg, summary = helpers.bible_run(tmp, TASK)
   task = data_lib.load_task(cfg.data, tokenizers=data_lib.load_tokenizers(
@@ -32,11 +35,13 @@ def run(tmp_path_factory):
   gold = task.word_gold('test')
   rows = [k for k, g in enumerate(gold) if g is not None]
   pairs = [task.texts('test')[k] for k in rows]
-  (tmp / 'src').write_text(''.join(s + '\n' for s, _ in pairs))
-  (tmp / 'tgt').write_text(''.join(t + '\n' for _, t in pairs))
-  pharaoh.write(str(tmp / 'gold'), [gold[k] for k in rows])
-  pharaoh.write(str(tmp / 'gold1'), [gold[k] for k in rows], one_indexed=True)
-  return tmp, pairs, [gold[k] for k in rows], summary['results']['test']
+  files = pairs + pairs[:1]
+  (tmp / 'src').write_text(''.join(s + '\n' for s, _ in files))
+  (tmp / 'tgt').write_text(''.join(t + '\n' for _, t in files))
+  no_gold = pharaoh.Alignment.of(())
+  pharaoh.write(str(tmp / 'gold'), [gold[k] for k in rows] + [no_gold])
+  pharaoh.write(str(tmp / 'gold1'), [gold[k] for k in rows] + [no_gold], one_indexed=True)
+  return tmp, pairs, [gold[k] for k in rows], summary['results']['test'], files
 
 
 def _align(tmp, *flags):
@@ -45,15 +50,16 @@ def _align(tmp, *flags):
 
 
 def test_align_writes_links_and_prints_the_figures_the_library_gives(run):
-  tmp, pairs, gold, results = run
+  tmp, pairs, gold, results, files = run
   out = tmp / 'out.links'
   done = _align(tmp, f'--gold={tmp / "gold"}', f'--out={out}', '--heatmaps=2', '--by_word=3')
   assert done.returncode == 0, done.stderr
   assert sorted(os.listdir(tmp / 'out.heatmaps')) == ['pair_1.png', 'pair_2.png']
-  links = pharaoh.read(str(out), sizes=[(len(s.split()), len(t.split())) for s, t in pairs])
-  assert len(links) == len(pairs)
-  # argmax: one link per target word with attention, to a source word of its sentence
-  for a, (_, t) in zip(links, pairs):
+  links = pharaoh.read(str(out), sizes=[(len(s.split()), len(t.split())) for s, t in files])
+  assert len(links) == len(files) == len(pairs) + 1
+  # argmax: one link per target word with attention, to a source word of its sentence (the
+  # pair without gold too)
+  for a, (_, t) in zip(links, files, strict=True):
     assert sorted(j for _, j in a.sure) == list(range(len(t.split())))
   t = loading.load(str(tmp / 'run'))
   want = wa.score(gold, aligning.align_pairs(t, pairs, 'attention'))
@@ -61,6 +67,8 @@ def test_align_writes_links_and_prints_the_figures_the_library_gives(run):
   assert got, done.stdout
   assert [float(x) for x in got.groups()] == [round(want[k], 2) for k in
                                                 ('precision', 'recall', 'aer')]
+  assert f'{len(pairs)} pairs; 1 with an empty gold line not scored)' in done.stdout
+  links = links[:len(pairs)]   # the pairs with gold
   assert wa.score(gold, [a.sure for a in links])['aer'] == pytest.approx(want['aer'])
   # --by_word: the 3 target words missed most, as the library counts them on these links
   rows = wa.by_word(gold, [a.sure for a in links], [t for _, t in pairs])[:3]
@@ -94,7 +102,7 @@ def test_evaluate_adds_an_attribution_maps_figures_which_the_study_reads_and_ali
   """The study's attribution rows: `evaluate --word_alignment_methods=gradient` writes the
   gradient map's figures into eval_test.json, the study table reads them beside the explicit
   maps of results.json, and align's AER for that map on the same verses is the same."""
-  tmp, pairs, gold, results = run
+  tmp, pairs, gold, results, _ = run
   report = saved_run.evaluate_run(str(tmp / 'run'), split='test', num_heatmaps=0,
                                   word_alignment_methods='gradient', verbose=False)
   assert set(report['word_alignment']) == {'attention', 'gradient'}
@@ -123,7 +131,7 @@ def test_a_one_indexed_gold_with_its_flag_and_a_gradient_map_with_a_threshold(ru
 
 @pytest.mark.parametrize('case', ['one_indexed', 'out_of_range', 'line_counts', 'unknown_map'])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(run, case):
-  tmp, pairs = run[:2]
+  tmp, pairs = run[0], run[4]   # the files' pairs
   out = tmp / f'bad_{case}.links'
   flags, want = [], ''
   if case == 'one_indexed':      # a 1-indexed gold file without the flag
