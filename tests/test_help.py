@@ -53,11 +53,17 @@ def test_every_command_s_help_prints_its_usage_and_exits_0():
 
 def test_alignment_study_refuses_a_flag_as_its_root_in_one_line(tmp_path):
   """The study's one argument is a directory: a flag (a mistyped --help) is refused, not made
-  into a directory named after it (CI once saw `mkdir: unrecognized option '--help/...'`)."""
-  for args, said in ((['--bogus'], "unknown flag '--bogus'"),
-                     ([str(tmp_path / 'a'), str(tmp_path / 'b')], 'one ROOT directory expected')):
+  into a directory named after it (CI once saw `mkdir: unrecognized option '--help/...'`); an
+  unknown variant in ONLY is refused, naming the valid ones, before anything is made."""
+  for args, only, said in (
+      (['--bogus'], '', "unknown flag '--bogus'"),
+      ([str(tmp_path / 'a'), str(tmp_path / 'b')], '', 'one ROOT directory expected'),
+      ([str(tmp_path / 'r')], 'general bogus',
+       "ONLY names 'bogus', not a variant of experiments/configs/greek_english.py; valid: "
+       'additive guided ')):
     proc = subprocess.Popen(['bash', LAUNCH, 'alignment-study', *args], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, 'ONLY': only})
     out, err = proc.communicate(timeout=120)
     lines = [l for l in err.splitlines() if not l.startswith('[launch]')]   # (a venv set up)
     assert proc.returncode == 2 and said in err and len(lines) == 1, err

@@ -15,7 +15,9 @@
 # run once its maps are done, its config, results, test records, evaluation JSON and log (about
 # 200 KB a run), in DIR/greek_english/<variant>/seed_<k>; at the start, a run that ROOT has
 # not finished is restored from DIR. So a study whose ROOT is lost between sessions (a fresh
-# machine) goes on from DIR, and its table can be rebuilt from DIR alone.
+# machine) goes on from DIR, and its table can be rebuilt from DIR alone. ONLY='general dot'
+# runs those variants, in that order (an unsupervised variant's maps need its checkpoints, which
+# DIR does not keep: start one that a session can train and map before it ends).
 set -euo pipefail
 case "${1:-}" in
   -h|--help|--helpfull)   # the usage: this header
@@ -28,9 +30,17 @@ ROOT=${1:-runs}
 SEEDS=${SEEDS:-3}
 NUM=${NUM:-0}      # the first test verses the attribution methods align (0: all 506)
 STEPS=${STEPS:-8}  # integrated gradients' steps
+ONLY=${ONLY:-}     # the variants to run, in this order (default: all of get_sweep's, in its order)
 METHODS=gradient,gradient_x_input,erasure,integrated_gradients
 SWEEP=experiments/configs/greek_english.py
 DIR="$ROOT/greek_english"
+ALL=$(python -c "from experiments.configs import greek_english as g
+print(' '.join(name for name, _ in g.get_sweep()))")
+VARIANTS=${ONLY:-$ALL}
+for v in $VARIANTS; do
+  [[ " $ALL " == *" $v "* ]] ||
+    { echo "alignment-study: ONLY names '$v', not a variant of $SWEEP; valid: $ALL" >&2; exit 2; }
+done
 mkdir -p "$DIR"
 say() { echo "[alignment-study $(date -u +%H:%M:%S)] $*"; }
 ARCHIVE=${ARCHIVE:-}
@@ -72,8 +82,6 @@ then
 fi
 [[ -z $ARCHIVE ]] || keep "$DIR" "$ARCHIVE/greek_english"
 
-VARIANTS=$(python -c "from experiments.configs import greek_english as g
-print(' '.join(name for name, _ in g.get_sweep()))")
 for v in $VARIANTS; do
   say "variant $v: $SEEDS seeds"
   python -m experiments.sweep --sweep="$SWEEP" --seeds="$SEEDS" --population --root="$ROOT" \
