@@ -13,12 +13,12 @@ the others at a random moment: a random fraction of one training step's time aft
 attempt logs its target step (inside the next step, its log, a validation or a save; a step's
 time, not seconds, so a fast machine lands them where a slow one does), never past the last
 checkpoint step but one (or, past it, the last step but one), so the next even kill still has a
-write to land in; a run trained to its
-last step is killed in its final evaluation (hold point 'final_evaluation'). After the kills it lets the run finish and checks that no
-attempt ever took an unreadable step for a checkpoint (no `skipped unreadable checkpoint`,
-no checkpoints/corrupt/: a killed write is never committed), and compares results.json (every
-metric) and the final train state (parameters, optimiser state, step) with the uninterrupted
-run (helpers.differences_from). Exit status 0 when identical. CI runs it with 6 kills
+write to land in; a run trained to its last step is killed in its final evaluation (hold point
+'final_evaluation'). After the kills it lets the run finish and checks that no attempt ever took
+an unreadable step for a checkpoint (no `skipped unreadable checkpoint`, no checkpoints/corrupt/:
+a killed write is never committed), and compares results.json (every metric) and the final
+train state (parameters, optimiser state, step) with the uninterrupted run
+(helpers.differences_from). Exit status 0 when identical. CI runs it with 6 kills
 (tests/test_fault_injection.py, the scenario tier).
 """
 
@@ -74,7 +74,7 @@ def plan_kill(seed: int, k: int, resume: int, steps: int, checkpoint_every: int,
   first = resume + 2
   last = (min(resume + 12, steps - checkpoint_every) if first <= steps - checkpoint_every
           else steps - 1)
-  return {'at': 'moment', 'step': min(rng.randint(min(first, last), last), steps),
+  return {'at': 'moment', 'step': rng.randint(min(first, last), last),
           'delay': round(rng.uniform(0.0, 1.0), 3)}
 
 

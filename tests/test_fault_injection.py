@@ -85,8 +85,9 @@ def test_sigkill_at_random_moments_resumes_bit_identical(reference, tmp_path, ca
   it lands, the checkpoints then), every other one inside a checkpoint write (hold point
   'checkpoint_save'), the others a random fraction of one step's time after a step is logged
   (short of the last checkpoint, so each even kill has a write to land in, on a fast machine
-  too); each followed by the same command again. No attempt ever finds an unreadable step (a write killed before its
-  commit is no step), and the run ends bit-identical to one straight through."""
+  too); each followed by the same command again. No attempt ever finds an unreadable step (a
+  write killed before its commit is no step), and the run ends bit-identical to one straight
+  through."""
   ref, data_dir = reference
   said = []
   def say(line):
