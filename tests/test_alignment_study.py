@@ -1,6 +1,6 @@
 """The alignment study's table (analysis/alignment_study.py) on hand-made results: means and
 t intervals over seeds, the best unsupervised map (guided variants are not unsupervised),
-its gap to the best aligner, and guided against additive by Welch's test."""
+its gap to the best aligner, and every variant against additive by Welch's test."""
 
 import json
 
@@ -22,7 +22,7 @@ def _group(name, bleu, maps):
   return compare.Group(name, runs)
 
 
-def test_the_table_holds_intervals_the_best_map_its_gap_and_guided_against_additive():
+def test_the_table_holds_intervals_the_best_map_its_gap_and_each_variant_against_additive():
   groups = [_group('additive', [10, 11, 12], {'attention': [50, 52, 54], 'gradient': [60, 61, 62]}),
             _group('guided', [9, 10, 11], {'attention': [30, 31, 32]}),
             _group('none', [5, 5.5, 6], {'gradient': [55, 56, 57]})]
@@ -43,13 +43,26 @@ def test_the_table_holds_intervals_the_best_map_its_gap_and_guided_against_addit
   welch = scipy.stats.ttest_ind([50, 52, 54], [40, 41, 42], equal_var=False)
   assert best['gap']['aer']['diff'] == pytest.approx(11) and best['gap']['aer']['p'] == \
       pytest.approx(welch.pvalue)
-  rows = {(r['variant'], r['figure']): r for r in s['guided']}
-  assert rows[('guided', 'aer')]['diff'] == pytest.approx(-21)
+  # every variant against additive: its attention, its best map, BLEU and chrF, by Welch
+  rows = {(r['variant'], r['figure']): r for r in s['against_additive']}
+  assert rows[('guided', 'attention')]['diff'] == pytest.approx(-21)
+  assert rows[('guided', 'attention')]['p'] == pytest.approx(
+      scipy.stats.ttest_ind([30, 31, 32], [50, 52, 54], equal_var=False).pvalue)
   assert rows[('guided', 'bleu')]['diff'] == pytest.approx(-1)
+  assert rows[('guided', 'chrf')]['diff'] == pytest.approx(-2)
+  # `none` has no attention: its best map (gradient, 56) against additive's (attention, 52)
+  assert ('none', 'attention') not in rows
+  assert rows[('none', 'best map')]['maps'] == ('gradient', 'attention')
+  assert rows[('none', 'best map')]['diff'] == pytest.approx(4)
+  # guided's best map is its attention, as additive's: that row would repeat the attention's
+  assert ('guided', 'best map') not in rows
+  assert [r['variant'] for r in s['against_additive']].count('additive') == 0
   md = alignment_study.markdown(s)
   assert '| additive | attention | 3 | 52.00 [' in md
   assert '| aligner: eflomal | - | 3 | 41.00 [' in md and '| aligner: ibm1 | - | 1 | 70.00 |' in md
   assert 'Best unsupervised neural map on 0 sentences: additive / attention' in md
+  assert '| none | AER (gradient, attention) | +4.00 | [' in md
+  assert '| guided | bleu | -1.00 | [' in md
 
 
 def test_aligner_rows_keep_each_aligners_best_with_its_runs():

@@ -2,7 +2,8 @@
 precision, recall and AER against the manual alignments (the word_alignment evaluator's
 figures in each run's results), means over seeds with 95% t intervals; classical aligners'
 rows (analysis/aligners.py's JSON) beside them; the best unsupervised neural map against
-the best aligner, and guided alignment against the unsupervised model (Welch over seeds).
+the best aligner, and every other variant against Bahdanau's `additive` (Welch over seeds):
+its attention's AER, its best map's AER, its BLEU and chrF.
 
   s = summarise(compare.sweep_groups('runs/greek_english'), aligners=json.load(...))
   print(markdown(s))
@@ -19,6 +20,8 @@ from attention_jax.analysis import stats
 
 FIGURES = ('aer', 'precision', 'recall')
 GUIDED_PREFIX = 'guided'       # variants trained with the gold (supervised): not unsupervised
+BASELINE = 'additive'          # every other variant is compared with it
+COMPARED = ('attention', 'best map', 'bleu', 'chrf')
 
 
 def _interval(values: Sequence[float]) -> dict:
@@ -32,7 +35,7 @@ def summarise(groups, aligners: dict | None = None, split: str = 'test') -> dict
   'best_aligner' (lowest AER on all the sentences), 'best': [per number of sentences a map
   was measured on (most first): the best unsupervised map, its figures and, where the aligner
   was scored on the same sentences, the aligner's and the gap (Welch over seeds and runs)],
-  'guided': [comparisons]}."""
+  'against_additive': [{variant, figure, diff, lo, hi, p, maps}], figure one of COMPARED]}."""
   variants = []
   for g in groups:
     res = [r.split(split) for r in g.runs]
@@ -65,22 +68,37 @@ def summarise(groups, aligners: dict | None = None, split: str = 'test') -> dict
         t = stats.welch(best[f]['values'], best['aligner'][f]['values'])
         best['gap'][f] = {'diff': t.diff, 'lo': t.lo, 'hi': t.hi, 'p': t.p}
     out['best'].append(best)
-  by_name = {v['variant']: v for v in variants}
-  base = by_name.get('additive')
+  base = next((v for v in variants if v['variant'] == BASELINE), None)
   for v in variants:
-    if not v['variant'].startswith(GUIDED_PREFIX) or base is None:
+    if base is None or v is base:
       continue
-    for what in ('aer', 'bleu', 'chrf'):
-      if what == 'aer':
-        a = v['maps'].get('attention', {}).get('aer', {}).get('values', [])
-        b = base['maps'].get('attention', {}).get('aer', {}).get('values', [])
-      else:
-        a, b = v[what]['values'], base[what]['values']
+    for figure in COMPARED:
+      pair = _compared(v, base, figure)
+      if pair is None:      # `none` has no attention row
+        continue
+      (a, map_a), (b, map_b) = pair
       t = stats.welch(a, b)
-      out.setdefault('guided', []).append({'variant': v['variant'], 'baseline': 'additive',
-                                           'figure': what, 'diff': t.diff, 'lo': t.lo,
-                                           'hi': t.hi, 'p': t.p})
+      out.setdefault('against_additive', []).append(
+          {'variant': v['variant'], 'figure': figure, 'diff': t.diff, 'lo': t.lo, 'hi': t.hi,
+           'p': t.p, 'maps': (map_a, map_b)})
   return out
+
+
+def _compared(v: dict, base: dict, figure: str):
+  """((v's seed values, its map), (base's, its map)) for one COMPARED figure, or None where v
+  lacks the map: 'attention' compares the attention's AER, 'best map' each variant's map of
+  lowest mean AER (on the most sentences), 'bleu' and 'chrf' the translation."""
+  if figure in ('bleu', 'chrf'):
+    return (v[figure]['values'], ''), (base[figure]['values'], '')
+  def best(x):
+    if figure == 'attention':
+      return 'attention' if 'attention' in x['maps'] else None
+    return min(x['maps'], key=lambda m: (-x['maps'][m]['sentences'],
+                                         x['maps'][m]['aer']['mean']), default=None)
+  ma, mb = best(v), best(base)
+  if ma is None or mb is None or (figure == 'best map' and ma == mb == 'attention'):
+    return None       # no such map, or the best maps repeat the attention row
+  return (v['maps'][ma]['aer']['values'], ma), (base['maps'][mb]['aer']['values'], mb)
 
 
 def word_alignments(run, split: str = 'test') -> dict:
@@ -179,10 +197,12 @@ def markdown(s: dict) -> str:
                f'{_cell(b["aligner"]["aer"])}; difference {g["diff"]:+.2f} [{g["lo"]:.2f}, '
                f'{g["hi"]:.2f}] (Welch over seeds and aligner runs, p {g["p"]:.3g})')
     lines.append(line + '.')
-  if s.get('guided'):
-    lines += ['', '| guided variant | figure | difference from additive | 95% CI (seeds) | p |',
-              '|---|---|---|---|---|']
-    for r in s['guided']:
-      lines.append(f'| {r["variant"]} | {r["figure"]} | {r["diff"]:+.2f} | '
+  if s.get('against_additive'):
+    lines += ['', f'| variant | figure (AER: its map, {BASELINE}\'s) | difference from {BASELINE} '
+              '| 95% CI (Welch over seeds) | p |', '|---|---|---|---|---|']
+    for r in s['against_additive']:
+      what = r['figure'] if r['figure'] in ('bleu', 'chrf') else \
+          f'AER ({r["maps"][0]}, {r["maps"][1]})'
+      lines.append(f'| {r["variant"]} | {what} | {r["diff"]:+.2f} | '
                    f'[{r["lo"]:.2f}, {r["hi"]:.2f}] | {r["p"]:.3g} |')
   return '\n'.join(lines)
